@@ -1,0 +1,1 @@
+"""Reference solutions: the single source of the student release."""
