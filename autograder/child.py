@@ -1,0 +1,483 @@
+"""The worker that runs submissions, and the wire format it shares with the judge.
+
+The judge starts one worker per core (inside the sandbox, see `sandbox.py`). The worker imports
+numpy once, then, for each job it is sent, forks a child that executes the submission's source and
+makes the planned calls. Only plain data comes back: arrays as raw bytes with a dtype and shape,
+and numbers, bools, lists, tuples, dicts and None as JSON. Anything else is reported by its type
+name and never reaches the judge as an object.
+
+The worker enforces the time limits because it is the only process that can see the child: it
+relays each result, kills a child that runs past its limit or dies, and forks a fresh child (a
+fresh import of the submission) for the next step.
+
+This file must import nothing but the standard library and numpy: it runs as `python -c` inside a
+sandbox that holds no other part of the grader.
+"""
+import json
+import os
+import struct
+import sys
+
+_HEADER = struct.Struct("!II")  # JSON length, blob length
+MAX_MESSAGE = 256 * 1024 * 1024
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_ITEMS = 100_000
+MAX_DEPTH = 6
+
+# ---------------------------------------------------------------- framing (both sides) --------
+
+
+def _read_exact(fd, n):
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd):
+    """Read one frame: returns (header bytes + payload bytes) as one buffer, and its parts."""
+    head = _read_exact(fd, _HEADER.size)
+    json_len, blob_len = _HEADER.unpack(head)
+    if json_len + blob_len > MAX_MESSAGE:
+        raise ValueError("message too large")
+    body = _read_exact(fd, json_len + blob_len)
+    return head + body, json.loads(body[:json_len]), body[json_len:]
+
+
+def write_frame(fd, obj, blob=b""):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    _write_all(fd, _HEADER.pack(len(data), len(blob)) + data + blob)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# ---------------------------------------------------------------- values (both sides) ---------
+
+
+def encode(value, blobs, sizes):
+    """Describe `value` as JSON-able plain data, appending array bytes to `blobs`.
+
+    Exact types only: a subclass of ndarray, list or dict, or any other object, is described by its
+    type name, so nothing the submission defines can pretend to be a number.
+    """
+    import numpy as np
+
+    kind = type(value)
+    if kind is np.ndarray:
+        if value.dtype.kind not in "biuf":
+            return {"t": "bad", "type": "numpy array of dtype %s" % value.dtype}
+        if value.nbytes > MAX_VALUE_BYTES - sizes[0]:
+            return {"t": "bad", "type": "numpy array of %d bytes (too large)" % value.nbytes}
+        data = np.ascontiguousarray(value).tobytes()
+        blobs.append(data)
+        sizes[0] += len(data)
+        return {"t": "array", "dtype": value.dtype.str, "shape": list(value.shape), "n": len(data)}
+    if isinstance(value, np.ndarray):
+        return {"t": "bad", "type": "%s (a subclass of numpy.ndarray)" % _type_name(value)}
+    if kind is bool or kind is np.bool_:
+        return {"t": "bool", "v": bool(value)}
+    if kind is int or (isinstance(value, np.integer) and kind.__module__ == "numpy"):
+        return {"t": "int", "v": int(value)} if abs(int(value)) < 2**63 else {"t": "float", "v": float(value)}
+    if kind is float or (isinstance(value, np.floating) and kind.__module__ == "numpy"):
+        return {"t": "float", "v": float(value)}
+    if value is None:
+        return {"t": "none"}
+    if kind is list or kind is tuple:
+        if len(value) > MAX_ITEMS or sizes[1] > MAX_DEPTH:
+            return {"t": "bad", "type": "%s nested too deep or too long" % kind.__name__}
+        sizes[1] += 1
+        items = [encode(item, blobs, sizes) for item in value]
+        sizes[1] -= 1
+        return {"t": kind.__name__, "items": items}
+    if kind is dict:
+        if len(value) > 100 or sizes[1] > MAX_DEPTH or any(type(key) is not str for key in value):
+            return {"t": "bad", "type": "dict with keys that are not plain strings"}
+        sizes[1] += 1
+        items = {key: encode(item, blobs, sizes) for key, item in value.items()}
+        sizes[1] -= 1
+        return {"t": "dict", "items": items}
+    return {"t": "bad", "type": _type_name(value)}
+
+
+def _type_name(value):
+    kind = type(value)
+    module = kind.__module__
+    return kind.__name__ if module in ("builtins", "attention_head") else "%s.%s" % (module, kind.__name__)
+
+
+def encode_value(value):
+    blobs = []
+    obj = encode(value, blobs, [0, 0])
+    return obj, b"".join(blobs)
+
+
+class Bad:
+    """A returned object the judge will not compare: it is only known by its type name."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type_name):
+        self.type = type_name
+
+    def __repr__(self):
+        return "<%s>" % self.type
+
+
+_DTYPES = {"<f8", "<f4", "<f2", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", "|u1", "|b1",
+           ">f8", ">f4", ">i8", ">i4"}
+
+
+def decode(obj, blob, offset=None):
+    """Turn encoded plain data back into values, trusting nothing about it."""
+    import numpy as np
+
+    offset = offset if offset is not None else [0]
+    kind = obj.get("t") if isinstance(obj, dict) else None
+    if kind == "array":
+        dtype, shape, n = obj["dtype"], obj["shape"], obj["n"]
+        if dtype not in _DTYPES or not isinstance(shape, list) or len(shape) > 32:
+            return Bad("array with an unsupported dtype")
+        if not all(isinstance(size, int) and size >= 0 for size in shape):
+            return Bad("array with an invalid shape")
+        count = 1
+        for size in shape:
+            count *= size
+        if count * np.dtype(dtype).itemsize != n or offset[0] + n > len(blob):
+            return Bad("array whose data does not match its shape")
+        array = np.frombuffer(blob, dtype=dtype, count=count, offset=offset[0]).reshape(shape).copy()
+        offset[0] += n
+        return array
+    if kind == "bool":
+        return bool(obj["v"])
+    if kind == "int":
+        return int(obj["v"])
+    if kind == "float":
+        return float(obj["v"])
+    if kind == "none":
+        return None
+    if kind in ("list", "tuple"):
+        items = [decode(item, blob, offset) for item in obj["items"]]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {str(key): decode(item, blob, offset) for key, item in obj["items"].items()}
+    return Bad(str(obj.get("type", "unknown object")) if isinstance(obj, dict) else "unknown object")
+
+
+# ---------------------------------------------------------------- the child -------------------
+
+
+class ExitCalled(BaseException):
+    """Raised in place of exit(), sys.exit() and os._exit() inside a submission."""
+
+
+def _fake_exit(*_args, **_kwargs):
+    raise ExitCalled()
+
+
+class _CappedText:
+    """Stands in for sys.stdout and sys.stderr: keeps the first `cap` characters, counts the rest."""
+
+    def __init__(self, cap):
+        self.cap, self.kept, self.total = cap, [], 0
+
+    def write(self, text):
+        text = str(text)
+        room = self.cap - sum(len(part) for part in self.kept) if self.total < self.cap else 0
+        if room > 0:
+            self.kept.append(text[:room])
+        self.total += len(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def take(self):
+        text = "".join(self.kept)
+        if self.total > len(text):
+            text += "\n… (%d more characters not kept)" % (self.total - len(text))
+        self.kept, self.total = [], 0
+        return text
+
+
+def _where(exc, filename):
+    """The last line of the submission's own code that the exception passed through."""
+    tb, line = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = "%s line %d, in %s" % (filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return line
+
+
+def _raised(exc, filename):
+    message = str(exc)
+    if len(message) > 300:
+        message = message[:300] + "…"
+    return {"type": type(exc).__name__, "message": message, "where": _where(exc, filename)}
+
+
+def _child_main(job, blob, start, out):
+    import builtins
+    import resource
+
+    import numpy as np
+
+    limits = job["limits"]
+    for name, value in (("RLIMIT_AS", limits["memory"]), ("RLIMIT_CORE", 0),
+                        ("RLIMIT_FSIZE", 16 * 1024 * 1024)):
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (ValueError, OSError):
+            pass
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    captured = _CappedText(limits["output"])
+    sys.stdout = sys.stderr = captured
+    os._exit = sys.exit = builtins.exit = builtins.quit = _fake_exit
+
+    # The judge's own helpers, bound before the submission can touch numpy.
+    array_equal, ndarray, real_exit = np.array_equal, np.ndarray, __import__("posix")._exit
+    filename = job["filename"]
+    args_blob = memoryview(blob)
+
+    def send(obj, data=b""):
+        obj["out"] = captured.take()
+        write_frame(out, obj, data)
+
+    module = type(sys)("attention_head")
+    module.__file__ = filename
+    sys.modules["attention_head"] = module
+    try:
+        for index, cell in enumerate(job["cells"]):
+            code = compile(cell, filename if len(job["cells"]) == 1 else "%s, cell %d" % (filename, index + 1), "exec")
+            try:
+                exec(code, module.__dict__)
+            except Exception:
+                if len(job["cells"]) == 1:
+                    raise
+    except ExitCalled:
+        send({"ev": "imported", "ok": False, "error": {"type": "ExitCalled", "message": "", "where": None}})
+        real_exit(0)
+    except BaseException as exc:  # a module that cannot be imported: report it, plainly
+        send({"ev": "imported", "ok": False, "error": _raised(exc, filename)})
+        real_exit(0)
+    send({"ev": "imported", "ok": True})
+
+    for step_index in range(start, len(job["plan"])):
+        step = job["plan"][step_index]
+        for call_index, call in enumerate(step["calls"]):
+            where = {"ev": "result", "step": step_index, "call": call_index}
+            function = getattr(module, call["fn"], None)
+            if not callable(function):
+                send(dict(where, raised={"type": "MissingName", "message": call["fn"], "where": None}))
+                continue
+            args = decode(call["args"], args_blob, [call["offset"]])
+            before = [arg.copy() if type(arg) is ndarray else None for arg in args]
+            try:
+                value = function(*args)
+            except ExitCalled:
+                send(dict(where, ev="fault", kind="exit"))
+                break
+            except SystemExit:
+                send(dict(where, ev="fault", kind="exit"))
+                break
+            except MemoryError:
+                send(dict(where, ev="fault", kind="memory"))
+                break
+            except RecursionError as exc:
+                send(dict(where, raised=_raised(exc, filename)))
+                continue
+            except BaseException as exc:
+                send(dict(where, raised=_raised(exc, filename)))
+                continue
+            mutated = [i for i, (arg, copy) in enumerate(zip(args, before)) if copy is not None and not (
+                type(arg) is ndarray and arg.shape == copy.shape and array_equal(arg, copy, equal_nan=True))]
+            try:
+                obj, data = encode_value(value)
+            except BaseException:
+                obj, data = {"t": "bad", "type": "an object that could not be read"}, b""
+            send(dict(where, value=obj, mutated=mutated), data)
+    send({"ev": "end"})
+    real_exit(0)
+
+
+# ---------------------------------------------------------------- the worker ------------------
+
+
+def _kill_group(pid):
+    import signal
+
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except OSError:
+            pass
+
+
+def _reap(pid):
+    """Wait for the child; returns 'exit' for a process that exited, 'crashed' for a signal."""
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        import signal
+
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "signal %d" % number
+        return "crashed", name
+    return "exit", "exit status %d" % os.WEXITSTATUS(status)
+
+
+def _run_job(job, blob, out, own_pid_namespace):
+    import select
+    import time
+
+    limits = job["limits"]
+    start = 0
+    while start < len(job["plan"]):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setpgid(0, 0)
+                os.close(read_end)
+                _child_main(job, blob, start, write_end)
+            finally:
+                os._exit(70)
+        os.close(write_end)
+        position = None  # None: importing; else (step, call) of the last message
+        timeout = limits["import_timeout"]
+        restart_at = None
+        while True:
+            ready, _, _ = select.select([read_end], [], [], timeout)
+            if not ready:
+                _kill_group(pid)
+                _reap(pid)
+                kind = "timeout"
+                detail = None
+                break
+            try:
+                frame, obj, _ = read_frame(read_end)
+            except (EOFError, ValueError, OSError):
+                _kill_group(pid)
+                kind, detail = _reap(pid)
+                break
+            _write_all(out, frame)
+            event = obj.get("ev")
+            if event == "imported":
+                if not obj.get("ok"):
+                    _reap(pid)
+                    os.close(read_end)
+                    return
+                position = (start, -1)
+            elif event == "fault":
+                position = (obj["step"], obj["call"])
+                _kill_group(pid)
+                _reap(pid)
+                kind, detail = None, None
+                restart_at = obj["step"] + 1
+                break
+            elif event == "result":
+                position = (obj["step"], obj["call"])
+            elif event == "end":
+                _reap(pid)
+                os.close(read_end)
+                return
+            timeout = limits["call_timeout"]
+        os.close(read_end)
+        if own_pid_namespace:
+            _kill_strays()
+        if restart_at is None:
+            if position is None:  # the import itself hung or died: nothing more can run
+                write_frame(out, {"ev": "fault", "step": None, "call": None, "kind": kind, "detail": detail})
+                return
+            step, call = _next_call(job["plan"], position)
+            if step is None:
+                return
+            write_frame(out, {"ev": "fault", "step": step, "call": call, "kind": kind, "detail": detail})
+            restart_at = step + 1
+        start = restart_at
+        time.sleep(0)
+
+
+def _next_call(plan, position):
+    step, call = position
+    while step < len(plan):
+        if call + 1 < len(plan[step]["calls"]):
+            return step, call + 1
+        step, call = step + 1, -1
+    return None, None
+
+
+def _kill_strays():
+    """In the sandbox's own PID namespace, end anything a submission left running."""
+    import signal
+
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+
+
+def _clean_tmp():
+    import shutil
+
+    for entry in os.listdir("/tmp") if os.path.isdir("/tmp") else ():
+        shutil.rmtree(os.path.join("/tmp", entry), ignore_errors=True)
+
+
+def worker_main():
+    """Serve jobs from stdin until it closes; every frame written goes to stdout."""
+    config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if config.get("uid") is not None:
+        os.setgroups([])
+        os.setgid(config["gid"])
+        os.setuid(config["uid"])
+    try:  # a submission running as the same user must not be able to trace the worker
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    except Exception:
+        pass
+    for path in config.get("path", ()):
+        sys.path.insert(0, path)
+    import numpy  # noqa: F401  (loaded once here, shared by every forked child)
+
+    stdin, stdout = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    write_frame(stdout, {"ev": "ready", "numpy": numpy.__version__})
+    while True:
+        try:
+            _, job, blob = read_frame(stdin)
+        except EOFError:
+            return
+        _run_job(job, blob, stdout, config.get("own_pid_namespace", False))
+        if config.get("own_pid_namespace"):
+            _clean_tmp()
+        write_frame(stdout, {"ev": "done"})
+
+
+if __name__ == "__main__":
+    worker_main()

@@ -1,0 +1,181 @@
+"""The isolated runner: sends a submission and its planned calls to a worker, collects plain data.
+
+A `Worker` is one long-lived sandboxed process with numpy already imported (see `child.py` and
+`sandbox.py`); it forks a fresh child per submission, so starting a submission costs a fork, not
+an interpreter. The judge never runs submission code itself; it only reads what comes back here.
+"""
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import child, sandbox
+
+
+@dataclass(frozen=True)
+class Limits:
+    import_timeout: float = 10.0
+    """Seconds the submission's module (or notebook cells) may take to run."""
+    call_timeout: float = 3.0
+    """Seconds one call of a student function may take."""
+    memory: int = 2 * 1024**3
+    """Address-space cap of the submission's process, in bytes."""
+    output: int = 2000
+    """Characters of printed output kept per call; the rest is counted, not stored."""
+
+
+@dataclass
+class Outcome:
+    """What one call of a student function came to."""
+
+    value: Any = None
+    raised: dict | None = None
+    """The exception it raised: type, message and the line of the submission it came from."""
+    fault: str | None = None
+    """timeout, exit, crashed or memory: the call never returned."""
+    detail: str | None = None
+    mutated: list[int] = field(default_factory=list)
+    output: str = ""
+
+
+@dataclass
+class Run:
+    """Everything one submission's run produced, indexed like the plan."""
+
+    outcomes: list[list[Outcome | None]]
+    imported: bool = False
+    import_error: dict | None = None
+    import_fault: str | None = None
+    import_output: str = ""
+    lost: str | None = None
+    """Set when the worker itself failed: the calls without outcomes could not be run."""
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+class Worker:
+    """One sandboxed worker process; restarts itself when it dies."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self._process: subprocess.Popen | None = None
+
+    # -- process management -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            sandbox.worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=sandbox.worker_env(), close_fds=True)
+        _, ready = self._read(60.0)
+        if ready.get("ev") != "ready":
+            self.close()
+            raise WorkerFailed("the grading worker did not start")
+
+    def close(self) -> None:
+        if self._process is not None:
+            try:
+                self._process.kill()
+            except OSError:
+                pass
+            self._process.wait()
+            for stream in (self._process.stdin, self._process.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self._process = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _read(self, timeout: float) -> tuple[bytes, dict]:
+        fd = self._process.stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            raise WorkerFailed("the grading worker stopped answering")
+        try:
+            _, obj, blob = child.read_frame(fd)
+        except (EOFError, ValueError, OSError) as exc:
+            raise WorkerFailed("the grading worker died") from exc
+        return blob, obj
+
+    # -- one submission ---------------------------------------------------------------------
+
+    def run(self, filename: str, cells: list[str], plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Run:
+        """Run `plan` (per step: a list of (function name, args)) against the submission's cells."""
+        if self._process is None or self._process.poll() is not None:
+            self.close()
+            self.start()
+        limits = self.limits
+        job_plan, blobs, offset = [], [], 0
+        for step_id, calls in plan:
+            encoded_calls = []
+            for name, args in calls:
+                parts: list[bytes] = []
+                encoded = child.encode(list(args), parts, [0, 0])
+                encoded_calls.append({"fn": name, "args": encoded, "offset": offset})
+                blobs.extend(parts)
+                offset += sum(len(part) for part in parts)
+            job_plan.append({"step": step_id, "calls": encoded_calls})
+        job = {"filename": filename, "cells": cells, "plan": job_plan,
+               "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
+                          "memory": limits.memory, "output": limits.output}}
+        run = Run(outcomes=[[None] * len(calls) for _, calls in plan])
+        try:
+            child.write_frame(self._process.stdin.fileno(), job, b"".join(blobs))
+            self._collect(run)
+        except (WorkerFailed, OSError) as exc:
+            run.lost = str(exc) if isinstance(exc, WorkerFailed) else "the grading worker died"
+            self.close()
+        return run
+
+    def _collect(self, run: Run) -> None:
+        limits = self.limits
+        # The worker enforces the real limits; this is only a watchdog over the worker itself.
+        patience = max(limits.import_timeout, limits.call_timeout) + 15.0
+        started = time.monotonic()
+        while True:
+            blob, obj = self._read(patience)
+            event = obj.get("ev")
+            if event == "done":
+                return
+            if event == "imported":
+                if not run.imported and run.import_error is None:
+                    run.imported = bool(obj.get("ok"))
+                    run.import_error = obj.get("error")
+                    run.import_output = str(obj.get("out", ""))
+                continue
+            if event not in ("result", "fault"):
+                continue
+            step, call = obj.get("step"), obj.get("call")
+            if step is None:
+                run.import_fault = str(obj.get("kind"))
+                continue
+            if not (isinstance(step, int) and isinstance(call, int)
+                    and 0 <= step < len(run.outcomes) and 0 <= call < len(run.outcomes[step])):
+                continue
+            if event == "fault":
+                run.outcomes[step][call] = Outcome(fault=str(obj.get("kind")), detail=obj.get("detail"),
+                                                   output=str(obj.get("out", "")))
+                continue
+            value = child.decode(obj["value"], blob) if "value" in obj else None
+            mutated = [i for i in obj.get("mutated", []) if isinstance(i, int)]
+            raised = obj.get("raised")
+            run.outcomes[step][call] = Outcome(
+                value=value, raised=raised if isinstance(raised, dict) else None,
+                mutated=mutated, output=str(obj.get("out", "")))
+            if time.monotonic() - started > 3600:
+                raise WorkerFailed("the submission ran for more than an hour")
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
