@@ -1,0 +1,499 @@
+"""qkv-release: generate what students receive from the single source.
+
+In: the reference solution `solutions/attention_head.py` (its `### BEGIN SOLUTION` /
+`### END SOLUTION` regions are what students write), the step table `autograder/steps.py`, the
+lesson prose `solutions/lessons.md`, the chapter's values `data/part-iv/attention.json` and the
+public checks authored in `autograder/public/`. Out: `assignments/attention_head/`, byte for byte
+the same on every run (fixed cell ids, sorted JSON, no timestamps).
+
+    qkv-release                 # regenerate assignments/attention_head/
+    qkv-release --check         # exit 1 and name the files that differ from what would be generated
+    qkv-release --out DIR       # write (or, with --check, compare) DIR instead
+
+The notebook is assembled by `notebook_cells(variant)`; `step_cells` builds one step's cells, and
+the `_solution_source`, `_check_source` and `_answer_source` seams say what a cell holds in each
+variant. Only the "student" variant exists so far.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import nbformat
+from nbformat import v4
+
+from autograder.steps import ANSWERS, STEPS, Step
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "solutions" / "attention_head.py"
+LESSONS = ROOT / "solutions" / "lessons.md"
+DATA = ROOT / "data" / "part-iv" / "attention.json"
+PUBLIC = ROOT / "autograder" / "public"
+RELEASE = ROOT / "assignments" / "attention_head"
+
+PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py")  # copied verbatim
+EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
+IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")  # nbgrader's replacement text
+ANSWER_STUB = "YOUR ANSWER HERE"  # nbgrader's text for a written-answer cell
+VARIANTS = ("student",)
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+POSITIONS = ("red", "key", ".")  # Example 15.1's positions, in order
+SETUP_ARRAYS = (("X", "T, d_in"), ("W_Q", "d_in, d_k"), ("W_K", "d_in, d_k"), ("W_V", "d_in, d_v"))
+CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # nbformat 4.5's rule for cell ids
+SECTION = re.compile(r"^## (\w+)\s*$")  # a lessons.md section: `## name`, one word
+
+STUDENT_NOTE = """\
+Write each function where it says `# YOUR CODE HERE`, in place of `raise NotImplementedError()`,
+and answer the five questions at the end of the file in your own words. Run `pytest` in this
+folder to check your functions on the chapter's worked example; see README.md."""
+
+CHECK_IMPORT = """\
+# The public checks use the chapter's worked example only; they live in public_checks.py.
+from public_checks import check"""
+
+PLOT = """\
+import matplotlib.pyplot as plt
+
+positions = {positions}  # Example 15.1, in order
+_, weights = self_attention_head(X, W_Q, W_K, W_V)  # [T, T]: receiving rows, contributing columns
+
+fig, ax = plt.subplots(figsize=(4.5, 4))
+image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0)
+ax.set_xticks(range(len(positions)), labels=positions)
+ax.set_yticks(range(len(positions)), labels=positions)
+ax.set_xlabel("contributing key")
+ax.set_ylabel("receiving position")
+for i in range(len(positions)):
+    for j in range(len(positions)):
+        ax.text(j, i, f"{{weights[i, j]:.3f}}", ha="center", va="center")
+fig.colorbar(image, ax=ax, label="attention weight")
+ax.set_title("Weights of Example 15.1: each row sums to 1")
+plt.show()"""
+
+PYTEST_INI = """\
+# This folder is a pytest project of its own: `pytest` here runs the public checks.
+[pytest]
+python_files = test_attention_head.py
+"""
+
+README = """\
+# Chapter 15, Self-Attention and Q/K/V: one attention head
+
+Build a single self-attention head from small functions, one graded step at a time, and check
+each step against the chapter's worked example (Example 15.1: the positions red, key and .).
+
+## What is here
+
+| file | what it is |
+|---|---|
+| `attention_head.ipynb` | the notebook: a short lesson per step, your code, a check after each step, and a heatmap of your weights |
+| `attention_head.py` | the same functions as a plain module, for working in an editor; the written answers are the strings `ANSWER_1` to `ANSWER_5` at its end |
+| `test_attention_head.py`, `conftest.py`, `public_checks.py`, `pytest.ini` | the local self-check |
+| `chapter_example.json`, `steps.json` | the example's values and the list of steps the self-check reads |
+
+Work in either the notebook or the module. Leave the self-check files as they are.
+
+## Open the notebook
+
+    pip install numpy matplotlib jupyterlab
+    jupyter lab attention_head.ipynb
+
+Run the setup cell first, then work down: fill in a solution cell, run the check cell under it.
+
+## Check your work
+
+    pip install numpy pytest
+    pytest                                        # every step
+    pytest -k scores                              # one step
+    pytest --submission attention_head.ipynb      # the notebook instead of the module
+
+`pytest` checks `attention_head.py`; when that file is absent, it checks the notebook's setup and
+solution cells instead. There is one test per step, named after the step id. A failing test says
+what it called, what came back, what the chapter expects and which section to reread.
+
+These checks only use the chapter's example. The hidden graders go further (other shapes, large
+scores, batches, other exercise situations), so passing here is a good sign, not a grade.
+
+## The steps
+
+| step id | title | chapter | points |
+|---|---|---|---|
+{steps}
+"""
+
+
+class ReleaseError(Exception):
+    """The sources cannot be turned into a release; the message says which and why."""
+
+
+# --- the sources --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything the release is generated from, read once."""
+    reference: str
+    """The text of solutions/attention_head.py."""
+    lessons: str
+    """The text of solutions/lessons.md."""
+    data: dict
+    """data/part-iv/attention.json."""
+
+    @classmethod
+    def read(cls) -> "Sources":
+        for path in (REFERENCE, LESSONS, DATA):
+            if not path.is_file():
+                raise ReleaseError(f"{path.relative_to(ROOT)} is missing")
+        return cls(REFERENCE.read_text(encoding="utf-8"), LESSONS.read_text(encoding="utf-8"),
+                   json.loads(DATA.read_text(encoding="utf-8")))
+
+    @cached_property
+    def stub(self) -> str:
+        return stub_module(self.reference)
+
+    @cached_property
+    def stub_functions(self) -> dict[str, str]:
+        return function_sources(self.stub)
+
+    @cached_property
+    def sections(self) -> dict[str, str]:
+        return lesson_sections(self.lessons)
+
+
+# --- solution regions and the stub module -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Region:
+    begin: int
+    """Index of the `### BEGIN SOLUTION` line."""
+    end: int
+    """Index of the `### END SOLUTION` line."""
+    indent: str
+    """The markers' indentation, which the stub keeps."""
+
+
+def solution_regions(lines: list[str]) -> list[Region]:
+    regions, begin = [], None
+    for index, line in enumerate(lines):
+        marker = line.strip()
+        if marker == BEGIN:
+            if begin is not None:
+                raise ReleaseError(f"line {index + 1}: a solution region opens inside another")
+            begin = index
+        elif marker == END:
+            if begin is None:
+                raise ReleaseError(f"line {index + 1}: {END} without a {BEGIN}")
+            indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+            regions.append(Region(begin, index, indent))
+            begin = None
+    if begin is not None:
+        raise ReleaseError(f"line {begin + 1}: {BEGIN} is never closed")
+    return regions
+
+
+def stub_module(reference: str) -> str:
+    """The student's module: every solution region stubbed, the answers left empty."""
+    lines = reference.splitlines()
+    out, position = [], 0
+    for region in solution_regions(lines):
+        out += lines[position:region.begin]
+        body = lines[region.begin + 1:region.end]
+        if region.indent:
+            out += [region.indent + line for line in CODE_STUB]
+        else:
+            out += _answer_stubs(body, region.begin)
+        position = region.end + 1
+    out += lines[position:]
+    return _student_docstring("\n".join(out) + "\n")
+
+
+def _answer_stubs(body: list[str], begin: int) -> list[str]:
+    """The module-level region must assign exactly the written answers the step table lists."""
+    assigned = [target.id for node in ast.parse("\n".join(body)).body
+                if isinstance(node, ast.Assign) for target in node.targets
+                if isinstance(target, ast.Name)]
+    expected = [name for name, _ in ANSWERS]
+    if assigned != expected:
+        raise ReleaseError(f"line {begin + 1}: the module-level solution region assigns "
+                           f"{assigned}; steps.ANSWERS lists {expected}")
+    stubs = []
+    for name, question in ANSWERS:
+        stubs += [f"# {name}: {question}", f'{name} = ""', ""]
+    return stubs[:-1]
+
+
+def _student_docstring(module: str) -> str:
+    """Swap the module docstring's paragraph about solution markers for a note to the student."""
+    tree = ast.parse(module)
+    docstring = ast.get_docstring(tree, clean=False)
+    if docstring is None:
+        raise ReleaseError("the reference solution has no module docstring")
+    node = tree.body[0]
+    paragraphs = [p for p in docstring.strip().split("\n\n") if BEGIN not in p]
+    text = "\n\n".join([paragraphs[0], STUDENT_NOTE, *paragraphs[1:]])
+    lines = module.splitlines()
+    return "\n".join([*lines[:node.lineno - 1], f'"""{text}\n"""', *lines[node.end_lineno:]]) + "\n"
+
+
+def function_sources(module: str) -> dict[str, str]:
+    """Each top-level function's source, trailing comments of its body included.
+
+    The trailing comments matter for the reference, whose `### END SOLUTION` comes after the last
+    statement of the function.
+    """
+    lines = module.splitlines()
+    sources = {}
+    for node in ast.parse(module).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+        last = node.end_lineno  # one past the last statement's line
+        while (last < len(lines) and lines[last].strip().startswith("#")
+               and len(lines[last]) - len(lines[last].lstrip()) > node.col_offset):
+            last += 1
+        sources[node.name] = "\n".join(lines[first:last])
+    return sources
+
+
+# --- lesson prose -------------------------------------------------------------------------------
+
+def lesson_sections(text: str) -> dict[str, str]:
+    """The `## name` sections of lessons.md; every step, and the notebook's other parts, need one."""
+    lines_of: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        match = SECTION.match(line)
+        if match:
+            current = match.group(1)
+            if current in lines_of:
+                raise ReleaseError(f"solutions/lessons.md has two '## {current}' sections")
+            lines_of[current] = []
+        elif current is not None:
+            lines_of[current].append(line)
+    sections = {name: "\n".join(lines).strip() for name, lines in lines_of.items()}
+    required = ("intro", *(step.id for step in STEPS), "answers", "plot", "heatmap")
+    missing = [part for part in required if not sections.get(part)]
+    if missing:
+        raise ReleaseError(f"solutions/lessons.md has no lesson prose for {', '.join(missing)}: "
+                           f"add a '## <name>' section for each")
+    unknown = [part for part in sections if part not in required]
+    if unknown:
+        raise ReleaseError(f"solutions/lessons.md has sections for {', '.join(unknown)}, which "
+                           f"the notebook does not use; it uses {', '.join(required)}")
+    return sections
+
+
+# --- the notebook -------------------------------------------------------------------------------
+
+def _cell_id(*parts: str | None) -> str:
+    cell_id = "-".join(part for part in parts if part)
+    if not CELL_ID.match(cell_id):
+        raise ReleaseError(f"{cell_id!r} is not a valid notebook cell id")
+    return cell_id
+
+
+def _markdown(source: str, *id_parts: str | None):
+    return v4.new_markdown_cell(source, id=_cell_id(*id_parts))
+
+
+def _code(source: str, role: str, step: str | None, *more_id: str):
+    return v4.new_code_cell(source, id=_cell_id(role, step, *more_id),
+                            metadata={"qkv": {"role": role, "step": step}})
+
+
+def _array_literal(name: str, rows: list[list[int]], shape: str) -> str:
+    indent = " " * len(f"{name} = np.array([")
+    text = [f"[{', '.join(repr(float(v)) for v in row)}]" for row in rows]
+    body = (",\n" + indent).join(text)
+    return f"{name} = np.array([{body}])  # [{shape}] = [{len(rows)}, {len(rows[0])}]"
+
+
+def setup_cell(sources: Sources):
+    """Only numpy and the chapter's example arrays: the graders run this cell."""
+    inputs = sources.data["inputs"]
+    lines = ["import numpy as np", "",
+             f"# Example 15.1: the positions {', '.join(POSITIONS)} are the rows of X.",
+             *(_array_literal(name, inputs[name], shape) for name, shape in SETUP_ARRAYS)]
+    return _code("\n".join(lines), "setup", None)
+
+
+def _solution_source(name: str, sources: Sources, variant: str) -> str:
+    if variant == "student":
+        return sources.stub_functions[name]
+    raise ReleaseError(f"no solution cells for variant {variant!r}")
+
+
+def _check_source(step: Step, variant: str) -> str:
+    if variant == "student":
+        return f'check("{step.id}", {", ".join(step.functions)})'
+    raise ReleaseError(f"no check cells for variant {variant!r}")
+
+
+def _answer_source(name: str, variant: str) -> str:
+    if variant == "student":
+        return ANSWER_STUB
+    raise ReleaseError(f"no answer cells for variant {variant!r}")
+
+
+def step_heading(step: Step, number: int, new: list[str]) -> str:
+    writes = (f"you write `{'`, `'.join(new)}`" if new
+              else f"uses your `{'`, `'.join(step.functions)}` from above")
+    return (f"## Step {number}: {step.title}\n\n"
+            f"*{step.section} · {step.points:g} points · step id `{step.id}` · {writes}*\n\n"
+            f"**Task.** {step.task}")
+
+
+def step_cells(step: Step, number: int, sources: Sources, variant: str,
+               defined: set[str]) -> list:
+    """One step: its heading and lesson, a solution cell per new function, and its check cell.
+
+    `defined` holds the functions earlier steps already gave a solution cell; this step adds its own.
+    """
+    new = [name for name in step.functions if name not in defined]
+    defined.update(new)
+    cells = [_markdown(f"{step_heading(step, number, new)}\n\n{sources.sections[step.id]}",
+                       "lesson", step.id)]
+    cells += [_code(_solution_source(name, sources, variant), "solution", step.id, name)
+              for name in new]
+    cells.append(_code(_check_source(step, variant), "check", step.id))
+    return cells
+
+
+def answer_cells(sources: Sources, variant: str) -> list:
+    cells = [_markdown(sources.sections["answers"], "lesson", "answers")]
+    for number, (name, question) in enumerate(ANSWERS, 1):
+        cells.append(_markdown(f"**{name}** (exercise {number}). {question}", "question", name))
+        cells.append(_markdown(_answer_source(name, variant), "answer", name))
+    return cells
+
+
+def notebook_cells(variant: str = "student", sources: Sources | None = None) -> list:
+    """Every cell of the notebook, in order; each with a fixed id made from its role and step."""
+    if variant not in VARIANTS:
+        raise ReleaseError(f"unknown notebook variant {variant!r}; known: {', '.join(VARIANTS)}")
+    sources = sources or Sources.read()
+    cells = [_markdown(sources.sections["intro"], "lesson", "intro"),
+             setup_cell(sources),
+             _code(CHECK_IMPORT, "check", None)]
+    defined: set[str] = set()
+    for number, step in enumerate(STEPS, 1):
+        cells += step_cells(step, number, sources, variant, defined)
+    cells += answer_cells(sources, variant)
+    cells += [_markdown(sources.sections["plot"], "lesson", "plot"),
+              _code(PLOT.format(positions=json.dumps(list(POSITIONS))), "plot", None),
+              _markdown(sources.sections["heatmap"], "lesson", "heatmap")]
+    return cells
+
+
+def notebook_text(cells: list) -> str:
+    notebook = v4.new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC,
+                                                      "language_info": {"name": "python"}})
+    try:
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as error:
+        raise ReleaseError(f"the generated notebook is not valid nbformat 4: {error}") from None
+    return nbformat.writes(notebook, version=4) + "\n"
+
+
+# --- the release --------------------------------------------------------------------------------
+
+def _json(value) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build_release(sources: Sources | None = None) -> dict[str, bytes]:
+    """Every file of assignments/attention_head/, by name."""
+    sources = sources or Sources.read()
+    missing = [name for step in STEPS for name in step.functions
+               if name not in function_sources(sources.reference)]
+    if missing:
+        raise ReleaseError(f"the reference solution defines no {', '.join(sorted(set(missing)))}")
+    step_table = {
+        "steps": [{"id": s.id, "title": s.title, "section": s.section, "points": s.points,
+                   "functions": list(s.functions), "uses": list(s.uses), "task": s.task}
+                  for s in STEPS],
+        "answers": [{"name": name, "question": question} for name, question in ANSWERS],
+    }
+    rows = "\n".join(f"| `{s.id}` | {s.title} | {s.section} | {s.points:g} |" for s in STEPS)
+    texts = {
+        "attention_head.py": sources.stub,
+        "attention_head.ipynb": notebook_text(notebook_cells("student", sources)),
+        "chapter_example.json": _json({key: sources.data[key] for key in EXAMPLE_KEYS}),
+        "steps.json": _json(step_table),
+        "README.md": README.format(steps=rows),
+        "pytest.ini": PYTEST_INI,
+    }
+    for name in PUBLIC_FILES:
+        texts[name] = (PUBLIC / name).read_text(encoding="utf-8")
+    return {name: text.encode("utf-8") for name, text in sorted(texts.items())}
+
+
+def drift(files: dict[str, bytes], folder: Path) -> list[str]:
+    """How `folder` differs from the generated files, one line per file."""
+    lines = []
+    for name, content in files.items():
+        path = folder / name
+        if not path.is_file():
+            lines.append(f"missing     {name}")
+        elif path.read_bytes() != content:
+            lines.append(f"differs     {name}")
+    if folder.is_dir():
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder)
+            if path.is_file() and not IGNORED.intersection(relative.parts) \
+                    and relative.as_posix() not in files:
+                lines.append(f"unexpected  {relative.as_posix()}")
+    return lines
+
+
+def write_release(files: dict[str, bytes], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="qkv-release",
+        description="Generate assignments/attention_head/ from the reference solution, the step "
+                    "table, the lesson prose and the chapter's values.")
+    parser.add_argument("--out", type=Path, default=RELEASE, metavar="DIR",
+                        help="the release folder to write, or to compare with --check "
+                             "(default: %(default)s)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 and name the files that differ from what "
+                             "would be generated")
+    args = parser.parse_args(argv)
+    try:
+        files = build_release()
+    except ReleaseError as error:
+        print(f"qkv-release: {error}", file=sys.stderr)
+        return 2
+    if args.check:
+        problems = drift(files, args.out)
+        if problems:
+            print(f"qkv-release --check: {args.out} is not what the sources generate:")
+            print("\n".join(f"  {line}" for line in problems))
+            print("Run qkv-release to regenerate it (and delete unexpected files).")
+            return 1
+        print(f"qkv-release --check: {args.out} is up to date ({len(files)} files).")
+        return 0
+    write_release(files, args.out)
+    print(f"qkv-release: wrote {len(files)} files to {args.out}")
+    stale = [line for line in drift(files, args.out) if line.startswith("unexpected")]
+    if stale:
+        print("\n".join(f"  {line} (not generated; delete it)" for line in stale))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
