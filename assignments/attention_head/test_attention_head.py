@@ -1,0 +1,32 @@
+"""The local self-check: one test per graded step, on the chapter's worked example only.
+
+Run `pytest` in this folder. Each test's id is a step id; its message says what was called, what
+came back, what the chapter expects and which section to reread.
+"""
+import pytest
+
+import public_checks
+
+
+@pytest.mark.parametrize("step_id", public_checks.step_ids(), ids=str)
+def test_step(step_id, submission, record_property):
+    record_property("step", step_id)
+    if submission.error:
+        record_property("status", "failed")
+        pytest.fail(f"{step_id}: {submission.error}", pytrace=False)
+    outcome = public_checks.run_step(step_id, submission.namespace)
+    record_property("status", outcome.status)
+    if outcome.status != "passed":
+        pytest.fail(outcome.message, pytrace=False)
+
+
+def test_written_answers_are_filled_in(submission, record_property):
+    if submission.error:
+        pytest.fail(submission.error, pytrace=False)
+    if submission.kind == "notebook":
+        pytest.skip("in the notebook the written answers are markdown cells, read by a person")
+    empty = public_checks.empty_answers(submission.namespace)
+    if empty:
+        record_property("empty_answers", ", ".join(empty))
+        pytest.fail(f"Written answers still empty: {', '.join(empty)}. Replace each empty string "
+                    f"with a few sentences of your own (§15.8); a person reads them.", pytrace=False)
