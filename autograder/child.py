@@ -274,7 +274,11 @@ def _child_main(job, blob, start, out):
     except BaseException as exc:  # a module that cannot be imported: report it, plainly
         send({"ev": "imported", "ok": False, "error": _raised(exc, filename)})
         real_exit(0)
-    send({"ev": "imported", "ok": True})
+    answers = {}
+    for name in job.get("answers", ()):
+        text = module.__dict__.get(name)
+        answers[name] = type(text) is str and bool(text.strip())
+    send({"ev": "imported", "ok": True, "answers": answers})
 
     for step_index in range(start, len(job["plan"])):
         step = job["plan"][step_index]

@@ -51,6 +51,8 @@ class Run:
     import_error: dict | None = None
     import_fault: str | None = None
     import_output: str = ""
+    answers: dict[str, bool] = field(default_factory=dict)
+    """For each requested module-level answer name: present and non-empty."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
 
@@ -110,7 +112,8 @@ class Worker:
 
     # -- one submission ---------------------------------------------------------------------
 
-    def run(self, filename: str, cells: list[str], plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Run:
+    def run(self, filename: str, cells: list[str], plan: list[tuple[str, list[tuple[str, tuple]]]],
+            answers: tuple[str, ...] = ()) -> Run:
         """Run `plan` (per step: a list of (function name, args)) against the submission's cells."""
         if self._process is None or self._process.poll() is not None:
             self.close()
@@ -126,7 +129,7 @@ class Worker:
                 blobs.extend(parts)
                 offset += sum(len(part) for part in parts)
             job_plan.append({"step": step_id, "calls": encoded_calls})
-        job = {"filename": filename, "cells": cells, "plan": job_plan,
+        job = {"filename": filename, "cells": cells, "plan": job_plan, "answers": list(answers),
                "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
                           "memory": limits.memory, "output": limits.output}}
         run = Run(outcomes=[[None] * len(calls) for _, calls in plan])
@@ -153,6 +156,9 @@ class Worker:
                     run.imported = bool(obj.get("ok"))
                     run.import_error = obj.get("error")
                     run.import_output = str(obj.get("out", ""))
+                    answers = obj.get("answers")
+                    if isinstance(answers, dict):
+                        run.answers = {str(k): v is True for k, v in answers.items()}
                 continue
             if event not in ("result", "fault"):
                 continue

@@ -1,0 +1,234 @@
+"""The hidden cases: the chapter's example plus seeded cases that a hard-coded answer cannot pass.
+
+Every step gets the chapter's worked example first (public: its values may appear in feedback),
+then hidden cases drawn from `numpy.random.default_rng([seed, step number])`, so one seed
+reproduces every grade exactly. Hidden shapes are non-square with d_in, d_k and d_v all
+different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
+thousands. One case per comparison step has T = d_k, so that `q @ k` without the transpose runs
+and its result can be recognised.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .steps import STEP_IDS
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "part-iv" / "attention.json"
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str
+    args: tuple
+
+    def shown(self, names: tuple[str, ...]) -> str:
+        """The call as a student would write it, with each array argument's shape."""
+        parts = []
+        for name, arg in zip(names, self.args):
+            if isinstance(arg, np.ndarray):
+                parts.append(f"{name} {list(arg.shape)}")
+            else:
+                parts.append(f"{name}={arg!r}")
+        return f"{self.fn}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Case:
+    step: str
+    label: str
+    """How the case is named in feedback: "the chapter's example", "hidden case 3", …"""
+    kind: str
+    """example, hidden, large or property."""
+    calls: tuple[Call, ...]
+
+    @property
+    def public(self) -> bool:
+        return self.kind == "example"
+
+
+@lru_cache(maxsize=1)
+def chapter() -> dict:
+    with DATA.open() as handle:
+        return json.load(handle)
+
+
+def example_arrays() -> dict[str, np.ndarray]:
+    data = chapter()
+    arrays = {name: np.array(value, dtype=float) for name, value in data["inputs"].items()}
+    arrays.update({name: np.array(value, dtype=float) for name, value in data["exact"].items()})
+    arrays.update({name: np.array(value, dtype=float) for name, value in data["values"].items()})
+    return arrays
+
+
+def _widths(rng: np.random.Generator) -> tuple[int, int, int]:
+    d_in, d_k, d_v = rng.choice(np.arange(1, 9), size=3, replace=False)
+    return int(d_in), int(d_k), int(d_v)
+
+
+def _weights(rng: np.random.Generator, t: int, cols: int | None = None) -> np.ndarray:
+    logits = rng.normal(scale=1.5, size=(t, cols or t))
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _sizes(rng: np.random.Generator, count: int) -> list[int]:
+    """Sequence lengths for `count` hidden cases: always 1 and 16, the rest in between."""
+    middle = [int(t) for t in rng.integers(2, 16, size=max(count - 2, 0))]
+    return ([1, 16] + middle)[:count]
+
+
+def _head_inputs(rng, t, d_in, d_k, d_v, batch=None, spread=1.0):
+    lead = (t,) if batch is None else (batch, t)
+    x = rng.normal(scale=spread, size=lead + (d_in,))
+    return (x, rng.normal(size=(d_in, d_k)), rng.normal(size=(d_in, d_k)), rng.normal(size=(d_in, d_v)))
+
+
+HIDDEN = 5  # random cases per step, besides the example and any large or property cases
+
+
+def _cases_qkv(rng, ex):
+    yield "example", (Call("project_qkv", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
+    for t in _sizes(rng, HIDDEN):
+        yield "hidden", (Call("project_qkv", _head_inputs(rng, t, *_widths(rng))),)
+
+
+def _cases_scores(rng, ex):
+    yield "example", (Call("scores", (ex["Q"], ex["K"])),)
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        d_k = t if i == HIDDEN - 1 else _widths(rng)[1]
+        yield "hidden", (Call("scores", (rng.normal(size=(t, d_k)), rng.normal(size=(t, d_k)))),)
+
+
+def _cases_scale(rng, ex):
+    yield "example", (Call("scale", (ex["D"], 2)),)
+    for t, d_k in zip(_sizes(rng, HIDDEN), (3, 5, 8, 16, 64)):
+        yield "hidden", (Call("scale", (rng.normal(scale=3.0, size=(t, t)), d_k)),)
+
+
+def _cases_softmax(rng, ex):
+    yield "example", (Call("softmax_rows", (ex["S"],)),)
+    for t in _sizes(rng, HIDDEN):
+        yield "hidden", (Call("softmax_rows", (rng.normal(scale=2.0, size=(t, t)),)),)
+    t = 6
+    yield "large", (Call("softmax_rows", (rng.uniform(1000.0, 3000.0, size=(t, t)),)),)
+    yield "large", (Call("softmax_rows", (-rng.uniform(1000.0, 3000.0, size=(t, t)),)),)
+
+
+def _cases_mix(rng, ex):
+    yield "example", (Call("mix", (ex["A"], ex["V"])),)
+    for t in _sizes(rng, HIDDEN):
+        d_v = _widths(rng)[2]
+        yield "hidden", (Call("mix", (_weights(rng, t), rng.normal(size=(t, d_v)))),)
+
+
+def _cases_attention(rng, ex):
+    yield "example", (Call("attention", (ex["Q"], ex["K"], ex["V"])),)
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        _, d_k, d_v = _widths(rng)
+        d_k = t if i == HIDDEN - 1 else d_k
+        yield "hidden", (Call("attention", (rng.normal(size=(t, d_k)), rng.normal(size=(t, d_k)),
+                                            rng.normal(size=(t, d_v)))),)
+    t, d_k, d_v = 5, 4, 3
+    yield "large", (Call("attention", (rng.normal(scale=40.0, size=(t, d_k)), rng.normal(scale=40.0, size=(t, d_k)),
+                                       rng.normal(size=(t, d_v)))),)
+
+
+def _cases_head(rng, ex):
+    yield "example", (Call("self_attention_head", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
+    for t in _sizes(rng, HIDDEN):
+        yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_widths(rng))),)
+    yield "large", (Call("self_attention_head", _head_inputs(rng, 7, 3, 4, 2, spread=25.0)),)
+
+
+def _cases_batch(rng, ex):
+    second = rng.normal(size=ex["X"].shape)
+    yield "example", (Call("self_attention_head", (np.stack([ex["X"], second]), ex["W_Q"], ex["W_K"], ex["W_V"])),)
+    for t in _sizes(rng, HIDDEN):
+        batch = int(rng.integers(2, 5))
+        yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_widths(rng), batch=batch)),)
+
+
+def _cases_ex1(rng, ex):
+    yield "example", (Call("zero_query_mixture", (ex["K"], ex["V"])),)
+    for t in _sizes(rng, HIDDEN):
+        _, d_k, d_v = _widths(rng)
+        yield "hidden", (Call("zero_query_mixture", (rng.normal(size=(t, d_k)), rng.normal(size=(t, d_v)))),)
+
+
+def _cases_ex2(rng, ex):
+    yield "example", (Call("is_attention_weights", (ex["A"],)),)
+    counter = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    yield "property", (Call("column_normalized_counterexample", ()),)
+    column_stochastic = _weights(rng, 4).T.copy()  # every column sums to one, rows do not
+    negative = _weights(rng, 4)
+    negative[1, :2] += np.array([0.5, -0.5]) + np.array([0.0, -negative[1, 1]])
+    negative[1] /= negative[1].sum()
+    near = _weights(rng, 5)
+    near[2] *= 1.0 + 1e-6
+    within = _weights(rng, 5)
+    within[3] *= 1.0 + 1e-12
+    for matrix in (counter, column_stochastic, _weights(rng, 4, 6), negative, near, within,
+                   _weights(rng, 3)[None], _weights(rng, 1)[0]):
+        yield "hidden", (Call("is_attention_weights", (matrix,)),)
+
+
+def _cases_ex3(rng, ex):
+    shift = np.array([2.0, -1.0])
+    yield "example", (Call("shifted_output", (ex["A"], ex["V"], shift, None)),
+                      Call("output_change", (ex["A"], shift, None)))
+    yield "example", (Call("shifted_output", (ex["A"], ex["V"], shift, [0])),
+                      Call("output_change", (ex["A"], shift, [0])))
+    for t in _sizes(rng, HIDDEN):
+        d_v = _widths(rng)[2]
+        a, v, shift = _weights(rng, t), rng.normal(size=(t, d_v)), rng.normal(size=d_v)
+        rows = None if t == 1 else sorted(int(r) for r in rng.choice(t, size=int(rng.integers(1, t)), replace=False))
+        yield "hidden", (Call("shifted_output", (a, v, shift, rows)), Call("output_change", (a, shift, rows)))
+
+
+def _cases_ex4(rng, ex):
+    yield "example", (Call("head_facts", (5, 4, 3)),)
+    for t in _sizes(rng, HIDDEN):
+        _, d_k, d_v = _widths(rng)
+        yield "hidden", (Call("head_facts", (max(t, 2), d_k + 8 if d_k == t else d_k, d_v)),)
+
+
+def _cases_ex5(rng, ex):
+    yield "example", (Call("value_intervention", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"], np.zeros_like(ex["W_V"]))),)
+    for t in _sizes(rng, HIDDEN):
+        x, w_q, w_k, w_v = _head_inputs(rng, t, *_widths(rng))
+        yield "hidden", (Call("value_intervention", (x, w_q, w_k, w_v, rng.normal(size=w_v.shape))),)
+
+
+BUILDERS = {
+    "qkv": _cases_qkv, "scores": _cases_scores, "scale": _cases_scale, "softmax": _cases_softmax,
+    "mix": _cases_mix, "attention": _cases_attention, "head": _cases_head, "batch": _cases_batch,
+    "ex1_zero_query": _cases_ex1, "ex2_row_normalization": _cases_ex2, "ex3_value_shift": _cases_ex3,
+    "ex4_shapes": _cases_ex4, "ex5_intervention": _cases_ex5,
+}
+assert tuple(BUILDERS) == STEP_IDS
+
+
+def build(seed: int) -> dict[str, list[Case]]:
+    """Every step's cases for this seed, in step order."""
+    ex = example_arrays()
+    cases = {}
+    for number, step_id in enumerate(STEP_IDS):
+        rng = np.random.default_rng([seed, number])
+        hidden = 0
+        built = []
+        for kind, calls in BUILDERS[step_id](rng, ex):
+            if kind == "example":
+                label = "the chapter's example"
+            elif kind == "property":
+                label = "the properties of your counterexample"
+            else:
+                hidden += 1
+                label = f"hidden case {hidden}" + (" (scores in the thousands)" if kind == "large" else "")
+            built.append(Case(step_id, label, kind, calls))
+        cases[step_id] = built
+    return cases

@@ -1,0 +1,149 @@
+"""`qkv-grade`: grade a submission, or a folder of them, with the hidden graders.
+
+Imports stay inside functions: `qkv-grade --help` and a bad path answer without loading numpy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qkv-grade",
+        description="Grade Chapter 15 attention-head submissions: a .py module, an .ipynb notebook, "
+                    "or a folder of them. Exit status 0 whenever grading finished, whatever the score.")
+    parser.add_argument("path", type=Path, help="a .py or .ipynb submission, or a folder of submissions")
+    parser.add_argument("--format", choices=("text", "json", "gradescope"), default="text",
+                        help="text for people (default), json (the published results schema), or "
+                             "Gradescope's results.json")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the hidden cases (default: a fresh one, recorded in the results)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder mode: where to write one JSON result per submission and summary.csv "
+                             "(default: ./qkv-results)")
+    parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core)")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per call (default: 3)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    path: Path = args.path
+    if not path.exists():
+        return _fail(f"{path}: no such file or folder")
+    if path.is_file() and path.suffix not in (".py", ".ipynb"):
+        return _fail(f"{path}: not a .py module or .ipynb notebook (nor a folder of them)")
+    if args.jobs is not None and args.jobs < 1:
+        return _fail("--jobs must be at least 1")
+    if args.timeout <= 0:
+        return _fail("--timeout must be positive")
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+
+    from .grading import Grader
+    from .runner import Limits, WorkerFailed
+    from .sandbox import SandboxUnavailable
+
+    try:
+        grader = Grader(seed, Limits(call_timeout=args.timeout))
+        if path.is_dir():
+            return _grade_folder(grader, path, args)
+        return _grade_file(grader, path, args)
+    except (SandboxUnavailable, WorkerFailed) as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+def _grade_file(grader, path: Path, args) -> int:
+    from . import results
+    from .runner import Worker
+
+    with Worker(grader.limits) as worker:
+        result = grader.grade_path(worker, path, str(path))
+    if args.format == "json":
+        sys.stdout.write(results.to_json([result], single=True))
+    elif args.format == "gradescope":
+        import json
+
+        sys.stdout.write(json.dumps(results.to_gradescope(result), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(results.to_text(result, colour=_colour()))
+    return 0
+
+
+def _grade_folder(grader, folder: Path, args) -> int:
+    import json
+
+    from . import results
+    from .submission import discover
+
+    items = discover(folder)
+    if not items:
+        return _fail(f"{folder}: no .py or .ipynb submissions found")
+    out = args.out or Path("qkv-results")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _fail(f"{out}: cannot create the results folder ({exc.strerror})")
+    progress = _Progress(len(items))
+    graded = grader.grade_many(items, jobs=args.jobs, progress=progress.update)
+    progress.finish()
+    for result in graded:
+        target = out / (_safe_name(result.submission) + ".json")
+        target.write_text(results.to_json([result], single=True), encoding="utf-8")
+    (out / "summary.csv").write_text(results.to_csv(graded), encoding="utf-8")
+    if args.format == "json":
+        sys.stdout.write(results.to_json(graded, single=False))
+    elif args.format == "gradescope":
+        sys.stdout.write(json.dumps([results.to_gradescope(r) for r in graded], indent=2, ensure_ascii=False) + "\n")
+    else:
+        width = max(len(r.submission) for r in graded)
+        for result in graded:
+            flags = sorted({code for step in result.steps for code in step.diagnoses})
+            sys.stdout.write(f"{result.submission:<{width}}  {result.score:>6g} / {result.max_score:g}"
+                             + (f"  {', '.join(flags)}" if flags else "") + "\n")
+        sys.stdout.write(f"\n{len(graded)} submissions graded with seed {grader.seed}; "
+                         f"results in {out}/ (one JSON each, summary.csv).\n")
+    return 0
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.replace(os.sep, "__"))
+
+
+class _Progress:
+    """A one-line progress bar on stderr, shown only on a terminal."""
+
+    def __init__(self, total: int):
+        self.total, self.done = total, 0
+        self.enabled = sys.stderr.isatty()
+
+    def update(self, _result) -> None:
+        self.done += 1
+        if self.enabled:
+            filled = int(30 * self.done / self.total)
+            sys.stderr.write(f"\rgrading [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}")
+            sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _colour() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    sys.stderr.write(f"qkv-grade: error: {message}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

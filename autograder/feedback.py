@@ -1,0 +1,88 @@
+"""The one message builder: every line of feedback a student reads is made here.
+
+Like numpy's `assert_allclose`, an array mismatch reports the shape first, then how many elements
+differ, the first few differing indices and the largest error. Expected values are shown only for
+the chapter's public example; for hidden cases the student sees the call, the shapes, where the
+numbers differ and by how much, which is enough to find the bug without learning the case.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .diagnoses import CODES
+from .steps import Step
+
+FIRST_DIFFERENCES = 3
+
+
+def _fmt(x, near=None) -> str:
+    """Six significant digits, or every digit when that would hide a small difference from `near`."""
+    x = float(x)
+    if not np.isfinite(x):
+        return str(x)
+    if near is not None and np.isfinite(near) and abs(x - near) < 1e-5 * max(1.0, abs(near)):
+        return repr(x)
+    return f"{x:.6g}"
+
+
+def _shape(array: np.ndarray) -> str:
+    return str(list(array.shape))
+
+
+def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name: str = "result") -> str:
+    """Describe how `actual` differs from `expected`, numpy-style; returns '' when they agree."""
+    if actual.shape != expected.shape:
+        return f"{name} has shape {_shape(actual)}, expected {_shape(expected)}."
+    bad = ~np.isclose(actual, expected, rtol=1e-9, atol=1e-9, equal_nan=False)
+    if not bad.any():
+        return ""
+    count, total = int(bad.sum()), bad.size
+    lines = [f"{name}: mismatched elements: {count} / {total} ({100.0 * count / total:.3g}%)"]
+    for index in list(zip(*np.nonzero(bad)))[:FIRST_DIFFERENCES]:
+        where = "[" + ", ".join(str(int(i)) for i in index) + "]"
+        if public:
+            lines.append(f"  at {where}: got {_fmt(actual[index], expected[index])}, "
+                         f"expected {_fmt(expected[index], actual[index])}")
+        else:
+            lines.append(f"  at {where}: got {_fmt(actual[index], expected[index])}")
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    if finite[bad].any():
+        lines.append(f"  largest absolute difference: {np.max(np.abs(actual - expected)[bad & finite]):.3g}")
+    if not np.isfinite(actual).all():
+        lines.append("  your result contains NaN or infinity")
+    return "\n".join(lines)
+
+
+def diagnosis_lines(codes: list[str]) -> list[str]:
+    lines = []
+    for code in codes:
+        info = CODES[code]
+        lines.append(f"[{code}] {info.what[0].upper()}{info.what[1:]}")
+        lines.append(f"  Where to look: {info.look} Reread {info.section}.")
+    return lines
+
+
+def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[str],
+                  shown_call: str | None, detail: str, root_causes: list[str]) -> str:
+    """The full feedback for one step."""
+    if status == "passed":
+        return f"{step.title}: all {total} cases pass."
+    lines = []
+    if root_causes:
+        names = ", ".join(f"`{name}`" for name in root_causes)
+        if len(root_causes) > 1:
+            lines.append(f"Your {names} steps are wrong (see above); this step uses them, so fix those first.")
+        else:
+            lines.append(f"Your {names} step is wrong (see above); this step uses it, so fix that first.")
+    if status == "not_implemented":
+        lines.append(f"{step.title}: not implemented yet ({', '.join(step.functions)}).")
+    else:
+        lines.append(f"{step.title}: {passed} of {total} cases pass.")
+    if shown_call:
+        lines.append(f"Called {shown_call}.")
+    if detail:
+        lines.append(detail)
+    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"]))
+    sections = sorted({CODES[code].section for code in codes} | {step.section})
+    lines.append(f"The task: {step.task} Reread {', '.join(sections)}.")
+    return "\n".join(lines)

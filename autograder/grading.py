@@ -1,0 +1,97 @@
+"""Grading one submission or many: cases and expected values once per seed, runs in parallel.
+
+The reference solution runs here, in the grader's process, on the hidden cases; submissions run
+only in workers. One worker per core serves a queue of submissions; a submission that breaks its
+worker costs only its own remaining steps, and the worker is restarted for the next one.
+"""
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from . import cases as cases_module
+from . import judge, sandbox
+from .results import SubmissionResult, unreadable
+from .runner import Limits, Worker, default_jobs
+from .steps import ANSWERS, STEPS
+from .submission import Submission, SubmissionError, load
+
+
+class Grader:
+    """Everything that is the same for every submission graded with one seed."""
+
+    def __init__(self, seed: int, limits: Limits | None = None):
+        from solutions import attention_head as reference
+
+        self.seed = seed
+        self.limits = limits or Limits()
+        self.isolation = sandbox.isolation()
+        self.cases = cases_module.build(seed)
+        self.expected = {}
+        for step in STEPS:
+            self.expected[step.id] = [[judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
+                                       for call in case.calls] for case in self.cases[step.id]]
+        self.plan = [(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
+                     for step in STEPS]
+
+    def grade(self, worker: Worker, submission: Submission) -> SubmissionResult:
+        started = time.perf_counter()
+        answers = () if submission.notebook else tuple(name for name, _ in ANSWERS)
+        run = worker.run("attention_head.py" if not submission.notebook else "attention_head.ipynb",
+                         list(submission.cells), self.plan, answers)
+        with np.errstate(all="ignore"):
+            steps = judge.grade_run(run, self.cases, self.expected)
+        return SubmissionResult(submission.name, steps, self.seed, self.isolation,
+                                answers=run.answers if answers and run.imported else (None if not answers else
+                                                                                    {n: False for n in answers}),
+                                output=run.import_output, seconds=time.perf_counter() - started)
+
+    def grade_path(self, worker: Worker, path: Path, name: str | None = None) -> SubmissionResult:
+        try:
+            submission = load(path, name)
+        except SubmissionError as exc:
+            return unreadable(name or str(path), str(exc), self.seed, self.isolation)
+        return self.grade(worker, submission)
+
+    def grade_many(self, items: Iterable[tuple[Path, str]], jobs: int | None = None,
+                   progress: Callable[[SubmissionResult], None] | None = None) -> list[SubmissionResult]:
+        """Grade every (path, name) in parallel, one worker per job; results keep the input order."""
+        items = list(items)
+        jobs = max(1, min(jobs or default_jobs(), len(items) or 1))
+        todo: queue.Queue = queue.Queue()
+        for index, item in enumerate(items):
+            todo.put((index, item))
+        results: list[SubmissionResult | None] = [None] * len(items)
+        lock = threading.Lock()
+        failures: list[BaseException] = []
+
+        def serve():
+            try:
+                with Worker(self.limits) as worker:
+                    while True:
+                        try:
+                            index, (path, name) = todo.get_nowait()
+                        except queue.Empty:
+                            return
+                        result = self.grade_path(worker, path, name)
+                        results[index] = result
+                        if progress:
+                            with lock:
+                                progress(result)
+            except BaseException as exc:  # surfaced below; never lose the other workers' results
+                failures.append(exc)
+
+        threads = [threading.Thread(target=serve, daemon=True) for _ in range(jobs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures and any(result is None for result in results):
+            raise failures[0]
+        return results  # type: ignore[return-value]

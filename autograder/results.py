@@ -1,0 +1,133 @@
+"""Results are data; text, JSON, Gradescope's results.json and CSV are views of the same objects."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .judge import StepResult
+from .steps import BY_ID, STEPS
+
+SCHEMA = Path(__file__).resolve().parents[1] / "data" / "results.schema.json"
+VERSION = "1"
+
+
+@dataclass
+class SubmissionResult:
+    submission: str
+    steps: list[StepResult]
+    seed: int
+    isolation: str
+    answers: dict[str, bool] | None = None
+    """Module-level written answers, present and non-empty (None for notebooks: graded by a person)."""
+    output: str = ""
+    """What the submission printed while it was imported (capped)."""
+    seconds: float = 0.0
+    error: str | None = None
+    """Set only when the file could not be graded at all (unreadable, corrupt notebook)."""
+
+    @property
+    def score(self) -> float:
+        return round(sum(step.score for step in self.steps), 2)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(step.max_score for step in self.steps), 2)
+
+    def to_dict(self) -> dict:
+        document = {
+            "submission": self.submission,
+            "score": self.score,
+            "max_score": self.max_score,
+            "steps": [{"id": s.id, "score": s.score, "max_score": s.max_score, "status": s.status,
+                       "feedback": s.feedback, "diagnoses": list(s.diagnoses),
+                       "cases_passed": s.passed, "cases_total": s.total} for s in self.steps],
+            "seed": self.seed,
+            "isolation": self.isolation,
+            "results_version": VERSION,
+        }
+        if self.answers is not None:
+            document["written_answers"] = self.answers
+        if self.error:
+            document["error"] = self.error
+        if self.output:
+            document["output"] = self.output
+        return document
+
+
+def unreadable(name: str, message: str, seed: int, isolation: str) -> SubmissionResult:
+    """A submission that could not be read: every step is an error, with the reason."""
+    steps = [StepResult(step.id, 0.0, step.points, "error", f"{step.title}: not graded. {message}", ["crashed"], 0, 1)
+             for step in STEPS]
+    return SubmissionResult(name, steps, seed, isolation, error=message)
+
+
+# ------------------------------------------------------------------ views -----------------------
+
+
+def to_json(results: list[SubmissionResult], single: bool) -> str:
+    data = results[0].to_dict() if single else [result.to_dict() for result in results]
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict:
+    """Gradescope's results.json: one test per step, the feedback as its output."""
+    tests = []
+    for step in result.steps:
+        info = BY_ID[step.id]
+        tests.append({"name": f"{step.id}: {info.title} ({info.section})", "number": str(len(tests) + 1),
+                      "score": step.score, "max_score": step.max_score,
+                      "status": "passed" if step.status == "passed" else "failed",
+                      "output": step.feedback, "visibility": visibility})
+    lines = [f"Score {result.score:g} / {result.max_score:g}. Grading seed {result.seed}."]
+    if result.answers is not None:
+        missing = [name for name, ok in result.answers.items() if not ok]
+        if missing:
+            lines.append("Written answers still empty: " + ", ".join(missing) + ".")
+    return {"score": result.score, "output": " ".join(lines), "visibility": visibility,
+            "stdout_visibility": "hidden", "tests": tests}
+
+
+def to_csv(results: list[SubmissionResult]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["submission", "score", "max_score"] + [step.id for step in STEPS] + ["diagnoses", "error"])
+    for result in results:
+        codes = sorted({code for step in result.steps for code in step.diagnoses})
+        writer.writerow([result.submission, f"{result.score:g}", f"{result.max_score:g}"]
+                        + [f"{step.score:g}" for step in result.steps] + [" ".join(codes), result.error or ""])
+    return buffer.getvalue()
+
+
+_COLOURS = {"passed": "32", "partial": "33", "failed": "31", "not_implemented": "90", "error": "35", "timeout": "35"}
+
+
+def to_text(result: SubmissionResult, colour: bool = False) -> str:
+    def paint(text: str, status: str) -> str:
+        return f"\x1b[{_COLOURS[status]}m{text}\x1b[0m" if colour else text
+
+    width = max(len(step.id) for step in result.steps)
+    lines = [f"{result.submission}: {result.score:g} / {result.max_score:g}", ""]
+    lines.append(f"  {'step':<{width}}  {'score':>11}  status")
+    for step in result.steps:
+        score = f"{step.score:g} / {step.max_score:g}"
+        lines.append(f"  {step.id:<{width}}  {score:>11}  {paint(step.status, step.status)}"
+                     + (f"  [{', '.join(step.diagnoses)}]" if step.diagnoses else ""))
+    if result.answers is not None:
+        missing = [name for name, ok in result.answers.items() if not ok]
+        lines.append("")
+        lines.append("Written answers: " + ("all present (graded by a person)." if not missing
+                                            else "still empty: " + ", ".join(missing) + "."))
+    failing = [step for step in result.steps if step.status != "passed"]
+    if failing:
+        lines.append("")
+        lines.append("Feedback")
+        for step in failing:
+            lines.append("")
+            lines.append(paint(f"── {step.id} ", step.status) + f"({step.score:g} / {step.max_score:g})")
+            lines.extend("  " + line for line in step.feedback.splitlines())
+    lines.append("")
+    lines.append(f"Grading seed {result.seed} (rerun with --seed {result.seed}); isolation: {result.isolation}.")
+    return "\n".join(lines) + "\n"
