@@ -267,7 +267,7 @@ def function_sources(module: str) -> dict[str, str]:
 # --- lesson prose -------------------------------------------------------------------------------
 
 def lesson_sections(text: str) -> dict[str, str]:
-    """The `## name` sections of lessons.md; every step, and the notebook's other parts, need one."""
+    """The `## name` sections of lessons.md: one per step and per other part of the notebook."""
     lines_of: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
@@ -356,7 +356,8 @@ def step_cells(step: Step, number: int, sources: Sources, variant: str,
                defined: set[str]) -> list:
     """One step: its heading and lesson, a solution cell per new function, and its check cell.
 
-    `defined` holds the functions earlier steps already gave a solution cell; this step adds its own.
+    `defined` holds the functions earlier steps already gave a solution cell; this step adds its
+    own.
     """
     new = [name for name in step.functions if name not in defined]
     defined.update(new)

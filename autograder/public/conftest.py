@@ -54,24 +54,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     passed = [step for step, status in outcomes.items() if status == "passed"]
     if len(passed) == len(outcomes):
-        ran = "every step" if len(outcomes) == len(steps) else f"{len(outcomes)} of {len(steps)} steps"
+        ran = ("every step" if len(outcomes) == len(steps)
+               else f"{len(outcomes)} of {len(steps)} steps")
         write(f"The public checks on the chapter's example passed ({ran}).")
         write(textwrap.fill("The hidden graders test more: other shapes and widths, scores in the "
                             "thousands, batches, and other exercise situations. Keep your "
                             "functions general.", width=WIDTH))
     else:
-        write(f"Public checks on the chapter's example: {len(passed)} of {len(outcomes)} steps match.")
+        write(f"Public checks on the chapter's example: {len(passed)} of {len(outcomes)} steps "
+              f"match.")
         missing = [step for step, status in outcomes.items() if status == "not_implemented"]
         if missing:
             write(textwrap.fill(f"Not implemented yet: {', '.join(missing)}", width=WIDTH,
                                 subsequent_indent="  "))
-        wrong = [step for step, status in outcomes.items() if status not in ("passed", "not_implemented")]
+        wrong = [step for step, status in outcomes.items()
+                 if status not in ("passed", "not_implemented")]
         if wrong:
             write("Look again at:")
             width = max(len(step) for step in wrong)
             for step in wrong:
                 line = f"  {step:<{width}}  {steps[step].title}: reread {steps[step].section}"
-                earlier = [use for use in steps[step].uses if outcomes.get(use, "passed") != "passed"]
+                earlier = [use for use in steps[step].uses
+                           if outcomes.get(use, "passed") != "passed"]
                 if earlier:
                     line += f" (it builds on {', '.join(earlier)}: fix that first)"
                 write(line)

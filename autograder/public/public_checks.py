@@ -177,7 +177,7 @@ def _describe(value) -> str:
 # --- judging what came back ---------------------------------------------------------------------
 
 def _array(value, what: str, call: str) -> np.ndarray:
-    """`value` as a float64 array; a wrong type (None, a string, an ndarray subclass) is a problem."""
+    """`value` as a float64 array; None, a string or an ndarray subclass is a wrong type."""
     wrong = (value is None or isinstance(value, (str, bytes, dict))
              or (isinstance(value, np.ndarray) and type(value) is not np.ndarray))
     array = None
@@ -238,7 +238,8 @@ def mismatch_report(actual: np.ndarray, expected: np.ndarray, atol: float = ATOL
             position = ", ".join(str(int(i)) for i in worst)
             lines.append(f"  largest absolute error: {float(errors[worst]):.3g} at [{position}]")
         else:
-            lines.append("  largest absolute error: not finite (the returned array holds NaN or inf)")
+            lines.append("  largest absolute error: not finite (the returned array holds NaN "
+                         "or inf)")
     lines.append(f"  returned:\n{_show(actual)}")
     lines.append(f"  expected:\n{_show(expected)}")
     return "\n".join(lines)
@@ -250,6 +251,15 @@ def _show(array: np.ndarray) -> str:
     with np.printoptions(precision=8, suppress=True):
         text = np.array2string(array, separator=", ")
     return "\n".join("    " + line for line in text.splitlines())
+
+
+def _dict_with(value, keys: tuple[str, ...], call: str) -> None:
+    if not isinstance(value, dict):
+        raise _Problem(f"Called {call}; it returned {_describe(value)}, but the tests expected a "
+                       f"dict.")
+    missing = [key for key in keys if key not in value]
+    if missing:
+        raise _Problem(f"Called {call}; the dict has no {', '.join(missing)}.")
 
 
 def _flag(value, call: str) -> bool:
@@ -267,9 +277,20 @@ def _whole(value, what: str, call: str) -> int:
 
 # --- one check per step -------------------------------------------------------------------------
 
+def _parameters(ex) -> tuple[_Arg, ...]:
+    """The example's three W matrices, as the head's last three arguments."""
+    return _Arg("W_Q", ex.W_Q), _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V)
+
+
+def _same_output_and_weights(out, call: str, ex) -> None:
+    """The (o, a) pair of attention or of the head, against the chapter's O and Table 15.1."""
+    o, a = _parts(out, ("o", "a"), call)
+    _same(o, ex.O, "the output o", call, "the chapter's O")
+    _same(a, ex.A, "the weights a", call, "the chapter's weights A (Table 15.1)")
+
+
 def _check_qkv(ns: dict, ex) -> None:
-    out, call = _call(ns, "project_qkv", _Arg("X", ex.X), _Arg("W_Q", ex.W_Q),
-                      _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V))
+    out, call = _call(ns, "project_qkv", _Arg("X", ex.X), *_parameters(ex))
     q, k, v = _parts(out, ("q", "k", "v"), call)
     _same(q, ex.Q, "q", call, "the chapter's Q = X W_Q")
     _same(k, ex.K, "k", call, "the chapter's K = X W_K")
@@ -299,24 +320,19 @@ def _check_mix(ns: dict, ex) -> None:
 
 def _check_attention(ns: dict, ex) -> None:
     out, call = _call(ns, "attention", _Arg("Q", ex.Q), _Arg("K", ex.K), _Arg("V", ex.V))
-    o, a = _parts(out, ("o", "a"), call)
-    _same(o, ex.O, "the output o", call, "the chapter's O")
-    _same(a, ex.A, "the weights a", call, "the chapter's weights A (Table 15.1)")
+    _same_output_and_weights(out, call, ex)
 
 
 def _check_head(ns: dict, ex) -> None:
-    out, call = _call(ns, "self_attention_head", _Arg("X", ex.X), _Arg("W_Q", ex.W_Q),
-                      _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V))
-    o, a = _parts(out, ("o", "a"), call)
-    _same(o, ex.O, "the output o", call, "the chapter's O")
-    _same(a, ex.A, "the weights a", call, "the chapter's weights A (Table 15.1)")
+    out, call = _call(ns, "self_attention_head", _Arg("X", ex.X), *_parameters(ex))
+    _same_output_and_weights(out, call, ex)
 
 
 def _check_batch(ns: dict, ex) -> None:
     # Example 15.1 stacked with a copy scaled by 2: each slice must be what the head gives alone.
     batch = np.stack([ex.X, 2 * ex.X])  # [2, T, d_in]
     out, call = _call(ns, "self_attention_head", _Arg("np.stack([X, 2 * X])", batch),
-                      _Arg("W_Q", ex.W_Q), _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V))
+                      *_parameters(ex))
     o, a = _parts(out, ("o", "a"), call)
     o, a = _array(o, "the output o", call), _array(a, "the weights a", call)
     t, d_v = ex.O.shape
@@ -326,8 +342,7 @@ def _check_batch(ns: dict, ex) -> None:
                            f"one result per example, stacked along a leading batch axis.")
     _same(o[0], ex.O, "slice 0 of o", call, "the chapter's O")
     _same(a[0], ex.A, "slice 0 of a", call, "the chapter's weights A (Table 15.1)")
-    alone, alone_call = _call(ns, "self_attention_head", _Arg("2 * X", 2 * ex.X),
-                              _Arg("W_Q", ex.W_Q), _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V))
+    alone, alone_call = _call(ns, "self_attention_head", _Arg("2 * X", 2 * ex.X), *_parameters(ex))
     o_alone, a_alone = _parts(alone, ("o", "a"), alone_call)
     _same(o[1], _array(o_alone, "the output o", alone_call), "slice 1 of o", call,
           f"the output of {alone_call} run alone")
@@ -359,15 +374,16 @@ def _check_ex2(ns: dict, ex) -> None:
     if c.shape != (3, 3):
         raise _Problem(f"Called {call}; it returned shape {c.shape}, expected (3, 3).")
     with np.printoptions(precision=8, suppress=True):
-        facts = (f"\n  returned:\n{_show(c)}\n  column sums: {np.array2string(c.sum(axis=0), separator=', ')}"
-                 f"\n  first-row sum: {c[0].sum()!r}")
+        column_sums = np.array2string(c.sum(axis=0), separator=", ")
+    facts = (f"\n  returned:\n{_show(c)}\n  column sums: {column_sums}"
+             f"\n  first-row sum: {c[0].sum()!r}")
     if not (c >= 0).all():
         raise _Problem(f"Called {call}; some entries are negative, expected none.{facts}")
     if not np.allclose(c.sum(axis=0), 1.0, rtol=0.0, atol=ATOL):
         raise _Problem(f"Called {call}; not every column sums to one.{facts}")
     if math.isclose(c[0].sum(), 1.0, rel_tol=0.0, abs_tol=ATOL):
-        raise _Problem(f"Called {call}; its first row sums to one, so receiver 1 still gets a valid "
-                       f"mixture. The tests expected a first row that is not one.{facts}")
+        raise _Problem(f"Called {call}; its first row sums to one, so receiver 1 still gets a "
+                       f"valid mixture. The tests expected a first row that is not one.{facts}")
 
 
 def _check_ex3(ns: dict, ex) -> None:
@@ -392,21 +408,19 @@ def _check_ex4(ns: dict, ex) -> None:
     facts = ex.exercises["ex4_shapes"]
     t, d_k, d_v = facts["t"], facts["d_k"], facts["d_v"]
     out, call = _call(ns, "head_facts", _Arg(str(t), t), _Arg(str(d_k), d_k), _Arg(str(d_v), d_v))
-    if not isinstance(out, dict):
-        raise _Problem(f"Called {call}; it returned {_describe(out)}, but the tests expected a dict.")
-    keys = ("divisor", "score_shape", "output_shape", "softmax_axis")
-    missing = [key for key in keys if key not in out]
-    if missing:
-        raise _Problem(f"Called {call}; the dict has no {', '.join(missing)}.")
+    _dict_with(out, ("divisor", "score_shape", "output_shape", "softmax_axis"), call)
     divisor = out["divisor"]
     if isinstance(divisor, (bool, np.bool_)) or not isinstance(divisor, (int, float, np.number)):
-        raise _Problem(f"Called {call}; divisor came back as {_describe(divisor)}: expected a float.")
+        raise _Problem(f"Called {call}; divisor came back as {_describe(divisor)}: expected a "
+                       f"float.")
     if not math.isclose(float(divisor), facts["divisor"], rel_tol=0.0, abs_tol=ATOL):
-        raise _Problem(f"Called {call}; divisor is {float(divisor)!r}, expected {facts['divisor']!r}.")
+        raise _Problem(f"Called {call}; divisor is {float(divisor)!r}, expected "
+                       f"{facts['divisor']!r}.")
     for key in ("score_shape", "output_shape"):
         shape = out[key]
         if not isinstance(shape, (tuple, list)):
-            raise _Problem(f"Called {call}; {key} came back as {_describe(shape)}: expected a tuple.")
+            raise _Problem(f"Called {call}; {key} came back as {_describe(shape)}: expected a "
+                           f"tuple.")
         if [_whole(n, key, call) for n in shape] != list(facts[key]):
             raise _Problem(f"Called {call}; {key} is {tuple(shape)}, expected {tuple(facts[key])}.")
     axis = _whole(out["softmax_axis"], "softmax_axis", call)
@@ -417,17 +431,12 @@ def _check_ex4(ns: dict, ex) -> None:
 
 def _check_ex5(ns: dict, ex) -> None:
     zeros = np.zeros_like(ex.W_V)
-    out, call = _call(ns, "value_intervention", _Arg("X", ex.X), _Arg("W_Q", ex.W_Q),
-                      _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V),
+    out, call = _call(ns, "value_intervention", _Arg("X", ex.X), *_parameters(ex),
                       _Arg(f"np.zeros({zeros.shape})", zeros))
-    if not isinstance(out, dict):
-        raise _Problem(f"Called {call}; it returned {_describe(out)}, but the tests expected a dict.")
     expected = {"weights_before": (ex.A, "Table 15.1"), "weights_after": (ex.A, "Table 15.1"),
                 "output_before": (ex.O, "the chapter's O"),
                 "output_after": (np.zeros_like(ex.O), "zeros: W_V = 0 makes every value row zero")}
-    missing = [key for key in expected if key not in out]
-    if missing:
-        raise _Problem(f"Called {call}; the dict has no {', '.join(missing)}.")
+    _dict_with(out, tuple(expected), call)
     for key, (array, source) in expected.items():
         _same(out[key], array, key, call, source)
 
@@ -454,11 +463,13 @@ def run_step(step_id: str, namespace: dict) -> Outcome:
     step = steps()[step_id]
     reread = f"Reread {step.section} ({step.title})."
     if step_id not in CHECKS:
-        return Outcome(step_id, "failed", f"{step_id}: the public checks have no check for this step.")
+        return Outcome(step_id, "failed", f"{step_id}: the public checks have no check for this "
+                                          f"step.")
     try:
         CHECKS[step_id](namespace, example())
     except _NotImplemented as problem:
-        return Outcome(step_id, problem.status, f"{step_id}: not implemented yet: {problem}\n{reread}")
+        return Outcome(step_id, problem.status,
+                       f"{step_id}: not implemented yet: {problem}\n{reread}")
     except _Problem as problem:
         return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{reread}")
     return Outcome(step_id, "passed", "")
@@ -543,5 +554,6 @@ def _load_notebook(path: Path) -> dict:
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
-        exec(compile(source, f"{path.name} cell {index} ({cell.get('id', role)})", "exec"), namespace)
+        where = f"{path.name} cell {index} ({cell.get('id', role)})"
+        exec(compile(source, where, "exec"), namespace)
     return namespace

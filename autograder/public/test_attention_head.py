@@ -29,4 +29,5 @@ def test_written_answers_are_filled_in(submission, record_property):
     if empty:
         record_property("empty_answers", ", ".join(empty))
         pytest.fail(f"Written answers still empty: {', '.join(empty)}. Replace each empty string "
-                    f"with a few sentences of your own (§15.8); a person reads them.", pytrace=False)
+                    f"with a few sentences of your own (§15.8); a person reads them.",
+                    pytrace=False)
