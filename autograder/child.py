@@ -248,8 +248,16 @@ def _child_main(job, blob, start, out):
     sys.stdout = sys.stderr = captured
     os._exit = sys.exit = builtins.exit = builtins.quit = _fake_exit
 
-    # The judge's own helpers, bound before the submission can touch numpy.
+    # The judge's own helpers, bound before the submission can touch numpy or builtins.
     array_equal, ndarray, real_exit = np.array_equal, np.ndarray, __import__("posix")._exit
+    saved_builtins = dict(builtins.__dict__)
+
+    def restore_builtins():
+        """Undo any patching of builtins, so this file's own code keeps working."""
+        current = builtins.__dict__
+        if current != saved_builtins:
+            current.clear()
+            current.update(saved_builtins)
     filename = job["filename"]
     args_blob = memoryview(blob)
 
@@ -269,11 +277,14 @@ def _child_main(job, blob, start, out):
                 if len(job["cells"]) == 1:
                     raise
     except ExitCalled:
+        restore_builtins()
         send({"ev": "imported", "ok": False, "error": {"type": "ExitCalled", "message": "", "where": None}})
         real_exit(0)
     except BaseException as exc:  # a module that cannot be imported: report it, plainly
+        restore_builtins()
         send({"ev": "imported", "ok": False, "error": _raised(exc, filename)})
         real_exit(0)
+    restore_builtins()
     answers = {}
     for name in job.get("answers", ()):
         text = module.__dict__.get(name)
@@ -292,6 +303,15 @@ def _child_main(job, blob, start, out):
             before = [arg.copy() if type(arg) is ndarray else None for arg in args]
             try:
                 value = function(*args)
+            except BaseException as exc:
+                restore_builtins()
+                failure = exc
+            else:
+                restore_builtins()
+                failure = None
+            try:
+                if failure is not None:
+                    raise failure
             except ExitCalled:
                 send(dict(where, ev="fault", kind="exit"))
                 break
@@ -478,7 +498,8 @@ def worker_main():
         except EOFError:
             return
         _run_job(job, blob, stdout, config.get("own_pid_namespace", False))
-        if config.get("own_pid_namespace"):
+        if config.get("own_pid_namespace"):  # nothing of this submission may meet the next one
+            _kill_strays()
             _clean_tmp()
         write_frame(stdout, {"ev": "done"})
 

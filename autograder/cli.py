@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="folder mode: where to write one JSON result per submission and summary.csv "
                              "(default: ./qkv-results)")
     parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core)")
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per call (default: 3)")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     return parser
 
 

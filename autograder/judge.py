@@ -70,11 +70,11 @@ class WrongType(Exception):
 
 def _as_array(value, name: str) -> np.ndarray:
     if isinstance(value, Bad):
-        raise WrongType(f"{name} is a {value.type}, not a numpy array")
+        raise WrongType(f"{name} has type {value.type}, not a plain numpy array")
     if value is None:
         raise WrongType(f"{name} is None; did you forget a `return`?")
     if isinstance(value, bool):
-        raise WrongType(f"{name} is a bool, not a numpy array")
+        raise WrongType(f"{name} is a bool, not an array")
     if isinstance(value, np.ndarray):
         return value.astype(np.float64)
     if isinstance(value, (list, tuple, int, float)):
@@ -82,7 +82,7 @@ def _as_array(value, name: str) -> np.ndarray:
             return np.asarray(_plain(value), dtype=np.float64)
         except (TypeError, ValueError):
             raise WrongType(f"{name} is a {type(value).__name__} that is not a rectangular array of numbers")
-    raise WrongType(f"{name} is a {type(value).__name__}, not a numpy array")
+    raise WrongType(f"{name} has type {type(value).__name__}, not numpy.ndarray")
 
 
 def _plain(value):
@@ -403,6 +403,9 @@ def _unimportable(run: Run) -> list[StepResult]:
     if run.import_fault == "timeout":
         status, codes = "timeout", ["timeout"]
         reason = "Your module did not finish running within the time limit when it was imported."
+    elif run.import_fault == "exit":
+        status, codes = "error", ["exit-called"]
+        reason = "Your module ended its own process while it was being imported."
     elif run.import_fault or run.lost:
         status, codes = "error", ["crashed"]
         reason = f"Your module's process died while it was being imported ({run.import_fault or run.lost})."

@@ -20,7 +20,7 @@ from . import child, sandbox
 class Limits:
     import_timeout: float = 10.0
     """Seconds the submission's module (or notebook cells) may take to run."""
-    call_timeout: float = 3.0
+    call_timeout: float = 1.0
     """Seconds one call of a student function may take."""
     memory: int = 2 * 1024**3
     """Address-space cap of the submission's process, in bytes."""

@@ -118,7 +118,8 @@ def worker_command() -> list[str]:
 
 def _with_open_parents(argv: list[str]) -> list[str]:
     """Create every parent of a mount point as 0755 first: bwrap would make them 0700, root's."""
-    targets = [argv[i + 2] for i, arg in enumerate(argv) if arg in ("--ro-bind", "--tmpfs", "--symlink")]
+    destination = {"--ro-bind": 2, "--symlink": 2, "--tmpfs": 1}
+    targets = [argv[i + destination[arg]] for i, arg in enumerate(argv) if arg in destination]
     parents = sorted({str(parent) for target in targets for parent in Path(target).parents
                       if str(parent) != "/"}, key=lambda p: p.count("/"))
     head = argv.index("--ro-bind")

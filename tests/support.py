@@ -1,0 +1,59 @@
+"""Shared helpers for the test suite: the reference's source, submissions made from it, qkv-grade runs."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "solutions" / "attention_head.py"
+STUB = REPO / "assignments" / "attention_head" / "attention_head.py"
+IN_CI = os.environ.get("CI") == "true"
+
+
+def reference_source() -> str:
+    """The reference solution as a student would hand it in: no solution markers."""
+    return re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION\n", "", REFERENCE.read_text(), flags=re.M)
+
+
+def variant(replacements: list[tuple[str, str]], append: str = "") -> str:
+    """The reference with exact textual replacements (each must match) and extra code appended."""
+    source = reference_source()
+    for old, new in replacements:
+        assert old in source, f"replacement target not in the reference: {old!r}"
+        source = source.replace(old, new)
+    return source + append
+
+
+def sandboxed() -> bool:
+    return os.geteuid() == 0 and shutil.which("bwrap") is not None
+
+
+def require_sandbox() -> None:
+    """Skip without bubblewrap as root; under CI=true that is a failure, not a skip."""
+    if not sandboxed():
+        message = "needs root and bubblewrap (apt-get install bubblewrap)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def qkv_grade(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograder.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def grade_json(path: Path, *args: str, cwd: Path | None = None):
+    done = qkv_grade(str(path), "--format", "json", *args, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def steps_by_id(result: dict) -> dict[str, dict]:
+    return {step["id"]: step for step in result["steps"]}

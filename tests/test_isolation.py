@@ -1,0 +1,256 @@
+"""The isolated runner with real processes: faults stay in their step, tampering gains nothing.
+
+Every fault here is planted in `head_facts`, which only exercise 4 calls, so the test can demand
+that exactly that step fails and the other twelve pass untouched.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from support import REPO, STUB, grade_json, qkv_grade, reference_source, require_sandbox, steps_by_id, variant
+
+FAST = ("--timeout", "0.5", "--seed", "11")
+FACTS_BODY = '''    return {
+        "divisor": float(np.sqrt(d_k)),'''
+
+
+def in_facts(code: str) -> str:
+    """The reference with `code` run at the start of head_facts."""
+    return variant([('def head_facts(t, d_k, d_v):\n', 'def head_facts(t, d_k, d_v):\n' + code)])
+
+
+def grade_source(tmp_path, source: str, name: str = "attention_head.py", *args: str) -> dict:
+    path = tmp_path / name
+    path.write_text(source)
+    return grade_json(path, *FAST, *args)
+
+
+def assert_only_ex4(result: dict, status: str, codes: list[str]) -> None:
+    steps = steps_by_id(result)
+    assert steps["ex4_shapes"]["status"] == status, steps["ex4_shapes"]["feedback"]
+    assert steps["ex4_shapes"]["diagnoses"] == codes
+    assert steps["ex4_shapes"]["score"] == 0.0
+    others = {sid: (s["status"], s["diagnoses"]) for sid, s in steps.items() if sid != "ex4_shapes"}
+    assert all(v == ("passed", []) for v in others.values()), others
+    assert result["score"] == result["max_score"] - steps["ex4_shapes"]["max_score"]
+
+
+def test_reference_scores_full_marks(tmp_path):
+    result = grade_source(tmp_path, reference_source())
+    assert result["score"] == result["max_score"] == 100.0
+    assert [s["status"] for s in result["steps"]] == ["passed"] * 13
+    assert result["written_answers"] == {f"ANSWER_{i}": True for i in range(1, 6)}
+
+
+def test_stub_scores_zero_with_every_step_not_implemented():
+    result = grade_json(STUB, *FAST)
+    assert result["score"] == 0.0
+    assert [s["status"] for s in result["steps"]] == ["not_implemented"] * 13
+    assert all(s["diagnoses"] == ["not-implemented"] for s in result["steps"])
+    assert result["written_answers"] == {f"ANSWER_{i}": False for i in range(1, 6)}
+
+
+@pytest.mark.parametrize("code, status, diagnosis", [
+    ("    while True:\n        pass\n", "timeout", ["timeout"]),
+    ("    import sys\n    sys.exit(3)\n", "error", ["exit-called"]),
+    ("    exit()\n", "error", ["exit-called"]),
+    ("    import os\n    os._exit(0)\n", "error", ["exit-called"]),
+    ("    import posix\n    posix._exit(0)\n", "error", ["exit-called"]),
+    ("    raise SystemExit\n", "error", ["exit-called"]),
+    ("    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)\n", "error", ["crashed"]),
+    ("    import ctypes\n    ctypes.string_at(0)\n", "error", ["crashed"]),
+    ("    big = np.ones(2**31)\n", "error", ["memory-limit"]),
+    ("    raise RuntimeError('not today')\n", "failed", ["crashed"]),
+], ids=["loop", "sys.exit", "exit", "os._exit", "posix._exit", "SystemExit", "SIGKILL", "segfault", "memory",
+        "exception"])
+def test_a_fault_in_one_step_fails_that_step_and_no_other(tmp_path, code, status, diagnosis):
+    assert_only_ex4(grade_source(tmp_path, in_facts(code)), status, diagnosis)
+
+
+def test_a_flood_of_output_is_capped_and_the_step_still_passes(tmp_path):
+    code = "    import os\n    print('x' * 5_000_000)\n    os.write(1, b'y' * 5_000_000)\n"
+    path = tmp_path / "attention_head.py"
+    path.write_text(in_facts(code) + "\nprint('z' * 3_000_000)\n")
+    done = qkv_grade(str(path), "--format", "json", *FAST)
+    assert done.returncode == 0
+    assert len(done.stdout) < 100_000
+    result = json.loads(done.stdout)
+    assert result["score"] == 100.0
+    assert len(result["output"]) < 5_000 and "more characters not kept" in result["output"]
+
+
+def test_an_import_that_hangs_scores_zero_and_the_command_still_exits_zero(tmp_path):
+    path = tmp_path / "attention_head.py"
+    path.write_text("import numpy as np\nwhile True:\n    pass\n")
+    done = qkv_grade(str(path), "--format", "json", *FAST)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["score"] == 0.0
+    assert {s["status"] for s in result["steps"]} == {"timeout"}
+    assert "did not finish" in result["steps"][0]["feedback"]
+
+
+def test_an_import_that_fails_scores_zero_with_the_error_and_line(tmp_path):
+    result = grade_source(tmp_path, "import numpy as np\n\ndef scores(q, k)\n    return q\n")
+    assert result["score"] == 0.0
+    assert {s["status"] for s in result["steps"]} == {"error"}
+    assert "SyntaxError" in result["steps"][0]["feedback"] and "line 3" in result["steps"][0]["feedback"]
+
+
+def test_patching_numpy_pytest_and_builtins_gains_nothing(tmp_path):
+    tamper = '''
+import builtins, numpy, numpy.testing
+numpy.allclose = lambda *a, **k: True
+numpy.array_equal = lambda *a, **k: True
+numpy.testing.assert_allclose = lambda *a, **k: None
+builtins.isinstance = lambda *a: True
+try:
+    import pytest
+    pytest.approx = lambda *a, **k: a[0]
+except ImportError:
+    pass
+
+class Always(numpy.ndarray):
+    def __eq__(self, other):
+        return True
+
+class Liar:
+    shape = (3, 3)
+    def __eq__(self, other):
+        return True
+    def __array__(self, *a, **k):
+        return numpy.zeros((3, 3))
+
+def scores(q, k):
+    return numpy.zeros((q.shape[0], q.shape[0])).view(Always)
+
+def scale(d, d_k):
+    return Liar()
+
+def softmax_rows(s):
+    return "0.4, 0.2, 0.4"
+
+def mix(a, v):
+    return None
+'''
+    result = grade_source(tmp_path, reference_source() + tamper)
+    steps = steps_by_id(result)
+    for step_id in ("scores", "scale", "softmax", "mix"):
+        assert steps[step_id]["score"] == 0.0, steps[step_id]
+        assert steps[step_id]["status"] == "failed"
+    assert "subclass of numpy.ndarray" in steps["scores"]["feedback"]
+    assert "Liar" in steps["scale"]["feedback"]
+    assert "type str" in steps["softmax"]["feedback"]
+    assert "None" in steps["mix"]["feedback"]
+    assert steps["qkv"]["status"] == "passed"
+
+
+def test_a_tampering_submission_does_not_change_the_next_ones_grade(tmp_path):
+    (tmp_path / "a_tamper.py").write_text(
+        reference_source() + "\nimport numpy\nnumpy.matmul = lambda *a, **k: 0\nnumpy.exp = None\n")
+    (tmp_path / "b_reference.py").write_text(reference_source())
+    (tmp_path / "c_stub.py").write_text(STUB.read_text())
+    results = grade_json(tmp_path, *FAST, "--jobs", "1", "--out", str(tmp_path / "out"))
+    scores = {r["submission"]: r["score"] for r in results}
+    assert scores["b_reference.py"] == 100.0
+    assert scores["c_stub.py"] == 0.0
+
+
+def test_an_unprivileged_child_cannot_read_the_reference_data_or_other_submissions(tmp_path):
+    require_sandbox()
+    secret = tmp_path / "other_student.py"
+    secret.write_text("SECRET = 42\n")
+    targets = [str(REPO / "solutions" / "attention_head.py"), str(REPO / "data" / "part-iv" / "attention.json"),
+               str(REPO / "autograder" / "cases.py"), str(secret), "/etc/passwd"]
+    probe = f'''    import os
+    seen = []
+    for target in {targets!r}:
+        try:
+            with open(target) as handle:
+                handle.read(1)
+            seen.append(target)
+        except OSError:
+            pass
+    import autograder_probe if False else None
+    raise RuntimeError(f"uid={{os.getuid()}} gid={{os.getgid()}} read={{seen}}")
+'''.replace("    import autograder_probe if False else None\n", "")
+    result = grade_source(tmp_path, in_facts(probe))
+    feedback = steps_by_id(result)["ex4_shapes"]["feedback"]
+    assert "uid=65534 gid=65534 read=[]" in feedback, feedback
+    assert result["isolation"] == "bwrap"
+
+
+def test_the_grader_package_cannot_be_imported_from_a_submission(tmp_path):
+    require_sandbox()
+    probe = '''    found = []
+    for name in ("autograder", "solutions", "nbgrader", "pytest"):
+        try:
+            __import__(name)
+            found.append(name)
+        except ImportError:
+            pass
+    raise RuntimeError(f"importable={found}")
+'''
+    feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
+    assert "importable=[]" in feedback, feedback
+
+
+def test_a_submission_has_no_network(tmp_path):
+    require_sandbox()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted = []
+
+    def accept():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not accepted:
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                pass
+
+    listener = threading.Thread(target=accept, daemon=True)
+    listener.start()
+    probe = f'''    import socket
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"answers please")
+        outcome = "connected"
+    except OSError as exc:
+        outcome = type(exc).__name__
+    raise RuntimeError("network: " + outcome)
+'''
+    feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
+    accepted_any = bool(accepted)
+    server.close()
+    assert not accepted_any
+    assert "network: connected" not in feedback and "network: " in feedback
+
+
+def test_processes_a_submission_leaves_behind_are_ended(tmp_path):
+    require_sandbox()
+    seconds = f"{300 + os.getpid() % 1000}.{int(time.time()) % 1000}"
+    probe = f'''    import subprocess
+    subprocess.Popen(["sleep", "{seconds}"], start_new_session=True)
+'''
+    (tmp_path / "a.py").write_text(in_facts(probe))
+    (tmp_path / "b.py").write_text(in_facts(
+        "    import os\n"
+        "    seen = [open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]\n"
+        "    raise RuntimeError('sleeping: ' + repr([c for c in seen if c.startswith('sleep')]))\n"))
+    results = grade_json(tmp_path, *FAST, "--jobs", "1", "--out", str(tmp_path / "out"))
+    assert steps_by_id(results[0])["ex4_shapes"]["status"] == "passed"
+    # The next submission in the same worker must not see the stray, and nothing is left after the run.
+    assert "sleeping: []" in steps_by_id(results[1])["ex4_shapes"]["feedback"]
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"sleep {seconds}" not in ps
