@@ -1,0 +1,148 @@
+"""`qkv-grade` as instructors and tools use it: formats, folders, seeds and bad invocations."""
+from __future__ import annotations
+
+import csv
+import json
+
+import jsonschema
+import nbformat
+import pytest
+
+from support import REPO, STUB, grade_json, qkv_grade, reference_source, steps_by_id, variant
+
+from autograder.steps import STEP_IDS
+
+SCHEMA = json.loads((REPO / "data" / "results.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+FAST = ("--timeout", "0.5")
+
+
+@pytest.fixture(scope="module")
+def class_folder(tmp_path_factory):
+    """A small class: correct, stub, a misconception, a corrupt notebook, a notebook, a loop."""
+    folder = tmp_path_factory.mktemp("class")
+    (folder / "ada.py").write_text(reference_source())
+    (folder / "ben.py").write_text(STUB.read_text())
+    (folder / "cleo.py").write_text(variant([("d = q @ k_t", "d = k @ np.swapaxes(q, -1, -2)")]))
+    (folder / "dan.ipynb").write_text('{"cells": [ this is not json')
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("My attention head"),
+                      nbformat.v4.new_code_cell("%matplotlib inline\n" + reference_source()),
+                      nbformat.v4.new_code_cell("print(scores(np.eye(2), np.eye(2)))")]
+    nbformat.write(notebook, str(folder / "eve.ipynb"))
+    (folder / "fay.py").write_text(variant([("    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions",
+                                             "    while True:\n        pass")]))
+    nested = folder / "submitted" / "gus" / "ps1"
+    nested.mkdir(parents=True)
+    (nested / "attention_head.py").write_text(reference_source())
+    (nested / "helper.py").write_text("raise SystemExit")
+    out = tmp_path_factory.mktemp("out")
+    done = qkv_grade(str(folder), "--format", "json", "--seed", "5", "--out", str(out), *FAST)
+    return folder, out, done
+
+
+def test_a_folder_is_graded_in_full_despite_broken_submissions(class_folder):
+    _, out, done = class_folder
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    VALIDATOR.validate(results)
+    scores = {r["submission"]: r["score"] for r in results}
+    assert scores == {"ada.py": 100.0, "ben.py": 0.0, "cleo.py": pytest.approx(scores["cleo.py"]),
+                      "dan.ipynb": 0.0, "eve.ipynb": 100.0, "fay.py": pytest.approx(scores["fay.py"]),
+                      "submitted/gus/ps1/attention_head.py": 100.0}
+    assert 50 < scores["cleo.py"] < 100 and 50 < scores["fay.py"] < 100
+    broken = next(r for r in results if r["submission"] == "dan.ipynb")
+    assert "corrupt notebook" in broken["error"]
+    assert "written_answers" not in next(r for r in results if r["submission"] == "eve.ipynb")
+
+
+def test_a_folder_writes_one_result_per_submission_and_a_csv_summary(class_folder):
+    _, out, _ = class_folder
+    files = sorted(p.name for p in out.glob("*.json"))
+    assert len(files) == 7
+    for path in out.glob("*.json"):
+        VALIDATOR.validate(json.loads(path.read_text()))
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [row["submission"] for row in rows][:2] == ["ada.py", "ben.py"]
+    assert list(rows[0])[:3] == ["submission", "score", "max_score"]
+    assert all(step in rows[0] for step in STEP_IDS)
+    cleo = next(row for row in rows if row["submission"] == "cleo.py")
+    assert "keys-not-transposed" in cleo["diagnoses"]
+
+
+def test_every_step_appears_in_contract_order_every_time(class_folder):
+    _, _, done = class_folder
+    for result in json.loads(done.stdout):
+        assert [step["id"] for step in result["steps"]] == list(STEP_IDS)
+
+
+def test_the_same_seed_reproduces_the_grade_exactly(tmp_path):
+    path = tmp_path / "attention_head.py"
+    path.write_text(variant([("s = d / np.sqrt(d_k)  # [T, T]", "s = d / d.shape[0]  # [T, T]")]))
+    first = grade_json(path, "--seed", "123", *FAST)
+    second = grade_json(path, "--seed", "123", *FAST)
+    third = grade_json(path, "--seed", "124", *FAST)
+    assert first == second
+    assert first["seed"] == 123 and third["seed"] == 124
+    assert steps_by_id(first)["scale"]["diagnoses"] == ["scaled-by-positions"]
+
+
+def test_text_output_is_a_table_then_feedback_without_colour_when_piped(tmp_path):
+    path = tmp_path / "attention_head.py"
+    path.write_text(variant([("s = d / np.sqrt(d_k)  # [T, T]", "s = d  # [T, T]")]))
+    done = qkv_grade(str(path), "--seed", "1", *FAST)
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("/ 100")
+    table = [line.split()[0] for line in lines[3:16]]
+    assert table == list(STEP_IDS)
+    assert "Feedback" in done.stdout and "[no-scaling]" in done.stdout
+    assert "\x1b[" not in done.stdout
+    assert "--seed 1" in done.stdout
+
+
+def test_gradescope_format_has_one_test_per_step(tmp_path):
+    path = tmp_path / "attention_head.py"
+    path.write_text(reference_source())
+    done = qkv_grade(str(path), "--format", "gradescope", "--seed", "2", *FAST)
+    document = json.loads(done.stdout)
+    assert document["score"] == 100.0
+    assert [t["name"].split(":")[0] for t in document["tests"]] == list(STEP_IDS)
+    assert all({"name", "score", "max_score", "output", "visibility"} <= set(t) for t in document["tests"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.py"], "missing.py: no such file or folder"),
+    (["notes.txt"], "notes.txt: not a .py module or .ipynb notebook (nor a folder of them)"),
+    (["empty"], "empty: no .py or .ipynb submissions found"),
+    (["ok.py", "--jobs", "0"], "--jobs must be at least 1"),
+])
+def test_bad_invocations_get_one_line_and_no_traceback(tmp_path, args, message):
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "ok.py").write_text(reference_source())
+    done = qkv_grade(*args, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"qkv-grade: error: {message}"
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_corrupt_notebook_alone_is_reported_not_crashed_on(tmp_path):
+    path = tmp_path / "attention_head.ipynb"
+    path.write_text('{"nbformat": 4, "cells": "nope"}')
+    done = qkv_grade(str(path), "--format", "json", *FAST)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    result = json.loads(done.stdout)
+    VALIDATOR.validate(result)
+    assert result["score"] == 0 and "corrupt notebook" in result["error"]
+
+
+def test_the_schema_rejects_results_that_break_the_contract(class_folder):
+    _, _, done = class_folder
+    result = json.loads(done.stdout)[0]
+    reordered = dict(result, steps=list(reversed(result["steps"])))
+    missing = dict(result, steps=result["steps"][:-1])
+    bad_status = json.loads(json.dumps(result))
+    bad_status["steps"][0]["status"] = "ok"
+    for broken in (reordered, missing, bad_status):
+        assert not VALIDATOR.is_valid(broken)
