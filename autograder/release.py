@@ -67,7 +67,7 @@ import matplotlib.pyplot as plt
 positions = {positions}  # Example 15.1, in order
 _, weights = self_attention_head(X, W_Q, W_K, W_V)  # [T, T]: receiving rows, contributing columns
 
-fig, ax = plt.subplots(figsize=(4.5, 4))
+fig, ax = plt.subplots(figsize=(5, 4))
 image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0)
 ax.set_xticks(range(len(positions)), labels=positions)
 ax.set_yticks(range(len(positions)), labels=positions)
@@ -77,7 +77,7 @@ for i in range(len(positions)):
     for j in range(len(positions)):
         ax.text(j, i, f"{{weights[i, j]:.3f}}", ha="center", va="center")
 fig.colorbar(image, ax=ax, label="attention weight")
-ax.set_title("Weights of Example 15.1: each row sums to 1")
+ax.set_title("Example 15.1: every row sums to 1")
 plt.show()"""
 
 PYTEST_INI = """\

@@ -495,7 +495,8 @@ def check(step_id: str, *functions) -> None:
     if outcome.status != "passed":
         raise AssertionError(outcome.message)
     verb = "matches" if len(functions) == 1 else "match"
-    print(f"✓ {' and '.join(step.functions)} {verb} the chapter's example ({step.section})")
+    print(f"✓ {step.id}: {' and '.join(step.functions)} {verb} the chapter's example "
+          f"({step.section})")
 
 
 # --- finding the submission ---------------------------------------------------------------------
