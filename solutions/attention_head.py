@@ -201,7 +201,7 @@ def value_intervention(x, w_q, w_k, w_v, w_v_new):
     ### END SOLUTION
 
 
-# Written answers (§15.8). nbgrader collects them as markdown cells that a person grades.
+# Written answers (§15.8): a few sentences each, in your own words. A person reads them.
 ### BEGIN SOLUTION
 ANSWER_1 = """A zero query makes every score zero, so the softmax has nothing to prefer: each key \
 gets weight 1/3. Equal weights still deliver the values, namely their average [4/3, 4/3]. A \

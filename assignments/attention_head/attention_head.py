@@ -143,7 +143,7 @@ def value_intervention(x, w_q, w_k, w_v, w_v_new):
     raise NotImplementedError()
 
 
-# Written answers (§15.8). nbgrader collects them as markdown cells that a person grades.
+# Written answers (§15.8): a few sentences each, in your own words. A person reads them.
 # ANSWER_1: Why does a query of zeros not give an output of zeros?
 ANSWER_1 = ""
 
