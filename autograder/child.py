@@ -227,9 +227,18 @@ def _raised(exc, filename):
     return {"type": type(exc).__name__, "message": message, "where": _where(exc, filename)}
 
 
+class CallTimeout(BaseException):
+    """Raised by the alarm when one call runs past its time limit."""
+
+
+def _on_alarm(_signum, _frame):
+    raise CallTimeout()
+
+
 def _child_main(job, blob, start, out):
     import builtins
     import resource
+    import signal
 
     import numpy as np
 
@@ -247,10 +256,13 @@ def _child_main(job, blob, start, out):
     captured = _CappedText(limits["output"])
     sys.stdout = sys.stderr = captured
     os._exit = sys.exit = builtins.exit = builtins.quit = _fake_exit
+    signal.signal(signal.SIGALRM, _on_alarm)
 
     # The judge's own helpers, bound before the submission can touch numpy or builtins.
     array_equal, ndarray, real_exit = np.array_equal, np.ndarray, __import__("posix")._exit
+    setitimer, timer = signal.setitimer, signal.ITIMER_REAL
     saved_builtins = dict(builtins.__dict__)
+    call_timeout = limits["call_timeout"]
 
     def restore_builtins():
         """Undo any patching of builtins, so this file's own code keeps working."""
@@ -258,12 +270,20 @@ def _child_main(job, blob, start, out):
         if current != saved_builtins:
             current.clear()
             current.update(saved_builtins)
+
     filename = job["filename"]
     args_blob = memoryview(blob)
+    pending = []  # frames of the current step, written together when the step ends
 
     def send(obj, data=b""):
         obj["out"] = captured.take()
-        write_frame(out, obj, data)
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        pending.append(_HEADER.pack(len(body), len(data)) + body + data)
+
+    def flush():
+        if pending:
+            _write_all(out, b"".join(pending))
+            pending.clear()
 
     module = type(sys)("attention_head")
     module.__file__ = filename
@@ -279,10 +299,12 @@ def _child_main(job, blob, start, out):
     except ExitCalled:
         restore_builtins()
         send({"ev": "imported", "ok": False, "error": {"type": "ExitCalled", "message": "", "where": None}})
+        flush()
         real_exit(0)
     except BaseException as exc:  # a module that cannot be imported: report it, plainly
         restore_builtins()
         send({"ev": "imported", "ok": False, "error": _raised(exc, filename)})
+        flush()
         real_exit(0)
     restore_builtins()
     answers = {}
@@ -290,6 +312,7 @@ def _child_main(job, blob, start, out):
         text = module.__dict__.get(name)
         answers[name] = type(text) is str and bool(text.strip())
     send({"ev": "imported", "ok": True, "answers": answers})
+    flush()
 
     for step_index in range(start, len(job["plan"])):
         step = job["plan"][step_index]
@@ -301,31 +324,25 @@ def _child_main(job, blob, start, out):
                 continue
             args = decode(call["args"], args_blob, [call["offset"]])
             before = [arg.copy() if type(arg) is ndarray else None for arg in args]
+            failure = None
             try:
-                value = function(*args)
+                setitimer(timer, call_timeout)
+                try:
+                    value = function(*args)
+                finally:
+                    setitimer(timer, 0)
             except BaseException as exc:
-                restore_builtins()
                 failure = exc
-            else:
-                restore_builtins()
-                failure = None
-            try:
-                if failure is not None:
-                    raise failure
-            except ExitCalled:
-                send(dict(where, ev="fault", kind="exit"))
-                break
-            except SystemExit:
-                send(dict(where, ev="fault", kind="exit"))
-                break
-            except MemoryError:
-                send(dict(where, ev="fault", kind="memory"))
-                break
-            except RecursionError as exc:
-                send(dict(where, raised=_raised(exc, filename)))
-                continue
-            except BaseException as exc:
-                send(dict(where, raised=_raised(exc, filename)))
+            restore_builtins()
+            if failure is not None:
+                kind = ("timeout" if isinstance(failure, CallTimeout) else
+                        "exit" if isinstance(failure, (ExitCalled, SystemExit)) else
+                        "memory" if isinstance(failure, MemoryError) else None)
+                if kind:  # the step ends here; the worker starts a fresh child for the next one
+                    send(dict(where, ev="fault", kind=kind))
+                    flush()
+                    real_exit(0)
+                send(dict(where, raised=_raised(failure, filename)))
                 continue
             mutated = [i for i, (arg, copy) in enumerate(zip(args, before)) if copy is not None and not (
                 type(arg) is ndarray and arg.shape == copy.shape and array_equal(arg, copy, equal_nan=True))]
@@ -334,7 +351,9 @@ def _child_main(job, blob, start, out):
             except BaseException:
                 obj, data = {"t": "bad", "type": "an object that could not be read"}, b""
             send(dict(where, value=obj, mutated=mutated), data)
+        flush()
     send({"ev": "end"})
+    flush()
     real_exit(0)
 
 
@@ -366,13 +385,22 @@ def _reap(pid):
     return "exit", "exit status %d" % os.WEXITSTATUS(status)
 
 
+def _step_budget(job, step):
+    """How long the worker waits for a step's results: every call's limit, plus a margin.
+
+    The child's own alarm enforces the limit per call; this catches a child that blocks the alarm.
+    """
+    limits = job["limits"]
+    return limits["call_timeout"] * len(job["plan"][step]["calls"]) + 1.0
+
+
 def _run_job(job, blob, out, own_pid_namespace):
     import select
-    import time
 
     limits = job["limits"]
+    plan = job["plan"]
     start = 0
-    while start < len(job["plan"]):
+    while start < len(plan):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -383,59 +411,78 @@ def _run_job(job, blob, out, own_pid_namespace):
             finally:
                 os._exit(70)
         os.close(write_end)
-        position = None  # None: importing; else (step, call) of the last message
+        position = None  # None while importing; then (step, call) of the last result seen
+        waiting_for = None  # the step whose results are awaited
         timeout = limits["import_timeout"]
         restart_at = None
+        kind = detail = None
         while True:
             ready, _, _ = select.select([read_end], [], [], timeout)
             if not ready:
                 _kill_group(pid)
                 _reap(pid)
                 kind = "timeout"
-                detail = None
                 break
+            frames = []
+            finished = failed = False
             try:
-                frame, obj, _ = read_frame(read_end)
+                while True:  # read every frame already waiting, then forward them in one write
+                    frame, obj, _ = read_frame(read_end)
+                    frames.append(frame)
+                    event = obj.get("ev")
+                    if event == "imported":
+                        if not obj.get("ok"):
+                            finished = True
+                            break
+                        position = (start, -1)
+                    elif event == "fault":
+                        position = (obj["step"], obj["call"])
+                        restart_at = obj["step"] + 1
+                        finished = True
+                        break
+                    elif event == "result":
+                        position = (obj["step"], obj["call"])
+                    elif event == "end":
+                        finished = True
+                        break
+                    if not select.select([read_end], [], [], 0)[0]:
+                        break
             except (EOFError, ValueError, OSError):
+                failed = True
+            if frames:
+                _write_all(out, b"".join(frames))
+            if failed:
                 _kill_group(pid)
                 kind, detail = _reap(pid)
                 break
-            _write_all(out, frame)
-            event = obj.get("ev")
-            if event == "imported":
-                if not obj.get("ok"):
-                    _reap(pid)
-                    os.close(read_end)
-                    return
-                position = (start, -1)
-            elif event == "fault":
-                position = (obj["step"], obj["call"])
+            if finished:
                 _kill_group(pid)
                 _reap(pid)
-                kind, detail = None, None
-                restart_at = obj["step"] + 1
-                break
-            elif event == "result":
-                position = (obj["step"], obj["call"])
-            elif event == "end":
-                _reap(pid)
                 os.close(read_end)
-                return
-            timeout = limits["call_timeout"]
-        os.close(read_end)
-        if own_pid_namespace:
-            _kill_strays()
+                if restart_at is None:
+                    return
+                break
+            step, _call = _next_call(plan, position)
+            if step is None:
+                timeout = limits["call_timeout"] + 1.0
+            elif step != waiting_for:
+                waiting_for = step
+                timeout = _step_budget(job, step)
         if restart_at is None:
+            os.close(read_end)
+            if own_pid_namespace:
+                _kill_strays()
             if position is None:  # the import itself hung or died: nothing more can run
                 write_frame(out, {"ev": "fault", "step": None, "call": None, "kind": kind, "detail": detail})
                 return
-            step, call = _next_call(job["plan"], position)
+            step, call = _next_call(plan, position)
             if step is None:
                 return
             write_frame(out, {"ev": "fault", "step": step, "call": call, "kind": kind, "detail": detail})
             restart_at = step + 1
+        elif own_pid_namespace:
+            _kill_strays()
         start = restart_at
-        time.sleep(0)
 
 
 def _next_call(plan, position):
