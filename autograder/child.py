@@ -49,7 +49,10 @@ def read_frame(fd):
 
 
 def write_frame(fd, obj, blob=b""):
-    data = json.dumps(obj, separators=(",", ":")).encode()
+    write_raw_frame(fd, json.dumps(obj, separators=(",", ":")).encode(), blob)
+
+
+def write_raw_frame(fd, data, blob=b""):
     _write_all(fd, _HEADER.pack(len(data), len(blob)) + data + blob)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from . import cases as cases_module
 from . import judge, sandbox
 from .results import SubmissionResult, unreadable
-from .runner import Limits, Worker, default_jobs
+from .runner import Limits, Worker, default_jobs, prepare
 from .steps import ANSWERS, STEPS
 from .submission import Submission, SubmissionError, load
 
@@ -37,8 +37,8 @@ class Grader:
         for step in STEPS:
             self.expected[step.id] = [[judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
                                        for call in case.calls] for case in self.cases[step.id]]
-        self.plan = [(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
-                     for step in STEPS]
+        self.plan = prepare([(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
+                             for step in STEPS])
 
     def grade(self, worker: Worker, submission: Submission) -> SubmissionResult:
         started = time.perf_counter()

@@ -6,6 +6,7 @@ an interpreter. The judge never runs submission code itself; it only reads what 
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -55,6 +56,30 @@ class Run:
     """For each requested module-level answer name: present and non-empty."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A plan encoded once, to be sent to many submissions."""
+
+    plan_json: bytes
+    blob: bytes
+    counts: tuple[int, ...]
+
+
+def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Prepared:
+    job_plan, blobs, offset = [], [], 0
+    for step_id, calls in plan:
+        encoded_calls = []
+        for name, args in calls:
+            parts: list[bytes] = []
+            encoded = child.encode(list(args), parts, [0, 0])
+            encoded_calls.append({"fn": name, "args": encoded, "offset": offset})
+            blobs.extend(parts)
+            offset += sum(len(part) for part in parts)
+        job_plan.append({"step": step_id, "calls": encoded_calls})
+    return Prepared(json.dumps(job_plan, separators=(",", ":")).encode(), b"".join(blobs),
+                    tuple(len(calls) for _, calls in plan))
 
 
 class WorkerFailed(RuntimeError):
@@ -112,39 +137,30 @@ class Worker:
 
     # -- one submission ---------------------------------------------------------------------
 
-    def run(self, filename: str, cells: list[str], plan: list[tuple[str, list[tuple[str, tuple]]]],
-            answers: tuple[str, ...] = ()) -> Run:
+    def run(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = ()) -> Run:
         """Run `plan` (per step: a list of (function name, args)) against the submission's cells."""
         if self._process is None or self._process.poll() is not None:
             self.close()
             self.start()
+        prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         limits = self.limits
-        job_plan, blobs, offset = [], [], 0
-        for step_id, calls in plan:
-            encoded_calls = []
-            for name, args in calls:
-                parts: list[bytes] = []
-                encoded = child.encode(list(args), parts, [0, 0])
-                encoded_calls.append({"fn": name, "args": encoded, "offset": offset})
-                blobs.extend(parts)
-                offset += sum(len(part) for part in parts)
-            job_plan.append({"step": step_id, "calls": encoded_calls})
-        job = {"filename": filename, "cells": cells, "plan": job_plan, "answers": list(answers),
-               "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
-                          "memory": limits.memory, "output": limits.output}}
-        run = Run(outcomes=[[None] * len(calls) for _, calls in plan])
+        head = json.dumps({"filename": filename, "cells": cells, "answers": list(answers),
+                           "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
+                                      "memory": limits.memory, "output": limits.output}}, separators=(",", ":"))
+        body = head[:-1].encode() + b',"plan":' + prepared.plan_json + b"}"
+        run = Run(outcomes=[[None] * count for count in prepared.counts])
         try:
-            child.write_frame(self._process.stdin.fileno(), job, b"".join(blobs))
-            self._collect(run)
+            child.write_raw_frame(self._process.stdin.fileno(), body, prepared.blob)
+            self._collect(run, max(prepared.counts, default=1))
         except (WorkerFailed, OSError) as exc:
             run.lost = str(exc) if isinstance(exc, WorkerFailed) else "the grading worker died"
             self.close()
         return run
 
-    def _collect(self, run: Run) -> None:
+    def _collect(self, run: Run, most_calls: int) -> None:
         limits = self.limits
         # The worker enforces the real limits; this is only a watchdog over the worker itself.
-        patience = max(limits.import_timeout, limits.call_timeout) + 15.0
+        patience = max(limits.import_timeout, limits.call_timeout * most_calls) + 15.0
         started = time.monotonic()
         while True:
             blob, obj = self._read(patience)
