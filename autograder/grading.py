@@ -37,8 +37,10 @@ class Grader:
         for step in STEPS:
             self.expected[step.id] = [[judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
                                        for call in case.calls] for case in self.cases[step.id]]
-        self.plan = prepare([(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
-                             for step in STEPS])
+        self.calls = [(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
+                      for step in STEPS]
+        """Per step, the (function, args) calls the hidden cases make, in step order."""
+        self.plan = prepare(self.calls)
 
     def grade(self, worker: Worker, submission: Submission) -> SubmissionResult:
         started = time.perf_counter()
