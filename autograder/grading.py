@@ -37,10 +37,48 @@ class Grader:
         for step in STEPS:
             self.expected[step.id] = [[judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
                                        for call in case.calls] for case in self.cases[step.id]]
+        disagreements = self.disagreements_with_chapter()
+        if disagreements:
+            raise RuntimeError("the reference solution disagrees with data/part-iv/attention.json: "
+                               + "; ".join(disagreements))
         self.calls = [(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
                       for step in STEPS]
         """Per step, the (function, args) calls the hidden cases make, in step order."""
         self.plan = prepare(self.calls)
+
+    def disagreements_with_chapter(self) -> list[str]:
+        """Where the expected values of the chapter's example differ from attention.json.
+
+        The hidden graders compare submissions with the reference; this ties the reference to the
+        chapter's independently derived values, so the two can never drift apart unnoticed.
+        """
+        data = cases_module.chapter()
+        tolerance = data["tolerance"]["absolute"]
+        exact, values, exercises = data["exact"], data["values"], data["exercises"]
+        chapter = {
+            "qkv": [{"q": exact["Q"], "k": exact["K"], "v": exact["V"]}],
+            "scores": [{"d": exact["D"]}], "scale": [{"s": values["S"]}], "softmax": [{"a": values["A"]}],
+            "mix": [{"o": values["O"]}], "attention": [{"o": values["O"], "a": values["A"]}],
+            "head": [{"o": values["O"], "a": values["A"]}],
+            "ex1_zero_query": [{"weights": exercises["ex1_zero_query"]["weights"],
+                                "output": exercises["ex1_zero_query"]["output"]}],
+            "ex3_value_shift": [{"output": exercises["ex3_value_shift"]["whole_shift_output"]},
+                                {"output": exercises["ex3_value_shift"]["row1_shift_output"]}],
+        }
+        found = []
+        for step_id, wanted in chapter.items():
+            examples = [index for index, case in enumerate(self.cases[step_id]) if case.public]
+            for index, parts in zip(examples, wanted):
+                got = self.expected[step_id][index][0]
+                for name, value in parts.items():
+                    if np.max(np.abs(got[name] - np.asarray(value, dtype=float)), initial=0.0) > tolerance:
+                        found.append(f"{step_id} {name}")
+        facts = exercises["ex4_shapes"]
+        got = self.expected["ex4_shapes"][0][0]
+        if (abs(got["divisor"] - facts["divisor"]) > tolerance or list(got["score_shape"]) != facts["score_shape"]
+                or list(got["output_shape"]) != facts["output_shape"]):
+            found.append("ex4_shapes")
+        return found
 
     def grade(self, worker: Worker, submission: Submission) -> SubmissionResult:
         started = time.perf_counter()
