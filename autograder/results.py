@@ -73,21 +73,36 @@ def to_json(results: list[SubmissionResult], single: bool) -> str:
 
 
 def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict:
-    """Gradescope's results.json: one test per step, the feedback as its output."""
+    """Gradescope's results.json: one test per step, the feedback as its output.
+
+    What the student sees is the top-level output and the tests, tagged with their diagnosis codes
+    (none when nothing ran: a file that could not be read did not crash).
+    The seed and the isolation go to `extra_data`, which Gradescope stores for the instructor
+    only: the seed picks the hidden cases, so it is no business of the student's.
+    """
     tests = []
     for step in result.steps:
         info = BY_ID[step.id]
         tests.append({"name": f"{step.id}: {info.title} ({info.section})", "number": str(len(tests) + 1),
                       "score": step.score, "max_score": step.max_score,
                       "status": "passed" if step.status == "passed" else "failed",
-                      "output": step.feedback, "visibility": visibility})
-    lines = [f"Score {result.score:g} / {result.max_score:g}. Grading seed {result.seed}."]
+                      "output": step.feedback, "tags": [] if result.error else list(step.diagnoses),
+                      "visibility": visibility})
+    if result.error:
+        lines = [f"Your submission could not be graded: {result.error}", "Fix that and submit again."]
+    else:
+        lines = [f"Score {result.score:g} / {result.max_score:g}."]
+        if any(step.status != "passed" for step in result.steps):
+            lines.append("Open each failed test below: it says what went wrong, where to look and "
+                         "which section to reread.")
     if result.answers is not None:
         missing = [name for name, ok in result.answers.items() if not ok]
         if missing:
             lines.append("Written answers still empty: " + ", ".join(missing) + ".")
     return {"score": result.score, "output": " ".join(lines), "visibility": visibility,
-            "stdout_visibility": "hidden", "tests": tests}
+            "stdout_visibility": "hidden", "execution_time": round(result.seconds, 2), "tests": tests,
+            "extra_data": {"submission": result.submission, "seed": result.seed,
+                           "isolation": result.isolation, "results_version": VERSION}}
 
 
 def to_csv(results: list[SubmissionResult]) -> str:
