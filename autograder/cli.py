@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="qkv-grade",
         description="Grade Chapter 15 attention-head submissions: a .py module, an .ipynb notebook, "
                     "or a folder of them. Exit status 0 whenever grading finished, whatever the score.")
-    parser.add_argument("path", type=Path, help="a .py or .ipynb submission, or a folder of submissions")
+    parser.add_argument("path", type=Path, nargs="?", default=None,
+                        help="a .py or .ipynb submission, or a folder of submissions")
     parser.add_argument("--format", choices=("text", "json", "gradescope"), default="text",
                         help="text for people (default), json (the published results schema), or "
                              "Gradescope's results.json")
@@ -29,12 +30,19 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: ./qkv-results)")
     parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
+    parser.add_argument("--gradescope-bundle", type=Path, default=None, metavar="ZIP",
+                        help="instead of grading, write Gradescope's autograder zip (setup.sh, run_autograder, "
+                             "the grader) to ZIP; it grades with --seed (default: a fresh one) and --timeout")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    path: Path = args.path
+    if args.gradescope_bundle is not None:
+        return _gradescope_bundle(args)
+    path: Path | None = args.path
+    if path is None:
+        return _fail("nothing to grade: give a .py, .ipynb or folder PATH (or --gradescope-bundle ZIP)")
     if not path.exists():
         return _fail(f"{path}: no such file or folder")
     if path.is_file() and path.suffix not in (".py", ".ipynb"):
@@ -110,6 +118,27 @@ def _grade_folder(grader, folder: Path, args) -> int:
                              + (f"  {', '.join(flags)}" if flags else "") + "\n")
         sys.stdout.write(f"\n{len(graded)} submissions graded with seed {grader.seed}; "
                          f"results in {out}/ (one JSON each, summary.csv).\n")
+    return 0
+
+
+def _gradescope_bundle(args) -> int:
+    from .gradescope import BundleError, build
+
+    if args.path is not None:
+        return _fail("--gradescope-bundle builds the autograder zip and takes no PATH")
+    if args.timeout <= 0:
+        return _fail("--timeout must be positive")
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    target: Path = args.gradescope_bundle
+    try:
+        config = build(target, seed, args.timeout)
+    except BundleError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"{target}: cannot write the bundle ({exc.strerror})")
+    sys.stdout.write(f"{target}: Gradescope autograder (hidden cases from seed {seed}, {args.timeout:g} s per "
+                     f"call, Python {config['python_minimum']} or newer). Upload it on the assignment's "
+                     "Configure Autograder page.\n")
     return 0
 
 
