@@ -12,7 +12,10 @@ the same on every run (fixed cell ids, sorted JSON, no timestamps).
 
 The notebook is assembled by `notebook_cells(variant)`; `step_cells` builds one step's cells, and
 the `_solution_source`, `_check_source` and `_answer_source` seams say what a cell holds in each
-variant. Only the "student" variant exists so far.
+variant. The "student" variant is what this command writes. The "nbgrader" variant is the source
+notebook of the nbgrader course (`qkv-course`): the same cells with the reference's solution
+regions kept, nbgrader's cell metadata, a hidden line in each check cell that hands the step to the
+hidden graders, and the reference answers as the rubric of the written-answer cells.
 """
 from __future__ import annotations
 
@@ -44,7 +47,16 @@ IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # l
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")  # nbgrader's replacement text
 ANSWER_STUB = "YOUR ANSWER HERE"  # nbgrader's text for a written-answer cell
-VARIANTS = ("student",)
+VARIANTS = ("student", "nbgrader")
+
+# The nbgrader variant: in `nbgrader autograde` the hidden line rebinds `check` to the hook, which
+# grades the step in the isolated runner, prints its feedback and returns its score (nbgrader's
+# partial credit). The public check would raise on a wrong answer, and any error in a test cell
+# scores it 0, so it must not run there; in the release the line is gone and the public one runs.
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+HOOK_IMPORT = "from autograder.nbgrader_hook import check"
+ANSWER_POINTS = 2.0  # each written answer, graded by a person; the thirteen steps add up to 100
+RUBRIC = "**Reference answer (the grader's rubric):**"
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 POSITIONS = ("red", "key", ".")  # Example 15.1's positions, in order
@@ -168,6 +180,14 @@ class Sources:
     def sections(self) -> dict[str, str]:
         return lesson_sections(self.lessons)
 
+    @cached_property
+    def reference_functions(self) -> dict[str, str]:
+        return function_sources(self.reference)
+
+    @cached_property
+    def answers(self) -> dict[str, str]:
+        return reference_answers(self.reference)
+
 
 # --- solution regions and the stub module -------------------------------------------------------
 
@@ -244,6 +264,20 @@ def _student_docstring(module: str) -> str:
     return "\n".join([*lines[:node.lineno - 1], f'"""{text}\n"""', *lines[node.end_lineno:]]) + "\n"
 
 
+def reference_answers(reference: str) -> dict[str, str]:
+    """The reference's written answers, `ANSWER_1` ... `ANSWER_5`, by name."""
+    answers = {}
+    for node in ast.parse(reference).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            answers[node.targets[0].id] = node.value.value
+    missing = [name for name, _ in ANSWERS if not answers.get(name, "").strip()]
+    if missing:
+        raise ReleaseError(f"the reference solution has no written answer {', '.join(missing)}")
+    return {name: answers[name] for name, _ in ANSWERS}
+
+
 def function_sources(module: str) -> dict[str, str]:
     """Each top-level function's source, trailing comments of its body included.
 
@@ -310,6 +344,24 @@ def _code(source: str, role: str, step: str | None, *more_id: str):
                             metadata={"qkv": {"role": role, "step": step}})
 
 
+def _graded(cell, variant: str, *, solution: bool = False, points: float | None = None,
+            locked: bool = False):
+    """In the nbgrader variant, give the cell nbgrader's metadata, its grade id being its cell id.
+
+    `points` makes it a grade cell: a test cell (code), or an answer a person grades (markdown).
+    """
+    if variant == "nbgrader":
+        cell.metadata["nbgrader"] = {"grade": points is not None, "grade_id": cell.id,
+                                     "locked": locked, "schema_version": 3, "solution": solution,
+                                     **({"points": points} if points is not None else {})}
+    return cell
+
+
+def check_cell_id(step_id: str) -> str:
+    """The id of a step's check cell, which is also its grade id in the nbgrader course."""
+    return _cell_id("check", step_id)
+
+
 def _array_literal(name: str, rows: list[list[int]], shape: str) -> str:
     indent = " " * len(f"{name} = np.array([")
     text = [f"[{', '.join(repr(float(v)) for v in row)}]" for row in rows]
@@ -317,30 +369,37 @@ def _array_literal(name: str, rows: list[list[int]], shape: str) -> str:
     return f"{name} = np.array([{body}])  # [{shape}] = [{len(rows)}, {len(rows[0])}]"
 
 
-def setup_cell(sources: Sources):
+def setup_cell(sources: Sources, variant: str = "student"):
     """Only numpy and the chapter's example arrays: the graders run this cell."""
     inputs = sources.data["inputs"]
     lines = ["import numpy as np", "",
              f"# Example 15.1: the positions {', '.join(POSITIONS)} are the rows of X.",
              *(_array_literal(name, inputs[name], shape) for name, shape in SETUP_ARRAYS)]
-    return _code("\n".join(lines), "setup", None)
+    return _graded(_code("\n".join(lines), "setup", None), variant, locked=True)
 
 
 def _solution_source(name: str, sources: Sources, variant: str) -> str:
     if variant == "student":
         return sources.stub_functions[name]
+    if variant == "nbgrader":
+        return sources.reference_functions[name]  # nbgrader clears the solution region itself
     raise ReleaseError(f"no solution cells for variant {variant!r}")
 
 
 def _check_source(step: Step, variant: str) -> str:
+    public = f'check("{step.id}", {", ".join(step.functions)})'
     if variant == "student":
-        return f'check("{step.id}", {", ".join(step.functions)})'
+        return public
+    if variant == "nbgrader":
+        return f"{HIDDEN_BEGIN}\n{HOOK_IMPORT}\n{HIDDEN_END}\n{public}"
     raise ReleaseError(f"no check cells for variant {variant!r}")
 
 
-def _answer_source(name: str, variant: str) -> str:
+def _answer_source(name: str, sources: Sources, variant: str) -> str:
     if variant == "student":
         return ANSWER_STUB
+    if variant == "nbgrader":
+        return f"{BEGIN}\n{RUBRIC} {sources.answers[name]}\n{END}"
     raise ReleaseError(f"no answer cells for variant {variant!r}")
 
 
@@ -363,9 +422,11 @@ def step_cells(step: Step, number: int, sources: Sources, variant: str,
     defined.update(new)
     cells = [_markdown(f"{step_heading(step, number, new)}\n\n{sources.sections[step.id]}",
                        "lesson", step.id)]
-    cells += [_code(_solution_source(name, sources, variant), "solution", step.id, name)
+    cells += [_graded(_code(_solution_source(name, sources, variant), "solution", step.id, name),
+                      variant, solution=True)
               for name in new]
-    cells.append(_code(_check_source(step, variant), "check", step.id))
+    cells.append(_graded(_code(_check_source(step, variant), "check", step.id), variant,
+                         points=step.points, locked=True))
     return cells
 
 
@@ -373,7 +434,8 @@ def answer_cells(sources: Sources, variant: str) -> list:
     cells = [_markdown(sources.sections["answers"], "lesson", "answers")]
     for number, (name, question) in enumerate(ANSWERS, 1):
         cells.append(_markdown(f"**{name}** (exercise {number}). {question}", "question", name))
-        cells.append(_markdown(_answer_source(name, variant), "answer", name))
+        cells.append(_graded(_markdown(_answer_source(name, sources, variant), "answer", name),
+                             variant, solution=True, points=ANSWER_POINTS))
     return cells
 
 
@@ -383,8 +445,8 @@ def notebook_cells(variant: str = "student", sources: Sources | None = None) -> 
         raise ReleaseError(f"unknown notebook variant {variant!r}; known: {', '.join(VARIANTS)}")
     sources = sources or Sources.read()
     cells = [_markdown(sources.sections["intro"], "lesson", "intro"),
-             setup_cell(sources),
-             _code(CHECK_IMPORT, "check", None)]
+             setup_cell(sources, variant),
+             _graded(_code(CHECK_IMPORT, "check", None), variant, locked=True)]
     defined: set[str] = set()
     for number, step in enumerate(STEPS, 1):
         cells += step_cells(step, number, sources, variant, defined)
