@@ -1,0 +1,162 @@
+"""qkv-course: write a ready nbgrader course for the attention-head assignment.
+
+    qkv-course COURSE                   # COURSE/nbgrader_config.py, qkv_course.json, source/ps1/
+    qkv-course COURSE --assignment hw3  # another assignment name
+    qkv-course COURSE --seed 12345      # fix the hidden cases' seed of a new course yourself
+
+The source notebook is the "nbgrader" variant of the single source (see `release.py`), written
+beside the files its check cells read. `qkv_course.json` holds the seed of the hidden cases, so
+that the in-kernel hook (`nbgrader_hook.py`) and the trusted grading (`qkv-grade --nbgrader`,
+`nbgrader_trusted.py`) try the same cases; both find it by walking up from where they run.
+
+This module also holds what those two share about a course: where things are, and how a
+notebook's cells are handed to the isolated runner.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import secrets
+import sys
+from pathlib import Path
+
+NOTEBOOK = "attention_head.ipynb"
+COURSE_FILE = "qkv_course.json"
+CONFIG_FILE = "nbgrader_config.py"
+DEFAULT_ASSIGNMENT = "ps1"
+DEFAULT_SEED = 0  # only for a notebook run outside any course (no qkv_course.json above it)
+BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json")  # what check cells read
+ASSIGNMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+CONFIG = '''\
+"""nbgrader's settings for this course, written by qkv-course. Edit freely."""
+import os
+
+c = get_config()  # noqa: F821 (nbgrader defines it while it reads this file)
+
+# The course is the folder holding this file, so the commands work from here without flags.
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = {course_id!r}
+'''
+
+# A notebook cell that calls exit() ends itself only: in Jupyter, IPython catches sys.exit() in a
+# cell and the next cell still runs. The runner's child would otherwise stop the whole import.
+CONTAINED = '''\
+try:
+    exec(compile({source!r}, {where!r}, "exec"), globals())
+except BaseException as _stopped:
+    if type(_stopped).__name__ not in ("ExitCalled", "SystemExit"):
+        raise
+    print({note!r})
+'''
+
+
+class CourseError(Exception):
+    """The course cannot be written or read; the message says why."""
+
+
+# --- what the hook and the trusted grading share -----------------------------------------------
+
+def find_course(start: Path) -> Path | None:
+    """The course folder at or above `start`: the first one holding qkv_course.json."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / COURSE_FILE).is_file():
+            return folder
+    return None
+
+
+def course_seed(course: Path | None) -> int:
+    """The seed of the course's hidden cases (DEFAULT_SEED outside a course)."""
+    if course is None:
+        return DEFAULT_SEED
+    try:
+        seed = json.loads((course / COURSE_FILE).read_text(encoding="utf-8"))["seed"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CourseError(f"{course / COURSE_FILE} holds no seed ({exc})") from None
+    if type(seed) is not int:
+        raise CourseError(f"{course / COURSE_FILE}: the seed must be an integer")
+    return seed
+
+
+def contain_exits(cells: list[str]) -> list[str]:
+    """Wrap each cell so that an exit called at its top level ends that cell, not the notebook."""
+    return [CONTAINED.format(source=cell, where=f"{NOTEBOOK}, cell {number}",
+                             note=f"Cell {number} called exit; the rest of that cell did not run.")
+            for number, cell in enumerate(cells, 1)]
+
+
+# --- writing a course ---------------------------------------------------------------------------
+
+def source_files() -> dict[str, bytes]:
+    """source/<assignment>/: the nbgrader variant of the notebook and the files it reads."""
+    from .release import build_release, notebook_cells, notebook_text, Sources
+
+    sources = Sources.read()
+    release = build_release(sources)
+    files = {NOTEBOOK: notebook_text(notebook_cells("nbgrader", sources)).encode("utf-8")}
+    files.update({name: release[name] for name in BESIDE_NOTEBOOK})
+    return files
+
+
+def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int | None = None,
+                 force: bool = False) -> list[str]:
+    """Write (or add an assignment to) a course; returns what it did, one line per file."""
+    if not ASSIGNMENT_NAME.match(assignment):
+        raise CourseError(f"{assignment!r} is not a usable assignment name "
+                          f"(letters, digits, '_', '.' and '-')")
+    folder = course / "source" / assignment
+    if folder.exists() and not force:
+        raise CourseError(f"{folder} already exists; pass --force to regenerate it")
+    files = source_files()
+    done = []
+    course.mkdir(parents=True, exist_ok=True)
+    config = course / CONFIG_FILE
+    if not config.exists():
+        config.write_text(CONFIG.format(course_id=course.resolve().name), encoding="utf-8")
+        done.append(f"wrote {config}")
+    settings = course / COURSE_FILE
+    if settings.exists():
+        kept = course_seed(course)
+        if seed is not None and seed != kept:
+            raise CourseError(f"{settings} already fixes the seed {kept}; the hidden cases of a "
+                              f"course never change (drop --seed)")
+        done.append(f"kept {settings} (seed {kept})")
+    else:
+        seed = seed if seed is not None else secrets.randbelow(2**31)
+        settings.write_text(json.dumps({"seed": seed}, indent=1) + "\n", encoding="utf-8")
+        done.append(f"wrote {settings} (seed {seed})")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+    done.append(f"wrote {folder}/ ({', '.join(files)})")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="qkv-course",
+        description="Write an nbgrader course for the Chapter 15 attention-head assignment: its "
+                    "nbgrader_config.py, the seed of its hidden cases and source/<assignment>/.")
+    parser.add_argument("course", type=Path, help="the course folder (created if missing)")
+    parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT,
+                        help="the assignment's name in nbgrader (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the hidden cases, fixed for the course's life "
+                             "(default: a fresh one)")
+    parser.add_argument("--force", action="store_true",
+                        help="regenerate source/<assignment>/ when it exists")
+    args = parser.parse_args(argv)
+    try:
+        done = write_course(args.course, args.assignment, args.seed, args.force)
+    except CourseError as error:
+        print(f"qkv-course: error: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(f"qkv-course: {line}" for line in done))
+    print(f"Next, in {args.course}: nbgrader generate_assignment {args.assignment}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
