@@ -1,0 +1,368 @@
+"""qkv-grade --nbgrader COURSE ASSIGNMENT: the grades of an nbgrader course that can be trusted.
+
+`nbgrader autograde` runs the hidden tests in the student's own kernel, so a submission can patch
+numpy or plant a fake grading module and collect full marks, and a cell that kills its kernel
+leaves the whole notebook ungraded. This command grades every submitted notebook
+(`submitted/<student>/<assignment>/attention_head.ipynb`) in the isolated runner instead, with the
+course's seed, and then, through nbgrader's own API:
+
+- writes each step's score into the gradebook as the auto score of that step's check cell (a
+  grader's manual override is kept and flagged for review, as nbgrader does), so formgrader,
+  manual grading of the written answers, `nbgrader export` and `nbgrader generate_feedback` all
+  use these scores;
+- puts each step's feedback in the output of its check cell in
+  `autograded/<student>/<assignment>/attention_head.ipynb`; when `nbgrader autograde` never
+  produced that notebook (not run, or its kernel died) it writes one from the submission with
+  nbgrader's own sanitizing steps, so feedback can still be generated;
+- reports every notebook whose in-kernel result differs from the trusted one, and every notebook
+  with no in-kernel result.
+
+A notebook cell that exits ends only itself (see `nbgrader_course.contain_exits`), so a notebook
+that killed its kernel is graded on every step its code reaches.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .nbgrader_course import (CONFIG_FILE, NOTEBOOK, CourseError, contain_exits, course_seed,
+                              find_course)
+
+NOTEBOOK_ID = Path(NOTEBOOK).stem
+TOLERANCE = 0.005  # scores are kept to two decimals
+READ_ONLY = 0o444  # what nbgrader autograde leaves on an autograded notebook
+
+
+@dataclass
+class Graded:
+    """One student's notebook: the trusted result and what the in-kernel run said."""
+
+    student: str
+    path: Path
+    result: object
+    """The SubmissionResult of the isolated grading."""
+    in_kernel: dict[str, float] | None
+    """Step id -> the in-kernel score, or None when there is no in-kernel result."""
+    feedback_notebook: str
+    """What happened to the autograded notebook: "updated", "written" or why not."""
+
+    @property
+    def differences(self) -> list[str]:
+        if self.in_kernel is None:
+            return []
+        return [f"{step.id} {self.in_kernel.get(step.id, 0.0):g} -> {step.score:g}"
+                for step in self.result.steps
+                if abs(self.in_kernel.get(step.id, 0.0) - step.score) > TOLERANCE]
+
+
+class TrustedError(Exception):
+    """The course cannot be graded; the message says why."""
+
+
+# --- the course, as nbgrader sees it ------------------------------------------------------------
+
+def course_directory(course: Path):
+    """nbgrader's CourseDirectory for the course, read from its nbgrader_config.py."""
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
+
+    try:
+        config = PyFileConfigLoader(CONFIG_FILE, path=str(course)).load_config()
+    except ConfigFileNotFound:
+        raise TrustedError(f"{course} has no {CONFIG_FILE}: is it an nbgrader course? "
+                           f"(qkv-course writes one)") from None
+    coursedir = CourseDirectory(config=config)
+    coursedir.root = str(course.resolve())
+    return coursedir, config
+
+
+def step_cells(coursedir, assignment: str) -> dict[str, str]:
+    """Step id -> grade id of its check cell, for the steps the gradebook knows."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from .release import check_cell_id
+    from .steps import STEPS
+
+    with Gradebook(coursedir.db_url) as gradebook:
+        try:
+            notebook = gradebook.find_notebook(NOTEBOOK_ID, assignment)
+        except MissingEntry:
+            raise TrustedError(f"the gradebook has no notebook {NOTEBOOK_ID} in assignment "
+                               f"{assignment!r}: run `nbgrader generate_assignment {assignment}` "
+                               f"in the course first") from None
+        known = {cell.name for cell in notebook.grade_cells}
+    cells = {step.id: check_cell_id(step.id) for step in STEPS if check_cell_id(step.id) in known}
+    if not cells:
+        raise TrustedError(f"assignment {assignment!r} has no check cells of this package's steps")
+    return cells
+
+
+def submissions(coursedir, assignment: str) -> list[tuple[Path, str]]:
+    """(notebook path, student id) for every submission, sorted by student."""
+    pattern = Path(coursedir.format_path(coursedir.submitted_directory, "*", assignment))
+    found = sorted(Path(pattern.parent.parent).glob(f"*/{pattern.name}/{NOTEBOOK}"))
+    return [(path, path.parent.parent.name) for path in found]
+
+
+# --- grading ------------------------------------------------------------------------------------
+
+def _grader(seed: int, limits):
+    from .grading import Grader
+    from .submission import SubmissionError, load
+    from .results import unreadable
+
+    class NotebookGrader(Grader):
+        """Grades notebooks cell by cell, so that an exit ends its own cell only."""
+
+        def grade_path(self, worker, path, name=None):
+            try:
+                submission = load(path, name)
+            except SubmissionError as exc:
+                return unreadable(name or str(path), str(exc), self.seed, self.isolation)
+            return self.grade(worker, replace(submission, cells=tuple(contain_exits(list(submission.cells)))))
+
+    return NotebookGrader(seed, limits)
+
+
+def in_kernel_scores(notebook, step_ids: dict[str, str]) -> dict[str, float] | None:
+    """What `nbgrader autograde` gave each step, read from its check cells' outputs.
+
+    A notebook this command has already updated carries the in-kernel scores it found then.
+    """
+    from nbgrader import utils
+
+    recorded = notebook.metadata.get("qkv", {})
+    if "in_kernel" in recorded:
+        return recorded["in_kernel"]
+    steps_of = {grade_id: step for step, grade_id in step_ids.items()}
+    scores = {}
+    for cell in notebook.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in steps_of and utils.is_grade(cell) and cell.cell_type == "code":
+            try:
+                score, _ = utils.determine_grade(cell)
+            except (ValueError, KeyError):  # nbgrader itself fails on such a cell
+                score = None
+            scores[steps_of[grade_id]] = float(score) if score is not None else 0.0
+    return scores
+
+
+def _quiet_log() -> logging.Logger:
+    """nbgrader's own steps warn about every hidden-test cell's checksum; keep their errors only."""
+    log = logging.getLogger("qkv-grade.nbgrader")
+    log.setLevel(logging.ERROR)
+    return log
+
+
+def _resources(coursedir, assignment: str, student: str) -> dict:
+    return {"nbgrader": {"notebook": NOTEBOOK_ID, "assignment": assignment, "student": student,
+                         "db_url": coursedir.db_url}}
+
+
+def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
+    """The submission as `nbgrader autograde` prepares it, before it would run it."""
+    import nbformat
+    from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds,
+                                        OverwriteCells, OverwriteKernelspec)
+
+    notebook = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
+    resources = _resources(coursedir, assignment, student)
+    for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
+        notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
+    return notebook
+
+
+def _check_outputs(step) -> list:
+    """A check cell's outputs: the step's feedback on stdout, its score as the cell's value."""
+    from nbformat import v4
+
+    codes = f" [{', '.join(step.diagnoses)}]" if step.diagnoses else ""
+    text = f"{step.id}: {step.score:g} / {step.max_score:g}, {step.status}{codes}\n{step.feedback}\n"
+    return [v4.new_output("stream", name="stdout", text=text),
+            v4.new_output("execute_result", data={"text/plain": repr(float(step.score))},
+                          execution_count=None)]
+
+
+def _copy_files(folders: list[Path], target: Path) -> None:
+    """What autograde puts beside the notebook: the submission's files, then the source's."""
+    for folder in folders:
+        for path in folder.rglob("*"):
+            relative = path.relative_to(folder)
+            if path.is_file() and path.suffix != ".ipynb" and not any(
+                    part in ("__pycache__", ".ipynb_checkpoints") for part in relative.parts):
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target / relative)
+
+
+def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
+                      seed: int) -> None:
+    """Put the trusted feedback into the autograded notebook, writing one when there is none."""
+    import nbformat
+
+    folder = Path(coursedir.format_path(coursedir.autograded_directory, graded.student, assignment))
+    target = folder / NOTEBOOK
+    if target.is_file():
+        notebook = nbformat.read(str(target), as_version=nbformat.NO_CONVERT)
+        graded.in_kernel = in_kernel_scores(notebook, step_ids)
+        graded.feedback_notebook = "updated"
+    else:
+        if graded.result.error:
+            graded.feedback_notebook = f"not written: {graded.result.error}"
+            return
+        notebook = _sanitized(graded.path, coursedir, config, assignment, graded.student)
+        graded.in_kernel = None
+        graded.feedback_notebook = "written"
+        folder.mkdir(parents=True, exist_ok=True)
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
+        _copy_files([graded.path.parent, source], folder)
+    results = {step.id: step for step in graded.result.steps}
+    steps_of = {grade_id: step for step, grade_id in step_ids.items()}
+    for cell in notebook.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and grade_id in steps_of:
+            cell.outputs = _check_outputs(results[steps_of[grade_id]])
+    notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed}
+    if target.exists():
+        os.chmod(target, 0o644)
+    nbformat.write(notebook, str(target))
+    os.chmod(target, READ_ONLY)
+
+
+def record_scores(graded: Graded, coursedir, config, assignment: str,
+                  step_ids: dict[str, str]) -> None:
+    """Write the trusted scores, and what autograde would have saved, into the gradebook."""
+    import nbformat
+    from nbgrader.api import Gradebook
+    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+
+    submitted = graded.path.parent
+    with Gradebook(coursedir.db_url) as gradebook:
+        gradebook.update_or_create_student(graded.student)
+        timestamp = coursedir.get_existing_timestamp(str(submitted))
+        extra = {"timestamp": timestamp} if timestamp else {}
+        gradebook.update_or_create_submission(assignment, graded.student, **extra)
+    autograded = Path(coursedir.format_path(coursedir.autograded_directory, graded.student,
+                                            assignment)) / NOTEBOOK
+    resources = _resources(coursedir, assignment, graded.student)
+    if autograded.is_file():  # the answer cells' "No response." and needs-manual-grade flags
+        notebook = nbformat.read(str(autograded), as_version=nbformat.NO_CONVERT)
+        SaveAutoGrades(config=config, log=_quiet_log()).preprocess(notebook, resources)
+    results = {step.id: step for step in graded.result.steps}
+    with Gradebook(coursedir.db_url) as gradebook:
+        for step_id, grade_id in step_ids.items():
+            grade = gradebook.find_grade(grade_id, NOTEBOOK_ID, assignment, graded.student)
+            grade.auto_score = results[step_id].score
+            grade.needs_manual_grade = grade.manual_score is not None
+        gradebook.db.commit()
+    if autograded.is_file():
+        AssignLatePenalties(config=config, log=_quiet_log()).preprocess(notebook, resources)
+
+
+def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: int | None = None,
+                 limits=None, progress=None) -> tuple[list[Graded], int]:
+    """Grade every submitted notebook of `assignment` and record the results; returns them and
+    the seed used."""
+    coursedir, config = course_directory(course)
+    step_ids = step_cells(coursedir, assignment)
+    items = submissions(coursedir, assignment)
+    if not items:
+        raise TrustedError(f"no submitted notebooks: expected "
+                           f"{coursedir.submitted_directory}/<student>/{assignment}/{NOTEBOOK} "
+                           f"in {course}")
+    if seed is None:
+        seed = course_seed(find_course(course))
+    grader = _grader(seed, limits)
+    results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}")
+                                 for path, student in items], jobs=jobs, progress=progress)
+    graded = [Graded(student, path, result, None, "")
+              for (path, student), result in zip(items, results)]
+    for one in graded:
+        update_autograded(one, coursedir, config, assignment, step_ids, seed)
+        record_scores(one, coursedir, config, assignment, step_ids)
+    return graded, seed
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def report(graded: list[Graded], assignment: str, seed: int, seconds: float) -> str:
+    width = max(len(one.student) for one in graded)
+    lines = []
+    for one in graded:
+        flags = sorted({code for step in one.result.steps for code in step.diagnoses})
+        lines.append(f"{one.student:<{width}}  {one.result.score:>6g} / {one.result.max_score:g}"
+                     + (f"  {', '.join(flags)}" if flags else ""))
+    lines.append("")
+    lines.append(f"{len(graded)} notebooks of {assignment} graded with seed {seed} in "
+                 f"{seconds:.1f} s; the gradebook holds these scores.")
+    differing = [one for one in graded if one.differences]
+    if differing:
+        lines.append("")
+        lines.append("In-kernel results (nbgrader autograde) that differ from these, step by step "
+                     "(in-kernel -> trusted):")
+        for one in differing:
+            lines.append(f"  {one.student}: in-kernel {sum(one.in_kernel.values()):g}, trusted "
+                         f"{one.result.score:g}; {'; '.join(one.differences)}")
+    missing = [one.student for one in graded if one.in_kernel is None]
+    if missing:
+        lines.append("")
+        lines.append(f"No in-kernel result (autograde not run, or its kernel died): "
+                     f"{', '.join(missing)}")
+    unwritten = [one for one in graded if one.feedback_notebook.startswith("not written")]
+    for one in unwritten:
+        lines.append(f"{one.student}: no autograded notebook, so no feedback file "
+                     f"({one.feedback_notebook}).")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="qkv-grade --nbgrader",
+        description="Grade every submitted notebook of an nbgrader course in the isolated runner "
+                    "and write the scores and feedback into its gradebook and autograded "
+                    "notebooks. Use this instead of trusting `nbgrader autograde`.")
+    parser.add_argument("course", type=Path, help="the course folder (holding nbgrader_config.py)")
+    parser.add_argument("assignment", help="the assignment's name in nbgrader, e.g. ps1")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the hidden cases (default: the course's, from qkv_course.json)")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
+    args = parser.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        return _fail("--jobs must be at least 1")
+    if args.timeout <= 0:
+        return _fail("--timeout must be positive")
+    if not args.course.is_dir():
+        return _fail(f"{args.course}: no such folder")
+    try:
+        import nbgrader  # noqa: F401
+    except ImportError:
+        return _fail("nbgrader is not installed (pip install 'qkv-attention[nbgrader]')")
+
+    from .runner import Limits, WorkerFailed
+    from .sandbox import SandboxUnavailable
+
+    started = time.perf_counter()
+    try:
+        graded, seed = grade_course(args.course, args.assignment, args.seed, args.jobs,
+                                    Limits(call_timeout=args.timeout))
+    except (TrustedError, CourseError, SandboxUnavailable, WorkerFailed) as error:
+        return _fail(str(error))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    sys.stdout.write(report(graded, args.assignment, seed, time.perf_counter() - started))
+    return 0
+
+
+def _fail(message: str, code: int = 2) -> int:
+    sys.stderr.write(f"qkv-grade --nbgrader: error: {message}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
