@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gradescope-bundle", type=Path, default=None, metavar="ZIP",
                         help="instead of grading, write Gradescope's autograder zip (setup.sh, run_autograder, "
                              "the grader) to ZIP; it grades with --seed (default: a fresh one) and --timeout")
+    parser.add_argument("--nbgrader", nargs=2, default=None, metavar=("COURSE", "ASSIGNMENT"),
+                        help="instead of PATH, grade every submitted notebook of an nbgrader course's "
+                             "assignment in the isolated runner and write the scores and feedback into "
+                             "its gradebook (the grades to trust; see autograder/nbgrader_trusted.py); "
+                             "uses --seed (default: the course's), --jobs and --timeout")
     return parser
 
 
@@ -40,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.gradescope_bundle is not None:
         return _gradescope_bundle(args)
+    if args.nbgrader is not None:
+        from .nbgrader_trusted import main as grade_course
+
+        options = [f"--timeout={args.timeout}"] + [f"--{name}={value}" for name, value in
+                                                    (("seed", args.seed), ("jobs", args.jobs)) if value is not None]
+        return grade_course([*args.nbgrader, *options])
     path: Path | None = args.path
     if path is None:
         return _fail("nothing to grade: give a .py, .ipynb or folder PATH (or --gradescope-bundle ZIP)")
