@@ -5,7 +5,7 @@ then hidden cases drawn from `numpy.random.default_rng([seed, step number])`, so
 reproduces every grade exactly. Hidden shapes are non-square with d_in, d_k and d_v all
 different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
 thousands. One case per comparison step has T = d_k, so that `q @ k` without the transpose runs
-and its result can be recognised.
+and its result can be recognised; likewise one `mix` case has d_v = T, so that `v @ a` runs.
 """
 from __future__ import annotations
 
@@ -121,8 +121,8 @@ def _cases_softmax(rng, ex):
 
 def _cases_mix(rng, ex):
     yield "example", (Call("mix", (ex["A"], ex["V"])),)
-    for t in _sizes(rng, HIDDEN):
-        d_v = _widths(rng)[2]
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        d_v = t if i == HIDDEN - 1 else _widths(rng)[2]
         yield "hidden", (Call("mix", (_weights(rng, t), rng.normal(size=(t, d_v)))),)
 
 
