@@ -53,28 +53,36 @@ def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name:
     return "\n".join(lines)
 
 
-def diagnosis_lines(codes: list[str]) -> list[str]:
+def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = frozenset()) -> list[str]:
+    """Each code's explanation; a code carried from an earlier step skips the advice given there."""
     lines = []
     for code in codes:
         info = CODES[code]
         lines.append(f"[{code}] {info.what[0].upper()}{info.what[1:]}")
-        lines.append(f"  Where to look: {info.look} Reread {info.section}.")
+        if code not in carried:
+            lines.append(f"  Where to look: {info.look} Reread {info.section or step.section}.")
     return lines
 
 
 def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[str],
-                  shown_call: str | None, detail: str, root_causes: list[str]) -> str:
-    """The full feedback for one step."""
+                  shown_call: str | None, detail: str, root_causes: dict[str, str],
+                  carried: frozenset[str] = frozenset()) -> str:
+    """The full feedback for one step.
+
+    `root_causes` maps each earlier step this one builds on, and that should be fixed first, to its
+    status; they are named before anything else. `carried` holds the codes those steps already
+    explain, which are named here without repeating the advice.
+    """
     if status == "passed":
         return f"{step.title}: all {total} cases pass."
     lines = []
-    if root_causes:
-        names = ", ".join(f"`{name}`" for name in root_causes)
-        if len(root_causes) > 1:
-            lines.append(f"Your {names} steps are wrong (see above); this step uses them, so fix those first.")
-        else:
-            lines.append(f"Your {names} step is wrong (see above); this step uses it, so fix that first.")
-    if status == "not_implemented":
+    unwritten = [name for name, state in root_causes.items() if state == "not_implemented"]
+    wrong = [name for name in root_causes if name not in unwritten]
+    if wrong:
+        lines.append(_root_line(wrong, "wrong (see above)", "fix"))
+    if unwritten:
+        lines.append(_root_line(unwritten, "not implemented yet", "write"))
+    if status == "not_implemented" and not root_causes:
         lines.append(f"{step.title}: not implemented yet ({', '.join(step.functions)}).")
     else:
         lines.append(f"{step.title}: {passed} of {total} cases pass.")
@@ -82,7 +90,14 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         lines.append(f"Called {shown_call}.")
     if detail:
         lines.append(detail)
-    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"]))
-    sections = sorted({CODES[code].section for code in codes} | {step.section})
+    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, carried))
+    sections = sorted({CODES[code].section for code in codes if CODES[code].section} | {step.section})
     lines.append(f"The task: {step.task} Reread {', '.join(sections)}.")
     return "\n".join(lines)
+
+
+def _root_line(names: list[str], state: str, verb: str) -> str:
+    quoted = ", ".join(f"`{name}`" for name in names)
+    if len(names) > 1:
+        return f"Your {quoted} steps are {state}; this step uses them, so {verb} those first."
+    return f"Your {quoted} step is {state}; this step uses it, so {verb} that first."

@@ -9,11 +9,21 @@ returns the right types and shapes, matches the reference within 1e-9 (absolute 
 and leaves its arguments unchanged. The step's status is `passed` (every case), `partial` (some),
 `failed` (none), `not_implemented` (every call still raises NotImplementedError), `timeout` (a
 call ran past its limit) or `error` (a crash, an exit call, or a module that would not import).
+
+Diagnoses: faults and changed arguments come from the runner. Wrong values are compared with the
+misconception models in `diagnoses.py`, each run on the same inputs: a model that reproduces the
+failures and contradicts no passing call names the mistake. A step built on an earlier failing
+step first tries that step's diagnosis, passed through the reference's own calls, so a mistake is
+named the same way wherever it shows and the feedback points to where it was made. What no model
+explains is reported by its look: NaN on large scores only, right on the example only, the wrong
+shape, NaN or infinity, float32-sized errors, or an exception.
 """
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -45,8 +55,6 @@ RETURNS: dict[str, tuple] = {
 }
 FACTS = ("divisor", "score_shape", "output_shape", "softmax_axis")
 NOT_IMPLEMENTED = ("NotImplementedError", "MissingName")
-# Codes decided by probes, not models: never dropped in favour of an earlier step's diagnosis.
-_PROBE_CODES = {"mutates-input", "timeout", "exit-called", "crashed", "memory-limit", "not-implemented"}
 
 
 @dataclass
@@ -161,24 +169,6 @@ def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL
     return found
 
 
-def _matches_model(actual: dict, model_value, fn: str, expected: dict) -> bool:
-    if RETURNS[fn][0] == "facts":
-        parts = {name: (tuple(v) if isinstance(v, (tuple, list)) else v) for name, v in model_value.items()}
-        return all(not differences({n: actual[n]}, {n: v}, True, MODEL_RTOL, MODEL_ATOL)
-                   and differences({n: expected[n]}, {n: v}, True) for n, v in parts.items())
-    try:
-        model = canonical(fn, model_value)
-    except WrongType:
-        return False
-    if not differences(model, expected, True, MODEL_RTOL, MODEL_ATOL):
-        return False  # on this case the misconception gives the right answer: it proves nothing
-    for name, want in model.items():
-        got = actual[name]
-        if isinstance(want, np.ndarray) and got.shape != want.shape:
-            return False
-    return not differences(actual, model, True, MODEL_RTOL, MODEL_ATOL)
-
-
 # ------------------------------------------------------------------ grading one step ------------
 
 
@@ -188,10 +178,18 @@ class _CallVerdict:
     kind: str  # ok, mismatch, wrong-type, raised, not-implemented, fault, skipped
     detail: str = ""
     codes: list[str] = field(default_factory=list)
-    model_codes: list[str] = field(default_factory=list)
+    """What the runner saw for itself: a fault, a changed argument, NotImplementedError."""
+    actual: dict | None = None
+    raised: str | None = None
+    """The type name of the exception the call raised."""
+    raised_in: str | None = None
+    """The submission's function the exception came from, when the runner could tell."""
     nonfinite: bool = False
     close: bool = False
     shape: bool = False
+
+
+_RAISED_IN = re.compile(r", in (\w+)$")
 
 
 def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: dict) -> _CallVerdict:
@@ -205,11 +203,13 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         return _CallVerdict(False, "fault", f"The call did not finish: {detail}.", [code])
     if outcome.raised:
         kind = outcome.raised.get("type", "Exception")
-        if kind in NOT_IMPLEMENTED:
-            return _CallVerdict(False, "not-implemented", "", ["not-implemented"])
         where = outcome.raised.get("where")
+        found = _RAISED_IN.search(where or "")
+        raised_in = found.group(1) if found else None
+        if kind in NOT_IMPLEMENTED:
+            return _CallVerdict(False, "not-implemented", "", ["not-implemented"], raised=kind, raised_in=raised_in)
         message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
-        return _CallVerdict(False, "raised", message, ["crashed"])
+        return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in)
     mutated = [inspect_names(call.fn)[i] for i in outcome.mutated if i < len(inspect_names(call.fn))]
     try:
         actual = canonical(call.fn, outcome.value)
@@ -217,12 +217,12 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         return _CallVerdict(False, "wrong-type", f"Wrong type: {exc}.")
     if call.fn == "column_normalized_counterexample":
         problems = _counterexample_problems(actual["counterexample"])
-        verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems))
+        verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
     else:
         found = differences(actual, expected, case.public)
-        verdict = _CallVerdict(not found, "ok" if not found else "mismatch", "\n".join(found))
+        verdict = _CallVerdict(not found, "ok" if not found else "mismatch", "\n".join(found), actual=actual)
         if found:
-            _explain(verdict, call, actual, expected)
+            _describe(verdict, actual, expected)
     if mutated:
         verdict.ok = False
         verdict.codes.append("mutates-input")
@@ -230,37 +230,127 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
     return verdict
 
 
-def _explain(verdict: _CallVerdict, call, actual: dict, expected: dict) -> None:
-    """Attach what the mismatch reveals: models matched, shapes, non-finite values, precision."""
-    for code, model in diagnoses.MODELS.get(call.fn, ()):
-        try:
-            with np.errstate(all="ignore"):
-                value = model(*call.args)
-        except Exception:
-            continue
-        if code not in verdict.model_codes and _matches_model(actual, value, call.fn, expected):
-            verdict.model_codes.append(code)
+def _describe(verdict: _CallVerdict, actual: dict, expected: dict) -> None:
+    """Note what a wrong value looks like: the wrong shape, NaN or infinity, or merely imprecise."""
     arrays = [(actual[n], w) for n, w in expected.items() if isinstance(w, np.ndarray)]
     verdict.shape = any(got.shape != want.shape for got, want in arrays)
     verdict.nonfinite = any(got.shape == want.shape and not np.isfinite(got).all() and np.isfinite(want).all()
                             for got, want in arrays)
     verdict.close = bool(arrays) and all(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-6)
                                          for got, want in arrays)
-    if call.fn == "is_attention_weights":
-        verdict.model_codes.extend(_predicate_codes(call.args[0], actual["value"]))
 
 
-def _predicate_codes(matrix: np.ndarray, answer: bool) -> list[str]:
-    if matrix.ndim != 2:
-        return []
-    rows, cols = matrix.sum(axis=1), matrix.sum(axis=0)
-    if answer and (matrix < 0).any():
-        return ["predicate-ignores-negatives"]
-    if answer and np.allclose(cols, 1.0, atol=1e-9, rtol=0) and not np.allclose(rows, 1.0, atol=1e-9, rtol=0):
-        return ["accepts-column-stochastic"]
-    if not answer and np.all(np.abs(rows - 1.0) <= 1e-9) and not np.all(rows == 1.0) and (matrix >= 0).all():
-        return ["predicate-exact-equality"]
-    return []
+# ------------------------------------------------------------------ misconception models ---------
+
+
+def _same_part(name: str, got, want) -> bool:
+    """Does one part of a returned value equal a model's, within the model tolerance?"""
+    if isinstance(want, np.ndarray):
+        return (isinstance(got, np.ndarray) and got.shape == want.shape
+                and bool(np.allclose(got, want, rtol=MODEL_RTOL, atol=MODEL_ATOL, equal_nan=True)))
+    if name == "softmax_axis":  # on a [T, T] matrix, 1 and -1 name the same axis, as do 0 and -2
+        same = {1: -1, -2: 0}
+        return same.get(got, got) == same.get(want, want)
+    if name == "divisor":
+        return bool(np.isclose(got, want, rtol=MODEL_RTOL, atol=MODEL_ATOL))
+    if isinstance(want, (tuple, list)):
+        return isinstance(got, tuple) and got == tuple(want)
+    return got == want
+
+
+def _agrees(fn: str, value: dict, model_value) -> bool | None:
+    """Does a canonical value agree with what a model returned? None when the model's value is unusable."""
+    if RETURNS[fn][0] == "facts":  # a head_facts model gives only the parts it gets wrong
+        if not isinstance(model_value, dict):
+            return None
+        return all(_same_part(name, value[name], part) for name, part in model_value.items())
+    try:
+        model = canonical(fn, model_value)
+    except WrongType:
+        return None
+    return all(_same_part(name, value[name], part) for name, part in model.items())
+
+
+@dataclass
+class _Candidate:
+    """One misconception model, and what the step's calls say about it."""
+
+    code: str
+    model: Callable
+    carried: bool
+    """An earlier step's diagnosis, carried through the reference's own calls to this step's function."""
+    explains: set = field(default_factory=set)
+    """Failing calls (by index) that the model reproduces: the same wrong value, or the same exception."""
+    values: int = 0
+    """How many of those are wrong values (not exceptions)."""
+    contradicted: bool = False
+    """A call the student got right, where the model would not have."""
+
+
+def _candidates(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -> list[_Candidate]:
+    """The models worth trying on this step's calls of `fn`: earlier diagnoses first, then its own."""
+    found = []
+    for used in failing_uses:
+        for code in earlier[used].diagnoses:
+            for used_fn in BY_ID[used].functions:
+                found += [_Candidate(code, diagnoses.through_reference(fn, used_fn, model), True)
+                          for own, model in diagnoses.MODELS.get(used_fn, ()) if own == code]
+    return found + [_Candidate(code, model, False) for code, model in diagnoses.MODELS.get(fn, ())]
+
+
+def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict]) -> None:
+    """Run the model on every call of one function that returned or raised, and tally the evidence."""
+    for index, (call, verdict, want) in enumerate(zip(calls, verdicts, expected)):
+        if verdict.kind not in ("ok", "mismatch", "raised"):
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                value, error = candidate.model(*call.args), None
+        except Exception as exc:  # the model fails where the misconception would: evidence too
+            value, error = None, type(exc).__name__
+        if verdict.kind == "raised":
+            if error is not None and error == verdict.raised:
+                candidate.explains.add(index)
+            continue
+        agrees = None if error else _agrees(call.fn, verdict.actual, value)
+        if verdict.kind == "ok":
+            candidate.contradicted |= agrees is False or error is not None
+        elif agrees and not _agrees(call.fn, want, value):
+            candidate.explains.add(index)
+            candidate.values += 1
+
+
+def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+                  failing_uses: list[str], earlier: dict[str, StepResult]) -> tuple[list[str], set]:
+    """The misconception codes that account for the step's failing calls, and which calls they cover.
+
+    A model is accepted when it reproduces at least half the failing calls and contradicts none
+    that passed; it must reproduce at least one wrong value, unless it carries an earlier step's
+    diagnosis. Of the accepted, the fewest that cover the failures are kept, earlier diagnoses
+    preferred: one mistake gets one explanation even where two models happen to agree.
+    """
+    failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
+    if not failing:
+        return [], set()
+    accepted = []
+    for fn in dict.fromkeys(call.fn for call in calls):
+        indexes = [i for i, call in enumerate(calls) if call.fn == fn]
+        for candidate in _candidates(fn, failing_uses, earlier):
+            _weigh(candidate, [calls[i] for i in indexes], [verdicts[i] for i in indexes],
+                   [expected[i] for i in indexes])
+            candidate.explains = {indexes[i] for i in candidate.explains}
+            if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
+                    and 2 * len(candidate.explains) >= len(failing)):
+                accepted.append(candidate)
+    codes, covered = [], set()
+    while accepted:
+        best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried))
+        if not best.explains - covered:
+            break
+        covered |= best.explains
+        if best.code not in codes:
+            codes.append(best.code)
+    return codes, covered
 
 
 def _counterexample_problems(matrix: np.ndarray) -> list[str]:
@@ -297,41 +387,6 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     total = len(cases)
     score = round(step.points * sum(passed) / total, 2)
 
-    codes: list[str] = []
-
-    def add(code):
-        if code not in codes:
-            codes.append(code)
-
-    for v in flat:
-        for code in v.codes:
-            add(code)
-    failed_values = [v for v in flat if v.kind == "mismatch"]
-    for code in dict.fromkeys(c for v in failed_values for c in v.model_codes):
-        hits = sum(code in v.model_codes for v in failed_values)
-        if hits * 2 >= len(failed_values):
-            add(code)
-    normal = [vs for case, vs in zip(cases, verdicts) if case.kind != "large"]
-    large = [vs for case, vs in zip(cases, verdicts) if case.kind == "large"]
-    if large and all(all(v.ok for v in vs) for vs in normal) and any(v.nonfinite for vs in large for v in vs):
-        add("unstable-softmax")
-    elif any(v.nonfinite for v in failed_values):
-        add("non-finite")
-    if any(v.shape and not v.model_codes for v in failed_values):
-        add("wrong-shape")
-    if failed_values and all(v.close for v in failed_values) and not any(v.model_codes for v in failed_values):
-        add("low-precision")
-    example_ok = [ok for case, ok in zip(cases, passed) if case.public]
-    hidden_ok = [ok for case, ok in zip(cases, passed) if not case.public]
-    if example_ok and all(example_ok) and hidden_ok and not any(hidden_ok) and not codes:
-        add("hard-coded")
-    if step.id == "batch":  # only a head that works on one sequence can be blamed on the batch axis
-        head_ok = earlier.get("head") is not None and earlier["head"].status == "passed"
-        if not head_ok and "batch-axes-mixed" in codes:
-            codes.remove("batch-axes-mixed")
-        elif head_ok and not all(passed) and any(v.kind in ("mismatch", "raised", "wrong-type") for v in flat):
-            add("batch-axes-mixed")
-
     kinds = {v.kind for v in flat}
     if all(v.kind == "not-implemented" for v in flat):
         status = "not_implemented"
@@ -344,21 +399,83 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     else:
         status = "partial" if any(passed) else "failed"
 
-    root = [used for used in _all_uses(step) if used in earlier and earlier[used].status != "passed"
-            and status not in ("passed", "not_implemented")]
-    # When an earlier step's misconception explains this one, name that one only: a composite result
-    # can match two models at once (k @ q.T is also W_Q and W_K swapped).
-    upstream = {code for used in root for code in earlier[used].diagnoses}
-    if upstream & set(codes):
-        codes = [code for code in codes if code in upstream or code in _PROBE_CODES]
+    failing_uses = _failing_uses(step, status, flat, earlier)
+    codes = [] if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses, earlier)
     first = _first_failure(cases, verdicts)
     shown, detail = (None, "")
     if first is not None:
         case, index, verdict = first
         shown = f"{case.calls[index].shown(inspect_names(case.calls[index].fn))} on {case.label}"
         detail = verdict.detail
-    text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail, root)
+    calls = [call for case in cases for call in case.calls]
+    missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
+    if missing and not detail:
+        detail = f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
+    carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
+    text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
+                                  {used: earlier[used].status for used in _first_causes(failing_uses)}, carried)
     return StepResult(step.id, score, step.points, status, text, codes, sum(passed), total)
+
+
+def _failing_uses(step: Step, status: str, flat: list[_CallVerdict], earlier: dict[str, StepResult]) -> list[str]:
+    """Earlier steps this one builds on that do not pass: their mistakes may be what this step shows."""
+    if status == "passed":
+        return []
+    failing = [used for used in _all_uses(step) if used in earlier and earlier[used].status != "passed"]
+    if status == "not_implemented":  # blame an earlier step only if the NotImplementedError came from it
+        sources = {v.raised_in for v in flat if v.raised_in} - set(step.functions)
+        return [used for used in failing if sources & set(BY_ID[used].functions)]
+    return failing
+
+
+def _first_causes(failing: list[str]) -> list[str]:
+    """Of the failing earlier steps, those not built on another failing one: where to start fixing."""
+    return [used for used in failing if not set(_all_uses(BY_ID[used])) & set(failing)]
+
+
+def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
+              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult]) -> list[str]:
+    """The step's diagnosis codes: what the runner saw, then the misconceptions that explain the values."""
+    flat = [v for case_verdicts in verdicts for v in case_verdicts]
+    codes: list[str] = []
+    for v in flat:
+        for code in v.codes:
+            if code not in codes:
+                codes.append(code)
+    wrong = [i for i, v in enumerate(flat) if v.kind in ("mismatch", "raised", "wrong-type")]
+    if step.id == "batch" and "head" in earlier and earlier["head"].status == "passed":
+        # The same function works on one sequence, so only the batch axis can be at fault.
+        return codes + (["batch-axes-mixed"] if wrong else [])
+
+    calls = [call for case in cases for call in case.calls]
+    wants = [want for case_expected in expected for want in case_expected]
+    models, explained = _explanations(calls, flat, wants, failing_uses, earlier)
+    codes += [code for code in models if code not in codes]
+    unexplained = [v for i, v in enumerate(flat) if v.kind in ("mismatch", "raised") and i not in explained]
+
+    where = [c for c, case in enumerate(cases) for _ in case.calls]
+    large = {i for i, c in enumerate(where) if cases[c].kind == "large"}
+    normal_fine = all(v.kind == "ok" or i in explained for i, v in enumerate(flat) if i not in large)
+    hidden = [c for c, case in enumerate(cases) if not case.public]
+    hidden_wrong = [c for c in hidden if any(v.kind in ("mismatch", "wrong-type") for v in verdicts[c])]
+    example_right = all(ok for case, ok in zip(cases, passed) if case.public)
+    derived = []
+    if any(flat[i].nonfinite and i not in explained for i in large) and normal_fine:
+        derived.append("unstable-softmax")
+    elif example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1:
+        derived.append("hard-coded")  # right on the example, wrong almost everywhere else
+    else:
+        if any(v.nonfinite for v in unexplained):
+            derived.append("non-finite")
+        if any(v.shape for v in unexplained):
+            derived.append("wrong-shape")
+        mismatched = [v for v in flat if v.kind == "mismatch"]
+        if mismatched and not models and not derived and all(v.close for v in mismatched) \
+                and not any(v.kind == "raised" for v in flat):
+            derived.append("low-precision")  # every wrong value is right to about float32 precision
+    if any(v.kind == "raised" for v in unexplained):
+        derived.append("crashed")
+    return codes + [code for code in derived if code not in codes]
 
 
 def _all_uses(step: Step) -> list[str]:
@@ -416,7 +533,7 @@ def _unimportable(run: Run) -> list[StepResult]:
         where = f" ({error['where']})" if error.get("where") else ""
         reason = (f"Your module could not be imported: it raised {error.get('type', 'an error')}: "
                   f"{error.get('message', '')}{where}.")
-    lines = feedback.diagnosis_lines(codes)
     return [StepResult(step.id, 0.0, step.points, status,
-                       "\n".join([f"{step.title}: not graded.", reason] + lines), list(codes), 0, 1)
+                       "\n".join([f"{step.title}: not graded.", reason] + feedback.diagnosis_lines(codes, step)),
+                       list(codes), 0, 1)
             for step in STEPS]

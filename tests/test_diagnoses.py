@@ -1,0 +1,83 @@
+"""Every diagnosis code is found on the right steps, and nowhere else, from real graded runs.
+
+Each submission in tests/submissions is the reference with one misconception or fault; the whole
+set is graded in one real `qkv-grade FOLDER --format json` run per seed (sandboxed workers, real
+processes), and every step of every result is checked: the listed steps carry exactly the listed
+codes, every other step passes with none. Correct variants of the reference get full marks.
+"""
+from __future__ import annotations
+
+import pytest
+
+from autograder.diagnoses import CODES
+from autograder.steps import STEP_IDS
+from submissions.variants import CORRECT, WRONG, graded
+
+SEEDS = (7, 2024)
+
+# CONTRACT.md §3: codes students and instructors rely on; they are never renamed.
+CONTRACT_CODES = (
+    "not-implemented", "wrong-shape", "non-finite", "hard-coded", "mutates-input", "low-precision",
+    "swapped-roles", "keys-not-transposed", "no-scaling", "scaled-by-d_k", "scaled-by-positions",
+    "scaled-by-d_v", "column-normalized", "whole-matrix-normalized", "unstable-softmax",
+    "not-exponentiated", "mixed-scores", "wrong-mix-order", "batch-axes-mixed", "zero-output",
+    "accepts-column-stochastic", "full-shift-for-partial", "divisor-sqrt-positions", "timeout",
+    "exit-called", "crashed",
+)
+
+
+def _steps(result: dict) -> dict[str, dict]:
+    return {step["id"]: step for step in result["steps"]}
+
+
+def test_every_contract_code_is_still_defined():
+    assert set(CONTRACT_CODES) <= set(CODES)
+
+
+def test_every_code_has_a_test_submission_that_shows_it():
+    shown = {code for submission in WRONG.values() for codes in submission.expected.values() for code in codes}
+    assert shown == set(CODES)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_submission_gets_exactly_its_codes_on_exactly_its_steps(name, seed):
+    submission = WRONG[name]
+    steps = _steps(graded(seed)[name])
+    assert list(steps) == list(STEP_IDS)
+    got = {sid: step["diagnoses"] for sid, step in steps.items() if step["diagnoses"] or step["status"] != "passed"}
+    assert got == submission.expected, "\n\n".join(steps[sid]["feedback"] for sid in got)
+    for sid, step in steps.items():
+        if sid in submission.expected:
+            assert step["status"] == submission.status.get(sid, step["status"])
+            assert step["status"] in ("partial", "failed") or sid in submission.status
+            assert step["score"] < step["max_score"]
+        else:
+            assert (step["status"], step["score"]) == ("passed", step["max_score"]), step["feedback"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_a_correct_variant_gets_full_marks_and_no_code(name, seed):
+    result = graded(seed)[name]
+    failing = {step["id"]: step["feedback"] for step in result["steps"] if step["status"] != "passed"}
+    assert failing == {}
+    assert result["score"] == result["max_score"] == 100.0
+    assert all(step["diagnoses"] == [] for step in result["steps"])
+
+
+def test_a_composite_step_names_the_earlier_mistake_not_a_lookalike_of_its_own():
+    # Prescaled scores make attention divide by d_k overall, which its own model would call
+    # scaled-by-d_k; the mistake is in `scores`, and that is the one explanation given.
+    steps = _steps(graded(SEEDS[0])["scores_prescaled"])
+    assert all(steps[sid]["diagnoses"] == ["scores-prescaled"] for sid in ("attention", "head", "batch"))
+    # k @ q.T is also what swapping W_Q and W_K gives; the head names only the comparison.
+    steps = _steps(graded(SEEDS[0])["receivers_and_keys_swapped"])
+    assert steps["head"]["diagnoses"] == ["keys-not-transposed"]
+
+
+def test_an_exception_the_misconception_explains_is_not_reported_as_a_crash():
+    # q @ k raises on every case but the square one; that is the missing transpose, not a crash.
+    for name in ("keys_not_transposed", "values_first", "batch_keys_dot_T"):
+        steps = _steps(graded(SEEDS[0])[name])
+        assert not any("crashed" in step["diagnoses"] for step in steps.values()), name
