@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: ./qkv-results)")
     parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
+    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
+                        help="folder mode: also write a class report to DIR: index.html (scores, steps, "
+                             "misconceptions and who showed them) and scores.csv (needs matplotlib)")
     parser.add_argument("--gradescope-bundle", type=Path, default=None, metavar="ZIP",
                         help="instead of grading, write Gradescope's autograder zip (setup.sh, run_autograder, "
                              "the grader) to ZIP; it grades with --seed (default: a fresh one) and --timeout")
@@ -62,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("--jobs must be at least 1")
     if args.timeout <= 0:
         return _fail("--timeout must be positive")
+    if args.report is not None:
+        import importlib.util
+
+        if not path.is_dir():
+            return _fail("--report needs a folder of submissions")
+        if importlib.util.find_spec("matplotlib") is None:
+            return _fail("--report needs matplotlib: pip install 'qkv-attention[report]'")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
 
     from .grading import Grader
@@ -106,10 +116,12 @@ def _grade_folder(grader, folder: Path, args) -> int:
     if not items:
         return _fail(f"{folder}: no .py or .ipynb submissions found")
     out = args.out or Path("qkv-results")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return _fail(f"{out}: cannot create the results folder ({exc.strerror})")
+    for made, what in ((out, "results"), (args.report, "report")):
+        try:
+            if made is not None:
+                made.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return _fail(f"{made}: cannot create the {what} folder ({exc.strerror})")
     progress = _Progress(len(items))
     graded = grader.grade_many(items, jobs=args.jobs, progress=progress.update)
     progress.finish()
@@ -117,6 +129,10 @@ def _grade_folder(grader, folder: Path, args) -> int:
         target = out / (_safe_name(result.submission) + ".json")
         target.write_text(results.to_json([result], single=True), encoding="utf-8")
     (out / "summary.csv").write_text(results.to_csv(graded), encoding="utf-8")
+    if args.report is not None:
+        from .report import write
+
+        page = write(graded, args.report)
     if args.format == "json":
         sys.stdout.write(results.to_json(graded, single=False))
     elif args.format == "gradescope":
@@ -128,7 +144,8 @@ def _grade_folder(grader, folder: Path, args) -> int:
             sys.stdout.write(f"{result.submission:<{width}}  {result.score:>6g} / {result.max_score:g}"
                              + (f"  {', '.join(flags)}" if flags else "") + "\n")
         sys.stdout.write(f"\n{len(graded)} submissions graded with seed {grader.seed}; "
-                         f"results in {out}/ (one JSON each, summary.csv).\n")
+                         f"results in {out}/ (one JSON each, summary.csv)"
+                         + (f"; class report in {page}" if args.report is not None else "") + ".\n")
     return 0
 
 
