@@ -325,7 +325,7 @@ fi
 if ! "$python" -m venv "$VENV"; then
     version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     apt_install "python$version-venv" python3-venv || true
-    "$python" -m venv "$VENV"
+    "$python" -m venv --clear "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --no-cache-dir -r "$SOURCE/requirements.txt"
 # The package itself: its source stays here, next to the data files it reads.
