@@ -1,0 +1,422 @@
+"""The nbgrader course, end to end with the real nbgrader, a real kernel and a real gradebook.
+
+One course is shared by the module: `qkv-course`, `nbgrader generate_assignment`, four students
+who fill the release notebook (correctly; with a column-normalized softmax; with a cell that patches
+numpy and plants a fake grading module; with a cell that kills its kernel), `nbgrader autograde`,
+`qkv-grade --nbgrader`, `nbgrader generate_feedback` and `nbgrader export`, in that order. Jupyter's
+folders and HOME point into the test's temporary directory.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tokenize
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from support import IN_CI, REPO, reference_source, variant
+
+from autograder import cases, diagnoses, grading, judge, nbgrader_hook, release
+from autograder.nbgrader_course import NOTEBOOK, find_course, write_course, CourseError
+from autograder.steps import ANSWERS, BY_ID, MAX_SCORE, STEPS
+
+try:
+    import nbgrader  # noqa: F401
+except ImportError:
+    if IN_CI:
+        raise
+    pytest.skip("nbgrader is not installed (pip install -e '.[nbgrader]')", allow_module_level=True)
+
+from nbgrader.api import Gradebook  # noqa: E402
+
+SEED = 11
+ASSIGNMENT = "ps1"
+NOTEBOOK_ID = Path(NOTEBOOK).stem
+COLUMN_NORMALIZED = [("shifted = s - s.max(axis=-1, keepdims=True)", "shifted = s - s.max(axis=-2, keepdims=True)"),
+                     ("a = e / e.sum(axis=-1, keepdims=True)", "a = e / e.sum(axis=-2, keepdims=True)")]
+# Patches numpy, then plants a grading module that hands out every step's points.
+CHEAT = """\
+import json, sys, types
+import numpy as np
+np.allclose = lambda *args, **kwargs: True
+points = {step["id"]: step["points"] for step in json.load(open("steps.json"))["steps"]}
+fake = types.ModuleType("autograder.nbgrader_hook")
+fake.check = lambda step_id, *functions: points[step_id]
+sys.modules["autograder.nbgrader_hook"] = fake"""
+GARBAGE_QKV = [("    q = x @ w_q  #", "    return x, x, x\n    q = x @ w_q  #")]
+KILLER = "import os\nos._exit(0)\n"  # at the top of the exercise 3 cell, before its functions
+
+
+# --- building the course ------------------------------------------------------------------------
+
+def _jupyter_env(root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for name, folder in (("HOME", "home"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
+                         ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
+                         ("IPYTHONDIR", "ipython")):
+        (root / folder).mkdir(exist_ok=True)
+        env[name] = str(root / folder)
+    env.update(MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", JUPYTER_PLATFORM_DIRS="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def _run(argv: list[str], cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _nbgrader(command: str, course: Path, env: dict, *more: str) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "nbgrader", command, ASSIGNMENT, *more], course, env)
+
+
+def _filled(release_notebook: Path, source: str, extra: dict[str, str] | None = None):
+    """The release notebook with its solution cells filled from `source` and answers written.
+
+    `extra` maps a solution cell's function name to code placed at the top of that cell.
+    """
+    functions = release.function_sources(source)
+    notebook = nbformat.read(release_notebook, as_version=4)
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("solution"):
+            continue
+        if cell.cell_type == "code":
+            name = re.match(r"def (\w+)", cell.source).group(1)
+            cell.source = (extra or {}).get(name, "") + functions[name]
+        else:
+            cell.source = "The weights stay uniform, so the output is the mean of the value rows."
+    return notebook
+
+
+def _submit(course: Path, student: str, notebook) -> Path:
+    folder = course / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True)
+    for path in (course / "release" / ASSIGNMENT).iterdir():
+        if path.suffix != ".ipynb":
+            (folder / path.name).write_bytes(path.read_bytes())
+    nbformat.write(notebook, folder / NOTEBOOK)
+    return folder / NOTEBOOK
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """The course after the whole flow; each command's output is kept for the tests to read."""
+    root = tmp_path_factory.mktemp("nbgrader")
+    env = _jupyter_env(root)
+    done = _run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], root, env)
+    assert done.returncode == 0, done.stderr
+    path = root / "course"
+    done = _run([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", str(SEED)], root, env)
+    assert done.returncode == 0, done.stderr
+    done = _nbgrader("generate_assignment", path, env)
+    assert done.returncode == 0, done.stderr
+
+    released = path / "release" / ASSIGNMENT / NOTEBOOK
+    cheat = _filled(released, variant(GARBAGE_QKV))
+    cheat.cells.insert(3, nbformat.v4.new_code_cell(CHEAT))
+    students = {
+        "alice": _filled(released, reference_source()),
+        "bob": _filled(released, variant(COLUMN_NORMALIZED)),
+        "carol": cheat,
+        "dave": _filled(released, reference_source(), {"shifted_output": KILLER}),
+    }
+    submitted = {student: _submit(path, student, notebook) for student, notebook in students.items()}
+
+    started = time.perf_counter()
+    autograde = _nbgrader("autograde", path, env)
+    autograde_seconds = time.perf_counter() - started
+    in_kernel = _gradebook_scores(path)
+    started = time.perf_counter()
+    trusted = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(path), ASSIGNMENT], root, env)
+    trusted_seconds = time.perf_counter() - started
+    assert trusted.returncode == 0, trusted.stderr
+    feedback = _nbgrader("generate_feedback", path, env)
+    assert feedback.returncode == 0, feedback.stderr
+    export = _run([sys.executable, "-m", "nbgrader", "export"], path, env)
+    assert export.returncode == 0, export.stderr
+    return {"path": path, "root": root, "env": env, "submitted": submitted, "autograde": autograde,
+            "in_kernel": in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds)}
+
+
+def _gradebook_scores(course: Path) -> dict[str, dict[str, float | None]]:
+    """Student -> step id -> the auto score of that step's check cell."""
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for submission in gradebook.find_assignment(ASSIGNMENT).submissions:
+            student = submission.student.id
+            scores[student] = {step.id: gradebook.find_grade(release.check_cell_id(step.id), NOTEBOOK_ID,
+                                                             ASSIGNMENT, student).auto_score
+                               for step in STEPS}
+    return scores
+
+
+@pytest.fixture(scope="module")
+def oracle(course):
+    """What qkv-grade says, with the course's seed, about each submitted notebook."""
+    done = _run([sys.executable, "-m", "autograder.cli", str(course["path"] / "submitted"), "--format", "json",
+                 "--seed", str(SEED), "--out", str(course["root"] / "qkv-results")], course["root"], course["env"])
+    assert done.returncode == 0, done.stderr
+    return {result["submission"].split("/")[0]: {step["id"]: step for step in result["steps"]}
+            for result in json.loads(done.stdout)}
+
+
+def _feedback_text(course, student: str) -> str:
+    page = (course["path"] / "feedback" / student / ASSIGNMENT / NOTEBOOK).with_suffix(".html")
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
+
+
+def _differing(report: str) -> set[str]:
+    """The students the trusted report lists as having a different in-kernel result."""
+    block = report.split("differ from these", 1)[1].split("\n\n", 1)[0] if "differ from these" in report else ""
+    return {line.split(":")[0].strip() for line in block.splitlines()[1:] if line.startswith("  ")}
+
+
+# --- the source notebook ------------------------------------------------------------------------
+
+def _source_cells():
+    return release.notebook_cells("nbgrader")
+
+
+def test_the_source_notebook_has_a_solution_cell_per_function_and_a_test_cell_per_step():
+    cells = _source_cells()
+    solutions = [c for c in cells if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+    names = [re.match(r"def (\w+)", c.source).group(1) for c in solutions]
+    assert names == list(dict.fromkeys(name for step in STEPS for name in step.functions))
+    assert all("### BEGIN SOLUTION" in c.source and "### END SOLUTION" in c.source for c in solutions)
+    tests = {c.metadata["nbgrader"]["grade_id"]: c for c in cells
+             if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"}
+    assert list(tests) == [release.check_cell_id(step.id) for step in STEPS]
+    for step in STEPS:
+        cell = tests[release.check_cell_id(step.id)]
+        assert cell.metadata["nbgrader"]["points"] == step.points and cell.metadata["nbgrader"]["locked"]
+        hidden = cell.source.split("### BEGIN HIDDEN TESTS\n")[1].split("\n### END HIDDEN TESTS")[0]
+        assert hidden == "from autograder.nbgrader_hook import check"
+        assert cell.source.endswith(f'check("{step.id}", {", ".join(step.functions)})')
+
+
+def test_the_source_notebook_has_a_locked_setup_and_five_answers_with_the_reference_as_rubric():
+    cells = _source_cells()
+    setup = next(c for c in cells if c.get("id") == "setup")
+    assert setup.metadata["nbgrader"]["locked"] and not setup.metadata["nbgrader"]["grade"]
+    answers = [c for c in cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")]
+    assert [c.metadata["nbgrader"]["grade_id"] for c in answers] == [f"answer-{name}" for name, _ in ANSWERS]
+    reference = release.reference_answers(release.REFERENCE.read_text())
+    for cell, (name, _) in zip(answers, ANSWERS):
+        assert cell.metadata["nbgrader"]["solution"] and reference[name] in cell.source
+    notebook = nbformat.reads(release.notebook_text(cells), as_version=4)
+    assert notebook.metadata.kernelspec.name == "python3"
+
+
+def test_qkv_course_keeps_a_course_seed_and_will_not_overwrite_an_assignment_by_accident(tmp_path):
+    write_course(tmp_path, "hw1", seed=3)
+    assert find_course(tmp_path / "source" / "hw1") == tmp_path
+    with pytest.raises(CourseError, match="already exists"):
+        write_course(tmp_path, "hw1")
+    with pytest.raises(CourseError, match="already fixes the seed 3"):
+        write_course(tmp_path, "hw2", seed=4)
+    write_course(tmp_path, "hw2")
+    assert json.loads((tmp_path / "qkv_course.json").read_text()) == {"seed": 3}
+    with pytest.raises(CourseError, match="not a usable assignment name"):
+        write_course(tmp_path, "../escape")
+
+
+def test_the_hook_outside_a_kernel_prints_feedback_and_returns_a_number(capsys):
+    score = nbgrader_hook.check("softmax")
+    printed = capsys.readouterr()
+    assert score == 0.0 and printed.err == ""
+    assert printed.out.startswith("softmax: 0 / 10, not_implemented")
+    assert nbgrader_hook.check("no-such-step") == 0.0
+
+
+# --- the release --------------------------------------------------------------------------------
+
+def test_the_release_holds_the_student_notebook_and_no_solution_or_hidden_test(course):
+    released = nbformat.read(course["path"] / "release" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    student = release.notebook_cells("student")
+    assert [c.source for c in released.cells] == [c.source for c in student]
+    text = (course["path"] / "release" / ASSIGNMENT / NOTEBOOK).read_text()
+    for marker in ("BEGIN SOLUTION", "HIDDEN TESTS", "nbgrader_hook", "autograder", "Reference answer"):
+        assert marker not in text
+    for line in _solution_lines():
+        assert line not in text, line
+
+
+def _solution_lines() -> list[str]:
+    lines, inside = [], False
+    for line in release.REFERENCE.read_text().splitlines():
+        if line.strip() in ("### BEGIN SOLUTION", "### END SOLUTION"):
+            inside = line.strip() == "### BEGIN SOLUTION"
+        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
+            lines.append(line.strip())
+    return lines
+
+
+# --- autograde and the gradebook ----------------------------------------------------------------
+
+def test_a_correct_notebook_gets_every_auto_graded_point_in_the_gradebook(course):
+    trusted = _gradebook_scores(course["path"])["alice"]
+    assert trusted == {step.id: step.points for step in STEPS}
+    assert course["in_kernel"]["alice"] == trusted  # nbgrader autograde agreed
+    assert sum(trusted.values()) == MAX_SCORE
+
+
+def test_a_column_normalized_notebook_loses_the_softmax_points_the_grader_says(course, oracle):
+    expected = oracle["bob"]["softmax"]
+    assert "column-normalized" in expected["diagnoses"] and expected["score"] < BY_ID["softmax"].points
+    assert course["in_kernel"]["bob"]["softmax"] == expected["score"]
+    assert _gradebook_scores(course["path"])["bob"]["softmax"] == expected["score"]
+    assert "bob" not in _differing(course["trusted"].stdout)
+
+
+def test_the_feedback_names_the_column_normalization_and_says_to_normalize_each_row(course):
+    text = _feedback_text(course, "bob")
+    assert "column-normalized" in text
+    assert "normalize each row" in text
+
+
+def test_every_test_cell_prints_its_steps_feedback_in_the_kernel(course):
+    notebook = nbformat.read(course["path"] / "autograded" / "alice" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    outputs = {c.metadata.nbgrader.grade_id: c.outputs for c in notebook.cells
+               if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"}
+    for step in STEPS:
+        cell = outputs[release.check_cell_id(step.id)]
+        printed = "".join(o.text for o in cell if o.output_type == "stream" and o.name == "stdout")
+        assert printed.startswith(f"{step.id}: {step.points:g} / {step.points:g}, passed")
+        assert [o.output_type for o in cell if o.output_type != "stream"] == ["execute_result"]
+        assert cell[-1].data["text/plain"] == repr(step.points)
+
+
+def test_a_notebook_that_fakes_the_grader_wins_in_the_kernel_and_gains_nothing_trusted(course, oracle):
+    assert sum(course["in_kernel"]["carol"].values()) == MAX_SCORE  # nbgrader autograde was fooled
+    trusted = _gradebook_scores(course["path"])["carol"]
+    assert trusted == {step: result["score"] for step, result in oracle["carol"].items()}
+    assert trusted["qkv"] == 0.0 and sum(trusted.values()) < MAX_SCORE
+    assert "carol" in _differing(course["trusted"].stdout)
+
+    # Without the cheating cell the notebook scores the same: the cheat gained nothing.
+    honest = nbformat.read(course["submitted"]["carol"], as_version=4)
+    honest.cells = [cell for cell in honest.cells if cell.source != CHEAT]
+    path = course["root"] / "carol-honest.ipynb"
+    nbformat.write(honest, path)
+    done = _run([sys.executable, "-m", "autograder.cli", str(path), "--format", "json", "--seed", str(SEED)],
+                course["root"], course["env"])
+    assert {step["id"]: step["score"] for step in json.loads(done.stdout)["steps"]} == trusted
+
+
+def test_a_notebook_that_kills_its_kernel_keeps_its_other_steps_points(course):
+    # nbgrader graded nothing, and left no autograded notebook: the trusted grading wrote one.
+    assert set(course["in_kernel"].get("dave", {}).values()) <= {None}
+    assert "dave" in course["trusted"].stdout.split("No in-kernel result", 1)[1]
+    assert (course["path"] / "autograded" / "dave" / ASSIGNMENT / NOTEBOOK).is_file()
+    trusted = _gradebook_scores(course["path"])["dave"]
+    assert trusted["ex3_value_shift"] == 0.0
+    assert trusted == {step.id: (0.0 if step.id == "ex3_value_shift" else step.points) for step in STEPS}
+    assert "ex3_value_shift: 0 / 8" in _feedback_text(course, "dave")
+
+
+def test_nbgrader_export_reports_the_trusted_scores(course):
+    rows = {row["student_id"]: row for row in csv.DictReader((course["path"] / "grades.csv").open())}
+    for student, scores in _gradebook_scores(course["path"]).items():
+        assert float(rows[student]["raw_score"]) == pytest.approx(sum(scores.values()))
+    assert float(rows["carol"]["raw_score"]) < MAX_SCORE
+
+
+def test_the_written_answers_wait_for_a_person(course):
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        for student in ("alice", "dave"):
+            for name, _ in ANSWERS:
+                grade = gradebook.find_grade(f"answer-{name}", NOTEBOOK_ID, ASSIGNMENT, student)
+                assert grade.auto_score is None and grade.needs_manual_grade
+
+
+def test_the_trusted_grading_is_faster_than_nbgrader_autograde(course):
+    autograde_seconds, trusted_seconds = course["seconds"]
+    assert trusted_seconds < autograde_seconds
+
+
+# --- what students and the gradebook can see -----------------------------------------------------
+
+def _judge_code_lines() -> set[str]:
+    """Lines of grader code (no string literals: feedback quotes the diagnoses' wording), less
+    the lines the reference solution shares with it (a student may well write those)."""
+    lines, shared = set(), {line.strip() for line in release.REFERENCE.read_text().splitlines()}
+    for module in (judge, cases, diagnoses, grading):
+        source = Path(module.__file__).read_text()
+        strings = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                   if token.type == tokenize.STRING}
+        for number, line in enumerate(source.splitlines(), 1):
+            text = line.strip()
+            if len(text) > 24 and number not in strings and not text.startswith("#") and text not in shared:
+                lines.add(text)
+    return lines
+
+
+def _hidden_values() -> set[str]:
+    """Every expected value of every hidden case, as feedback would print it."""
+    from solutions import attention_head as reference
+    import numpy as np
+
+    values = {False: set(), True: set()}  # by whether the case is the public example
+    for step_cases in cases.build(SEED).values():
+        for case in step_cases:
+            for call in case.calls:
+                result = getattr(reference, call.fn)(*call.args)
+                parts = result.values() if isinstance(result, dict) else \
+                    result if isinstance(result, tuple) else [result]
+                for part in parts:
+                    for x in np.ravel(np.asarray(part, dtype=float)):
+                        text = f"{x:.6g}"
+                        if len(text.strip("-0.")) >= 5:  # short numbers turn up anywhere
+                            values[case.public].add(text)
+    return values[False] - values[True]
+
+
+def test_feedback_and_release_hold_no_hidden_case_value_and_no_judge_code(course):
+    code, values = _judge_code_lines(), _hidden_values()
+    assert len(values) > 100
+    texts = {"release": (course["path"] / "release" / ASSIGNMENT / NOTEBOOK).read_text()}
+    for student in course["submitted"]:
+        texts[student] = _feedback_text(course, student)
+    for name, text in texts.items():
+        assert "Traceback (most recent call last)" not in text, name
+        leaked = [line for line in code if line in text]
+        assert not leaked, (name, leaked[:3])
+        numbers = set(re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?", text))
+        assert not numbers & values, (name, sorted(numbers & values)[:5])
+
+
+def test_the_gradebook_stores_only_the_hook_line_as_hidden_test(course):
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_notebook(NOTEBOOK_ID, ASSIGNMENT)
+        sources = {cell.name: cell.source for cell in notebook.source_cells}
+    for step in STEPS:
+        assert sources[release.check_cell_id(step.id)] == (
+            "### BEGIN HIDDEN TESTS\nfrom autograder.nbgrader_hook import check\n### END HIDDEN TESTS\n"
+            f'check("{step.id}", {", ".join(step.functions)})')
+
+
+def test_a_second_trusted_run_changes_nothing_and_still_reports_the_in_kernel_differences(course):
+    before = _gradebook_scores(course["path"])
+    again = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course["path"]), ASSIGNMENT],
+                 course["root"], course["env"])
+    assert again.returncode == 0, again.stderr
+    assert _gradebook_scores(course["path"]) == before
+    assert _differing(again.stdout) == _differing(course["trusted"].stdout) == {"carol"}
+
+
+def test_a_course_without_generate_assignment_is_refused_with_the_command_to_run(tmp_path):
+    write_course(tmp_path / "fresh", seed=1)
+    done = subprocess.run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(tmp_path / "fresh"), ASSIGNMENT],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=_jupyter_env(tmp_path))
+    assert done.returncode == 2
+    assert "nbgrader generate_assignment ps1" in done.stderr
