@@ -523,19 +523,23 @@ def _clean_tmp():
 def worker_main():
     """Serve jobs from stdin until it closes; every frame written goes to stdout."""
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    for path in config.get("path", ()):
+        sys.path.insert(0, path)
+    # Load everything first, then drop to the unprivileged user: outside a sandbox that user may
+    # not be able to read the Python installation at all.
+    import builtins, ctypes, resource, select, shutil, signal, time  # noqa: E401,F401
+    import numpy  # loaded once here, shared by every forked child
+    import numpy.fft, numpy.linalg, numpy.random  # noqa: E401,F401
     if config.get("uid") is not None:
         os.setgroups([])
         os.setgid(config["gid"])
         os.setuid(config["uid"])
+        if config.get("workdir"):
+            os.chdir(config["workdir"])
     try:  # a submission running as the same user must not be able to trace the worker
-        import ctypes
-
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     except Exception:
         pass
-    for path in config.get("path", ()):
-        sys.path.insert(0, path)
-    import numpy  # noqa: F401  (loaded once here, shared by every forked child)
 
     stdin, stdout = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)

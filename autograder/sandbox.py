@@ -9,8 +9,9 @@ is sent are not in its view.
 
 Otherwise (not root, or no bwrap) a worker is a plain child process of the grader: the submission
 still never runs in the grader's own process, time, memory and output are still capped, and only
-plain data crosses back, but it runs as the same user, can read what that user can read, and has
-the network that user has. `isolation()` says which one is in force; it is recorded in results.
+plain data crosses back, but it can read what its user can read and has that user's network.
+As root without bwrap it drops to uid/gid 65534 after loading numpy, so it is at least not root;
+make the grader's files unreadable to others (`chmod -R o=`) to keep them from it. `isolation()` says which one is in force; it is recorded in results.
 
 Set QKV_SANDBOX=none to force the plain mode, or QKV_SANDBOX=bwrap to fail rather than fall back.
 """
@@ -80,6 +81,8 @@ def worker_command() -> list[str]:
     source = CHILD_SOURCE.read_text()
     if isolation() == "process":
         config = {"own_pid_namespace": False}
+        if os.geteuid() == 0:  # never run a submission as root, even without a sandbox
+            config.update(uid=NOBODY, gid=NOBODY, workdir="/")
         return [sys.executable, "-I", "-c", source, json.dumps(config)]
 
     prefix = _python_prefix()

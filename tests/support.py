@@ -44,13 +44,14 @@ def require_sandbox() -> None:
         pytest.skip(message)
 
 
-def qkv_grade(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def qkv_grade(*args: str, cwd: Path | None = None, timeout: float = 300,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autograder.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=None if env is None else {**os.environ, **env})
 
 
-def grade_json(path: Path, *args: str, cwd: Path | None = None):
-    done = qkv_grade(str(path), "--format", "json", *args, cwd=cwd)
+def grade_json(path: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    done = qkv_grade(str(path), "--format", "json", *args, cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -187,6 +187,17 @@ def test_an_unprivileged_child_cannot_read_the_reference_data_or_other_submissio
     assert result["isolation"] == "bwrap"
 
 
+def test_without_the_sandbox_a_root_grader_still_runs_submissions_as_nobody(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("only a root grader drops privileges")
+    path = tmp_path / "attention_head.py"
+    path.write_text(in_facts("    import os\n    raise RuntimeError(f'uid={os.getuid()} gid={os.getgid()}')\n"))
+    result = grade_json(path, *FAST, env={"QKV_SANDBOX": "none"})
+    assert result["isolation"] == "process"
+    assert "uid=65534 gid=65534" in steps_by_id(result)["ex4_shapes"]["feedback"]
+    assert steps_by_id(result)["qkv"]["status"] == "passed"
+
+
 def test_the_grader_package_cannot_be_imported_from_a_submission(tmp_path):
     require_sandbox()
     probe = '''    found = []
