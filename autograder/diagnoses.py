@@ -176,6 +176,12 @@ def _whole(s):
     return e / e.sum()
 
 
+def _column_sums(s, axis):
+    """Each row shifted by its own maximum, as it should be, but divided by column totals."""
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
 def _column_max(s):
     e = np.exp(s - s.max(axis=0, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -186,6 +192,8 @@ def _column_max(s):
 SOFTMAX_MODELS: tuple[tuple[str, Model], ...] = (
     ("column-normalized", lambda s: _softmax(s, axis=-2)),
     ("column-normalized", lambda s: _softmax(s, axis=0)),
+    ("column-normalized", lambda s: _column_sums(s, axis=-2)),
+    ("column-normalized", lambda s: _column_sums(s, axis=0)),
     ("whole-matrix-normalized", _whole),
     ("not-exponentiated", lambda s: s / s.sum(axis=-1, keepdims=True)),
     ("not-normalized", np.exp),
@@ -241,8 +249,11 @@ def _weights_check(a, axis=1, exact=False, negatives=False) -> bool:
 MODELS: dict[str, tuple[tuple[str, Model], ...]] = {
     "project_qkv": tuple(("swapped-roles", (lambda roles: lambda x, *w: tuple(x @ w[i] for i in roles))(roles))
                          for roles in _role_swaps()),
+    # Each `.T` mistake twice: on one matrix `.T` is the swap of the last two axes, but on a batch
+    # it reverses all three, and a composite step given a batch shows which one was written.
     "scores": (
         ("keys-not-transposed", lambda q, k: k @ _t(q)),
+        ("keys-not-transposed", lambda q, k: k @ q.T),
         ("keys-not-transposed", lambda q, k: q @ k),
         ("scores-prescaled", lambda q, k: q @ _t(k) / np.sqrt(q.shape[-1])),
     ),
@@ -255,6 +266,7 @@ MODELS: dict[str, tuple[tuple[str, Model], ...]] = {
     "softmax_rows": SOFTMAX_MODELS,
     "mix": (
         ("wrong-mix-order", lambda a, v: _t(a) @ v),
+        ("wrong-mix-order", lambda a, v: a.T @ v),
         ("wrong-mix-order", lambda a, v: v @ a),
         ("output-divided-by-d_v", lambda a, v: a @ v / v.shape[-1]),
     ),

@@ -287,6 +287,11 @@ class _Candidate:
     """A call the student got right, where the model would not have."""
 
 
+# An earlier step with one of these (or failing with no code at all) returns values no model
+# describes; a step built on it can then match one of its own models only by coincidence.
+_UNMODELLED_VALUES = {"wrong-shape", "non-finite", "hard-coded", "low-precision"}
+
+
 def _candidates(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -> list[_Candidate]:
     """The models worth trying on this step's calls of `fn`: earlier diagnoses first, then its own."""
     found = []
@@ -295,6 +300,9 @@ def _candidates(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]
             for used_fn in BY_ID[used].functions:
                 found += [_Candidate(code, diagnoses.through_reference(fn, used_fn, model), True)
                           for own, model in diagnoses.MODELS.get(used_fn, ()) if own == code]
+    if any(not earlier[used].diagnoses or _UNMODELLED_VALUES & set(earlier[used].diagnoses)
+           for used in failing_uses):
+        return found
     return found + [_Candidate(code, model, False) for code, model in diagnoses.MODELS.get(fn, ())]
 
 
@@ -459,9 +467,12 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     hidden = [c for c, case in enumerate(cases) if not case.public]
     hidden_wrong = [c for c in hidden if any(v.kind in ("mismatch", "wrong-type") for v in verdicts[c])]
     example_right = all(ok for case, ok in zip(cases, passed) if case.public)
+    mismatched = [v for v in flat if v.kind == "mismatch"]
     derived = []
     if any(flat[i].nonfinite and i not in explained for i in large) and normal_fine:
         derived.append("unstable-softmax")
+    elif mismatched and not models and all(v.close for v in mismatched) and not any(v.kind == "raised" for v in flat):
+        derived.append("low-precision")  # every wrong value is right to about float32 precision
     elif example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1:
         derived.append("hard-coded")  # right on the example, wrong almost everywhere else
     else:
@@ -469,10 +480,6 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             derived.append("non-finite")
         if any(v.shape for v in unexplained):
             derived.append("wrong-shape")
-        mismatched = [v for v in flat if v.kind == "mismatch"]
-        if mismatched and not models and not derived and all(v.close for v in mismatched) \
-                and not any(v.kind == "raised" for v in flat):
-            derived.append("low-precision")  # every wrong value is right to about float32 precision
     if any(v.kind == "raised" for v in unexplained):
         derived.append("crashed")
     return codes + [code for code in derived if code not in codes]

@@ -113,6 +113,8 @@ WRONG: dict[str, Submission] = {
                         MIX_ON, "low-precision"),
     "float32_softmax": _one("e = np.exp(shifted)", "e = np.exp(shifted.astype(np.float32))",
                             SOFTMAX_ON + ("ex1_zero_query",), "low-precision"),
+    "float32_projection": _one("q = x @ w_q  #", "q = (x.astype(np.float32) @ w_q.astype(np.float32)).astype(float)  #",
+                               QKV_ON, "low-precision"),  # exact on the example's integers: not hard-coded
     "hard_coded_softmax": Submission((
         (SOFTMAX_MAX,
          f"if s.shape == (3, 3) and np.allclose(s, {_literal(EXAMPLE['values']['S'])}):\n"
@@ -130,8 +132,12 @@ WRONG: dict[str, Submission] = {
                                      _on(QKV_ON, "swapped-roles")),
     # -- §15.2 -----------------------------------------------------------------------------
     "keys_not_transposed": _one("k_t = np.swapaxes(k, -1, -2)", "k_t = k", SCORES_ON, "keys-not-transposed"),
-    "receivers_and_keys_swapped": _one("d = q @ k_t", "d = k @ np.swapaxes(q, -1, -2)", SCORES_ON,
+    "receivers_and_keys_swapped": _one("d = q @ k_t", "d = k @ q.T", SCORES_ON,
                                        "keys-not-transposed"),
+    # Queries compared with queries: no model describes it, so no step may borrow a lookalike
+    # (the head's result is also what W_Q used for the keys would give).
+    "queries_compared_with_queries": Submission((("d = q @ k_t", "d = q @ np.swapaxes(q, -1, -2)"),),
+                                                dict.fromkeys(SCORES_ON, [])),
     "scores_prescaled": _one("d = q @ k_t", "d = q @ k_t / np.sqrt(q.shape[-1])", SCORES_ON, "scores-prescaled"),
     # -- §15.3: the divisor ----------------------------------------------------------------
     "no_scaling": _one("s = d / np.sqrt(d_k)", "s = d", SCALE_ON, "no-scaling"),
@@ -149,6 +155,7 @@ WRONG: dict[str, Submission] = {
     "column_normalized": Submission(((SOFTMAX_MAX, "shifted = s - s.max(axis=0, keepdims=True)"),
                                      (SOFTMAX_SUM, "a = e / e.sum(axis=0, keepdims=True)")),
                                     _on(SOFTMAX_ON, "column-normalized")),
+    "column_sums_only": _one(SOFTMAX_SUM, "a = e / e.sum(axis=0, keepdims=True)", SOFTMAX_ON, "column-normalized"),
     "whole_matrix_normalized": Submission(((SOFTMAX_MAX, "shifted = s - s.max()"), (SOFTMAX_SUM, "a = e / e.sum()")),
                                           _on(SOFTMAX_ON, "whole-matrix-normalized")),
     "unstable_softmax": _one(SOFTMAX_MAX, "shifted = s", ("softmax", "attention", "head"), "unstable-softmax"),
@@ -161,6 +168,7 @@ WRONG: dict[str, Submission] = {
     "mixed_scores": _one(ATTENTION_BODY, "    s = scale(scores(q, k), d_k)\n    a = softmax_rows(s)\n"
                                          "    o = mix(s, v)\n", ATTENTION_ON, "mixed-scores"),
     "weights_transposed": _one("o = a @ v  #", "o = np.swapaxes(a, -1, -2) @ v  #", MIX_ON, "wrong-mix-order"),
+    "weights_dot_T": _one("o = a @ v  #", "o = a.T @ v  #", MIX_ON, "wrong-mix-order"),
     "values_first": _one("o = a @ v  #", "o = v @ a  #", MIX_ON, "wrong-mix-order"),
     "output_divided_by_d_v": _one("o = a @ v  #", "o = a @ v / v.shape[-1]  #", MIX_ON, "output-divided-by-d_v"),
     # -- batches ---------------------------------------------------------------------------
