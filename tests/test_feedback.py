@@ -1,0 +1,215 @@
+"""The feedback a student reads: pinned wording for representative mistakes, and rules for all of it.
+
+Like numpy's tests pin assert_allclose's messages, a few whole messages are pinned here; every
+other result of the graded test submissions (tests/submissions) is held to the rules: hidden
+cases' expected values never shown, no traceback or grader source, every diagnosis citing a
+chapter section, and a composite step whose earlier step is wrong saying so first.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder import cases, feedback, judge
+from autograder.diagnoses import CODES
+from autograder.steps import BY_ID
+from solutions import attention_head as reference
+from submissions.variants import WRONG, graded
+
+SEED = 7
+AUTOGRADER = Path(judge.__file__).resolve().parent
+
+
+def step_feedback(name: str, step_id: str) -> str:
+    return next(step["feedback"] for step in graded(SEED)[name]["steps"] if step["id"] == step_id)
+
+
+# ------------------------------------------------------------------ pinned messages -------------
+
+
+def test_a_column_normalized_softmax_is_explained_on_the_example():
+    assert step_feedback("column_normalized", "softmax") == """\
+Normalize each receiving row: 1 of 8 cases pass.
+Called softmax_rows(s [3, 3]) on the chapter's example.
+a: mismatched elements: 6 / 9 (66.7%)
+  at [0, 0]: got 0.248255, expected 0.401112
+  at [0, 2]: got 0.140029, expected 0.401112
+  at [1, 1]: got 0.401112, expected 0.248255
+  largest absolute difference: 0.261
+[column-normalized] You normalized the columns, over receivers; normalize each row, over the \
+contributing keys, so every receiving position gets a unit-total mixture.
+  Where to look: The softmax runs along the last axis: `axis=-1, keepdims=True` for the maximum and \
+the sum. Reread §15.3.
+The task: Turn each row of scores into weights over the keys: non-negative, summing to one, and \
+finite even for scores in the thousands. Reread §15.3."""
+
+
+def test_a_composite_step_names_the_earlier_wrong_step_first_and_does_not_repeat_its_advice():
+    assert step_feedback("column_normalized", "attention") == """\
+Your `softmax` step is wrong (see above); this step uses it, so fix that first.
+Scaled dot-product attention: 1 of 7 cases pass.
+Called attention(q [3, 2], k [3, 2], v [3, 2]) on the chapter's example.
+o: mismatched elements: 6 / 6 (100%)
+  at [0, 0]: got 0.726089, expected 1.40111
+  at [0, 1]: got 0.67561, expected 1.19778
+  at [1, 0]: got 1.21736, expected 1.50349
+  largest absolute difference: 0.675
+a: mismatched elements: 6 / 9 (66.7%)
+  at [0, 0]: got 0.248255, expected 0.401112
+  at [0, 2]: got 0.140029, expected 0.401112
+  at [1, 1]: got 0.401112, expected 0.248255
+  largest absolute difference: 0.261
+[column-normalized] You normalized the columns, over receivers; normalize each row, over the \
+contributing keys, so every receiving position gets a unit-total mixture.
+The task: Chain the score, scale, softmax and mix steps, reading d_k from the queries. Reread §15.3, §15.4."""
+
+
+def test_a_head_names_only_the_earliest_wrong_step_it_builds_on():
+    assert step_feedback("column_normalized", "head").splitlines()[0] == \
+        "Your `softmax` step is wrong (see above); this step uses it, so fix that first."
+
+
+def test_scores_with_receivers_and_keys_swapped_are_explained_on_the_example():
+    assert step_feedback("receivers_and_keys_swapped", "scores") == """\
+Compare every receiving row with every key: 1 of 6 cases pass.
+Called scores(q [3, 2], k [3, 2]) on the chapter's example.
+d: mismatched elements: 6 / 9 (66.7%)
+  at [0, 1]: got 1, expected 0
+  at [0, 2]: got 2, expected 1
+  at [1, 0]: got 0, expected 1
+  largest absolute difference: 1
+[keys-not-transposed] You compared without transposing the keys, or with queries and keys swapped: \
+D = Q Kᵀ puts the receiving queries on the rows and the contributing keys on the columns.
+  Where to look: Use `q @ k.T` (or `np.swapaxes(k, -1, -2)`, which also works for a batch), not \
+`q @ k` or `k @ q.T`. Reread §15.2.
+The task: Build D = Q Kᵀ, whose row i holds query i's dot product with every key. Reread §15.2."""
+
+
+def test_scores_without_the_transpose_show_the_error_and_name_the_transpose_not_a_crash():
+    lines = step_feedback("keys_not_transposed", "scores").splitlines()
+    assert lines[:2] == ["Compare every receiving row with every key: 0 of 6 cases pass.",
+                         "Called scores(q [3, 2], k [3, 2]) on the chapter's example."]
+    assert re.fullmatch(r"It raised ValueError: .+ \(attention_head\.py line \d+, in scores\)", lines[2])
+    assert lines[3].startswith("[keys-not-transposed] ")
+    assert not any(line.startswith("[crashed]") for line in lines)
+
+
+def test_a_step_of_the_stub_says_it_is_not_implemented_and_what_to_do():
+    assert step_feedback("stub", "scale") == """\
+Divide the scores by √d_k: not implemented yet (scale).
+The task: Divide every score by the square root of the query/key width d_k. Reread §15.3."""
+
+
+def test_a_step_built_on_an_unwritten_step_says_to_write_that_first():
+    assert step_feedback("scores_not_written", "attention") == """\
+Your `scores` step is not implemented yet; this step uses it, so write that first.
+Scaled dot-product attention: 0 of 7 cases pass.
+The task: Chain the score, scale, softmax and mix steps, reading d_k from the queries. Reread §15.4."""
+
+
+def test_a_missing_function_is_named():
+    assert step_feedback("missing_name", "ex4_shapes") == """\
+Exercise 4: shapes and the divisor: not implemented yet (head_facts).
+Your module defines no function named `head_facts`.
+The task: State the divisor, the score and output shapes, and the softmax axis of a head. Reread §15.8."""
+
+
+def test_a_step_that_runs_past_its_time_limit_says_so():
+    assert step_feedback("timeout", "ex4_shapes") == """\
+Exercise 4: shapes and the divisor: 0 of 6 cases pass.
+Called head_facts(t=5, d_k=4, d_v=3) on the chapter's example.
+The call did not finish: it ran past the time limit.
+[timeout] This step ran past its time limit (the other steps were still graded).
+  Where to look: Look for a loop that never ends, or work that grows far faster than the input. Reread §15.8.
+The task: State the divisor, the score and output shapes, and the softmax axis of a head. Reread §15.8."""
+
+
+def test_an_array_mismatch_reads_like_assert_allclose_and_hides_hidden_expected_values():
+    got, want = np.array([[1.0, 2.0], [3.0, 4.5]]), np.array([[1.0, 2.5], [3.0, 4.0]])
+    assert feedback.array_mismatch(got, want, True, "o") == """\
+o: mismatched elements: 2 / 4 (50%)
+  at [0, 1]: got 2, expected 2.5
+  at [1, 1]: got 4.5, expected 4
+  largest absolute difference: 0.5"""
+    assert feedback.array_mismatch(got, want, False, "o") == """\
+o: mismatched elements: 2 / 4 (50%)
+  at [0, 1]: got 2
+  at [1, 1]: got 4.5
+  largest absolute difference: 0.5"""
+    assert feedback.array_mismatch(got[:1], want, False, "o") == "o has shape [1, 2], expected [2, 2]."
+    # A float32-sized difference is shown with every digit, so that it can be seen at all.
+    assert feedback.array_mismatch(np.array([0.1 + 1e-8]), np.array([0.1]), True, "a") == """\
+a: mismatched elements: 1 / 1 (100%)
+  at [0]: got 0.10000001, expected 0.1
+  largest absolute difference: 1e-08"""
+
+
+# ------------------------------------------------------------------ rules for every message -----
+
+
+def _wrong_steps():
+    return [(name, step) for name in sorted(WRONG) for step in graded(SEED)[name]["steps"]
+            if step["status"] != "passed"]
+
+
+@pytest.fixture(scope="module")
+def hidden_expected_numbers() -> set[str]:
+    """Every hidden case's expected values, as the feedback would print them (4+ significant digits)."""
+    numbers = set()
+    for step_cases in cases.build(SEED).values():
+        for case in step_cases:
+            if case.public or case.kind == "property":
+                continue
+            for call in case.calls:
+                value = judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
+                for part in value.values():
+                    for x in np.ravel(np.asarray(part, dtype=float)) if not isinstance(part, bool) else ():
+                        short = f"{x:.6g}"
+                        if len(short.lstrip("-").replace(".", "").lstrip("0").split("e")[0]) >= 4:
+                            numbers |= {short, repr(float(x))}
+    return numbers
+
+
+def test_feedback_on_a_hidden_case_shows_what_came_back_never_what_was_expected(hidden_expected_numbers):
+    on_hidden = [(name, step) for name, step in _wrong_steps() if "on hidden case" in step["feedback"]]
+    assert len(on_hidden) >= 5  # hard-coded, unstable and predicate mistakes pass the example
+    for name, step in on_hidden:
+        shown = set(re.findall(r"-?\d+\.\d+(?:e[-+]?\d+)?", step["feedback"]))
+        assert not shown & hidden_expected_numbers, (name, step["id"], step["feedback"])
+        assert not re.search(r"expected -?\d", step["feedback"]), (name, step["feedback"])
+
+
+def test_feedback_never_shows_a_traceback_or_the_graders_source():
+    source = {line.strip() for path in AUTOGRADER.glob("*.py") for line in path.read_text().splitlines()
+              if len(line.strip()) >= 25}
+    for name, step in _wrong_steps():
+        text = step["feedback"]
+        assert "Traceback" not in text and 'File "' not in text and "autograder" not in text, (name, text)
+        assert not [line for line in source if line in text], (name, step["id"])
+
+
+def test_every_diagnosis_in_feedback_cites_a_section_of_the_chapter():
+    for name, step in _wrong_steps():
+        lines = step["feedback"].splitlines()
+        assert re.fullmatch(r"The task: .+ Reread §15\.\d+(, §15\.\d+)*\.", lines[-1]), (name, lines[-1])
+        for code in step["diagnoses"]:
+            assert code in CODES
+            cited = CODES[code].section or BY_ID[step["id"]].section
+            assert cited in lines[-1], (name, step["id"], code)
+            if code != "not-implemented":
+                assert any(line.startswith(f"[{code}] ") for line in lines), (name, step["id"], code)
+
+
+def test_a_composite_step_whose_earlier_step_is_wrong_says_so_first():
+    for name, step in _wrong_steps():
+        failing = {other["id"] for other in graded(SEED)[name]["steps"] if other["status"] not in ("passed",)}
+        built_on = set(judge._all_uses(BY_ID[step["id"]])) & failing
+        first = step["feedback"].splitlines()[0]
+        if built_on and step["status"] != "not_implemented":
+            assert first.startswith("Your `") and "this step uses" in first, (name, step["id"], first)
+        elif not built_on:
+            assert not first.startswith("Your `"), (name, step["id"], first)
