@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -240,9 +241,12 @@ def record_scores(graded: Graded, coursedir, config, assignment: str,
     import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+    from sqlalchemy.exc import SAWarning
 
     submitted = graded.path.parent
-    with Gradebook(coursedir.db_url) as gradebook:
+    with Gradebook(coursedir.db_url) as gradebook, warnings.catch_warnings():
+        # nbgrader 0.9.6 adds a submission in a way SQLAlchemy 2 warns about; the rows are right.
+        warnings.simplefilter("ignore", SAWarning)
         gradebook.update_or_create_student(graded.student)
         timestamp = coursedir.get_existing_timestamp(str(submitted))
         extra = {"timestamp": timestamp} if timestamp else {}
@@ -309,7 +313,11 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float) -> 
             lines.append(f"  {one.student}: in-kernel {sum(one.in_kernel.values()):g}, trusted "
                          f"{one.result.score:g}; {'; '.join(one.differences)}")
     missing = [one.student for one in graded if one.in_kernel is None]
-    if missing:
+    if missing and len(missing) == len(graded):
+        lines.append("")
+        lines.append("No in-kernel results to compare: nbgrader autograde has not run on these "
+                     "notebooks (these scores do not need it).")
+    elif missing:
         lines.append("")
         lines.append(f"No in-kernel result (autograde not run, or its kernel died): "
                      f"{', '.join(missing)}")
