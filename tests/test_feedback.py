@@ -30,11 +30,8 @@ def step_feedback(name: str, step_id: str) -> str:
 
 # ------------------------------------------------------------------ pinned messages -------------
 
-
-def test_a_column_normalized_softmax_is_explained_on_the_example():
-    assert step_feedback("column_normalized", "softmax") == """\
-Normalize each receiving row: 1 of 8 cases pass.
-Called softmax_rows(s [3, 3]) on the chapter's example.
+# The example's weights from a column-normalized softmax, and what the diagnosis says about them.
+COLUMN_NORMALIZED_WEIGHTS = """\
 a: mismatched elements: 6 / 9 (66.7%)
   at [0, 0]: got 0.248255, expected 0.401112
   at [0, 2]: got 0.140029, expected 0.401112
@@ -42,6 +39,14 @@ a: mismatched elements: 6 / 9 (66.7%)
   largest absolute difference: 0.261
 [column-normalized] You normalized the columns, over receivers; normalize each row, over the \
 contributing keys, so every receiving position gets a unit-total mixture.
+"""
+
+
+def test_a_column_normalized_softmax_is_explained_on_the_example():
+    assert step_feedback("column_normalized", "softmax") == """\
+Normalize each receiving row: 1 of 8 cases pass.
+Called softmax_rows(s [3, 3]) on the chapter's example.
+""" + COLUMN_NORMALIZED_WEIGHTS + """\
   Where to look: The softmax runs along the last axis: `axis=-1, keepdims=True` for the maximum and \
 the sum. Reread §15.3.
 The task: Turn each row of scores into weights over the keys: non-negative, summing to one, and \
@@ -58,13 +63,7 @@ o: mismatched elements: 6 / 6 (100%)
   at [0, 1]: got 0.67561, expected 1.19778
   at [1, 0]: got 1.21736, expected 1.50349
   largest absolute difference: 0.675
-a: mismatched elements: 6 / 9 (66.7%)
-  at [0, 0]: got 0.248255, expected 0.401112
-  at [0, 2]: got 0.140029, expected 0.401112
-  at [1, 1]: got 0.401112, expected 0.248255
-  largest absolute difference: 0.261
-[column-normalized] You normalized the columns, over receivers; normalize each row, over the \
-contributing keys, so every receiving position gets a unit-total mixture.
+""" + COLUMN_NORMALIZED_WEIGHTS + """\
 The task: Chain the score, scale, softmax and mix steps, reading d_k from the queries. Reread §15.3, §15.4."""
 
 
