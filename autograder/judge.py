@@ -150,13 +150,22 @@ def canonical(fn: str, value) -> dict:
             "output_shape": _as_shape(value["output_shape"], "output_shape"), "softmax_axis": axis}
 
 
+def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False) -> bool:
+    """np.allclose for same-shaped float arrays, without its overhead (it runs thousands of times)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = (np.abs(got - want) <= atol + rtol * np.abs(want)) | (got == want)
+    if equal_nan:
+        ok |= np.isnan(got) & np.isnan(want)
+    return bool(ok.all())
+
+
 def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL) -> list[str]:
     """Every way `actual` differs from `expected` (both canonical); empty when they agree."""
     found = []
     for name, want in expected.items():
         got = actual.get(name)
         if isinstance(want, np.ndarray):
-            if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
+            if got.shape != want.shape or not allclose(got, want, rtol, atol):
                 found.append(feedback.array_mismatch(got, want, public, name) if rtol == RTOL else name)
         elif name == "softmax_axis":
             if got not in ((1, -1) if want == -1 else (want,)):
@@ -246,8 +255,13 @@ def _describe(verdict: _CallVerdict, actual: dict, expected: dict) -> None:
 def _same_part(name: str, got, want) -> bool:
     """Does one part of a returned value equal a model's, within the model tolerance?"""
     if isinstance(want, np.ndarray):
-        return (isinstance(got, np.ndarray) and got.shape == want.shape
-                and bool(np.allclose(got, want, rtol=MODEL_RTOL, atol=MODEL_ATOL, equal_nan=True)))
+        if not isinstance(got, np.ndarray) or got.shape != want.shape:
+            return False
+        if want.size:  # most models differ at the first element: reject those without array work
+            first, model_first = float(got.flat[0]), float(want.flat[0])
+            if abs(first - model_first) > MODEL_ATOL + MODEL_RTOL * abs(model_first) and first == first:
+                return False
+        return allclose(got, want, MODEL_RTOL, MODEL_ATOL, equal_nan=True)
     if name == "softmax_axis":  # on a [T, T] matrix, 1 and -1 name the same axis, as do 0 and -2
         same = {1: -1, -2: 0}
         return same.get(got, got) == same.get(want, want)
@@ -256,6 +270,11 @@ def _same_part(name: str, got, want) -> bool:
     if isinstance(want, (tuple, list)):
         return isinstance(got, tuple) and got == tuple(want)
     return got == want
+
+
+def _agrees_canonical(fn: str, value: dict, model: dict) -> bool:
+    """Does a canonical value agree with a model's value (canonical, or a partial head_facts dict)?"""
+    return all(_same_part(name, value[name], part) for name, part in model.items())
 
 
 def _agrees(fn: str, value: dict, model_value) -> bool | None:
@@ -285,6 +304,8 @@ class _Candidate:
     """How many of those are wrong values (not exceptions)."""
     contradicted: bool = False
     """A call the student got right, where the model would not have."""
+    key: tuple = ()
+    """Identifies the model across submissions, so its value on a hidden call is computed once."""
 
 
 # An earlier step with one of these (or failing with no code at all) returns values no model
@@ -298,12 +319,52 @@ def _candidates(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]
     for used in failing_uses:
         for code in earlier[used].diagnoses:
             for used_fn in BY_ID[used].functions:
-                found += [_Candidate(code, diagnoses.through_reference(fn, used_fn, model), True)
+                found += [_Candidate(code, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
                           for own, model in diagnoses.MODELS.get(used_fn, ()) if own == code]
     if any(not earlier[used].diagnoses or _UNMODELLED_VALUES & set(earlier[used].diagnoses)
            for used in failing_uses):
         return found
-    return found + [_Candidate(code, model, False) for code, model in diagnoses.MODELS.get(fn, ())]
+    return found + [_Candidate(code, model, False, key=(fn, id(model))) for code, model in diagnoses.MODELS.get(fn, ())]
+
+
+_CARRIED: dict[tuple, Callable] = {}
+
+
+def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
+    key = (fn, used_fn, id(model))
+    if key not in _CARRIED:
+        _CARRIED[key] = diagnoses.through_reference(fn, used_fn, model)
+    return _CARRIED[key]
+
+
+# A model's value on a hidden call depends on nothing but the call, so across a class it is
+# computed once: (model key, id(call)) -> (call, canonical value or None, exception name or None,
+# whether it differs from the reference). The call is kept in the entry so its id stays unique.
+_MODEL_VALUES: dict[tuple, tuple] = {}
+
+
+def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
+    key = (candidate.key, id(call))
+    entry = _MODEL_VALUES.get(key)
+    if entry is not None and entry[0] is call:
+        return entry[1:]
+    try:
+        with np.errstate(all="ignore"):
+            raw, error = candidate.model(*call.args), None
+    except Exception as exc:  # the model fails where the misconception would: evidence too
+        raw, error = None, type(exc).__name__
+    value = None
+    if error is None:
+        if RETURNS[call.fn][0] == "facts":
+            value = raw if isinstance(raw, dict) else None
+        else:
+            try:
+                value = canonical(call.fn, raw)
+            except WrongType:
+                value = None
+    differs = value is not None and not _agrees_canonical(call.fn, want, value)
+    _MODEL_VALUES[key] = (call, value, error, differs)
+    return value, error, differs
 
 
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict]) -> None:
@@ -311,19 +372,15 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
     for index, (call, verdict, want) in enumerate(zip(calls, verdicts, expected)):
         if verdict.kind not in ("ok", "mismatch", "raised"):
             continue
-        try:
-            with np.errstate(all="ignore"):
-                value, error = candidate.model(*call.args), None
-        except Exception as exc:  # the model fails where the misconception would: evidence too
-            value, error = None, type(exc).__name__
+        value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "raised":
             if error is not None and error == verdict.raised:
                 candidate.explains.add(index)
             continue
-        agrees = None if error else _agrees(call.fn, verdict.actual, value)
+        agrees = None if error or value is None else _agrees_canonical(call.fn, verdict.actual, value)
         if verdict.kind == "ok":
             candidate.contradicted |= agrees is False or error is not None
-        elif agrees and not _agrees(call.fn, want, value):
+        elif agrees and differs:
             candidate.explains.add(index)
             candidate.values += 1
 
