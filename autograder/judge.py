@@ -400,7 +400,10 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     accepted = []
     for fn in dict.fromkeys(call.fn for call in calls):
         indexes = [i for i, call in enumerate(calls) if call.fn == fn]
+        to_explain = {i for i in indexes if i in failing}
         for candidate in _candidates(fn, failing_uses, earlier):
+            if not candidate.carried and to_explain <= {i for c in accepted if c.carried for i in c.explains}:
+                break  # earlier diagnoses already explain every failure: no model of its own can win
             _weigh(candidate, [calls[i] for i in indexes], [verdicts[i] for i in indexes],
                    [expected[i] for i in indexes])
             candidate.explains = {indexes[i] for i in candidate.explains}
