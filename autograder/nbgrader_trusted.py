@@ -11,9 +11,11 @@ course's seed, and then, through nbgrader's own API:
   manual grading of the written answers, `nbgrader export` and `nbgrader generate_feedback` all
   use these scores;
 - puts each step's feedback in the output of its check cell in
-  `autograded/<student>/<assignment>/attention_head.ipynb`; when `nbgrader autograde` never
-  produced that notebook (not run, or its kernel died) it writes one from the submission with
-  nbgrader's own sanitizing steps, so feedback can still be generated;
+  `autograded/<student>/<assignment>/attention_head.ipynb` and clears every other output the
+  kernel left there (student code that ran in it could have printed anything, hidden cases
+  included); when `nbgrader autograde` never produced that notebook (not run, or its kernel died)
+  it writes one from the submission with nbgrader's own sanitizing steps, so feedback can still be
+  generated;
 - reports every notebook whose in-kernel result differs from the trusted one, and every notebook
   with no in-kernel result.
 
@@ -225,9 +227,12 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        # Whatever the kernel printed goes: code that ran there could print what no student may see.
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell.cell_type == "code" and grade_id in steps_of:
-            cell.outputs = _check_outputs(results[steps_of[grade_id]])
+        cell.outputs = _check_outputs(results[steps_of[grade_id]]) if grade_id in steps_of else []
+        cell.execution_count = None
     notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed}
     if target.exists():
         os.chmod(target, 0o644)

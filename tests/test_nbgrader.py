@@ -52,6 +52,14 @@ points = {step["id"]: step["points"] for step in json.load(open("steps.json"))["
 fake = types.ModuleType("autograder.nbgrader_hook")
 fake.check = lambda step_id, *functions: points[step_id]
 sys.modules["autograder.nbgrader_hook"] = fake"""
+# Prints what the hidden graders expect on a hidden case, from inside the kernel during autograde.
+LEAK = """\
+from pathlib import Path
+from autograder import cases, nbgrader_course
+from solutions import attention_head as reference
+seed = nbgrader_course.course_seed(nbgrader_course.find_course(Path.cwd()))
+hidden = cases.build(seed)["softmax"][2].calls[0].args[0]
+print("leaked:", [f"{x:.6g}" for x in reference.softmax_rows(hidden).ravel()])"""
 GARBAGE_QKV = [("    q = x @ w_q  #", "    return x, x, x\n    q = x @ w_q  #")]
 KILLER = "import os\nos._exit(0)\n"  # at the top of the exercise 3 cell, before its functions
 
@@ -122,7 +130,7 @@ def course(tmp_path_factory):
 
     released = path / "release" / ASSIGNMENT / NOTEBOOK
     cheat = _filled(released, variant(GARBAGE_QKV))
-    cheat.cells.insert(3, nbformat.v4.new_code_cell(CHEAT))
+    cheat.cells[3:3] = [nbformat.v4.new_code_cell(CHEAT), nbformat.v4.new_code_cell(LEAK)]
     students = {
         "alice": _filled(released, reference_source()),
         "bob": _filled(released, variant(COLUMN_NORMALIZED)),
@@ -135,6 +143,7 @@ def course(tmp_path_factory):
     autograde = _nbgrader("autograde", path, env)
     autograde_seconds = time.perf_counter() - started
     in_kernel = _gradebook_scores(path)
+    carol_in_kernel = (path / "autograded" / "carol" / ASSIGNMENT / NOTEBOOK).read_text()
     started = time.perf_counter()
     trusted = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(path), ASSIGNMENT], root, env)
     trusted_seconds = time.perf_counter() - started
@@ -144,7 +153,7 @@ def course(tmp_path_factory):
     export = _run([sys.executable, "-m", "nbgrader", "export"], path, env)
     assert export.returncode == 0, export.stderr
     return {"path": path, "root": root, "env": env, "submitted": submitted, "autograde": autograde,
-            "in_kernel": in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds)}
+            "in_kernel": in_kernel, "carol_in_kernel": carol_in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds)}
 
 
 def _gradebook_scores(course: Path) -> dict[str, dict[str, float | None]]:
@@ -304,7 +313,7 @@ def test_a_notebook_that_fakes_the_grader_wins_in_the_kernel_and_gains_nothing_t
 
     # Without the cheating cell the notebook scores the same: the cheat gained nothing.
     honest = nbformat.read(course["submitted"]["carol"], as_version=4)
-    honest.cells = [cell for cell in honest.cells if cell.source != CHEAT]
+    honest.cells = [cell for cell in honest.cells if cell.source not in (CHEAT, LEAK)]
     path = course["root"] / "carol-honest.ipynb"
     nbformat.write(honest, path)
     done = _run([sys.executable, "-m", "autograder.cli", str(path), "--format", "json", "--seed", str(SEED)],
@@ -384,14 +393,25 @@ def test_feedback_and_release_hold_no_hidden_case_value_and_no_judge_code(course
     code, values = _judge_code_lines(), _hidden_values()
     assert len(values) > 100
     texts = {"release": (course["path"] / "release" / ASSIGNMENT / NOTEBOOK).read_text()}
-    for student in course["submitted"]:
+    own = {"release": ""}  # what a student wrote may match grader code: that is no leak
+    for student, path in course["submitted"].items():
         texts[student] = _feedback_text(course, student)
+        own[student] = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
     for name, text in texts.items():
         assert "Traceback (most recent call last)" not in text, name
-        leaked = [line for line in code if line in text]
+        leaked = [line for line in code if line in text and line not in own[name]]
         assert not leaked, (name, leaked[:3])
         numbers = set(re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?", text))
         assert not numbers & values, (name, sorted(numbers & values)[:5])
+
+
+def test_what_student_code_printed_in_the_kernel_never_reaches_the_feedback(course):
+    leaked = re.search(r"leaked: \[([^\]]*)\]", course["carol_in_kernel"])
+    assert leaked, "the leaking cell should have printed in nbgrader autograde"
+    values = set(re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?", leaked.group(1)))
+    assert values & _hidden_values()
+    text = _feedback_text(course, "carol")
+    assert "leaked: [" not in text and not values & set(re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?", text))
 
 
 def test_the_gradebook_stores_only_the_hook_line_as_hidden_test(course):
