@@ -541,6 +541,10 @@ def worker_main():
     except Exception:
         pass
 
+    import gc
+
+    gc.collect()
+    gc.freeze()  # forked children then never touch (and so never copy) the worker's own objects
     stdin, stdout = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)

@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder mode: where to write one JSON result per submission and summary.csv "
                              "(default: ./qkv-results)")
-    parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core)")
+    parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core, plus one)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
                         help="folder mode: also write a class report to DIR: index.html (scores, steps, "

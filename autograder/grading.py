@@ -82,14 +82,26 @@ class Grader:
 
     def grade(self, worker: Worker, submission: Submission) -> SubmissionResult:
         started = time.perf_counter()
-        answers = () if submission.notebook else tuple(name for name, _ in ANSWERS)
-        run = worker.run("attention_head.py" if not submission.notebook else "attention_head.ipynb",
-                         list(submission.cells), self.plan, answers)
+        return self.judge(submission, worker.receive(self.send(worker, submission)), started)
+
+    def send(self, worker: Worker, submission: Submission):
+        """Start the submission's run in the worker; `judge` turns the received run into a result."""
+        return worker.send("attention_head.ipynb" if submission.notebook else "attention_head.py",
+                           list(submission.cells), self.plan, self._answers(submission))
+
+    @staticmethod
+    def _answers(submission: Submission) -> tuple[str, ...]:
+        return () if submission.notebook else tuple(name for name, _ in ANSWERS)
+
+    def judge(self, submission: Submission, run, started: float) -> SubmissionResult:
+        answers = self._answers(submission)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected)
-        return SubmissionResult(submission.name, steps, self.seed, self.isolation,
-                                answers=run.answers if answers and run.imported else (None if not answers else
-                                                                                    {n: False for n in answers}),
+        if not answers:
+            written = None
+        else:
+            written = run.answers if run.imported else {name: False for name in answers}
+        return SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)
 
     def grade_path(self, worker: Worker, path: Path, name: str | None = None) -> SubmissionResult:
@@ -111,19 +123,37 @@ class Grader:
         lock = threading.Lock()
         failures: list[BaseException] = []
 
+        def record(index: int, result: SubmissionResult) -> None:
+            results[index] = result
+            if progress:
+                with lock:
+                    progress(result)
+
         def serve():
+            # Pipelined: the worker runs submission N+1 while this thread judges submission N.
             try:
                 with Worker(self.limits) as worker:
+                    received = None  # (index, submission, run, started), not judged yet
                     while True:
                         try:
                             index, (path, name) = todo.get_nowait()
                         except queue.Empty:
+                            index = None
+                        sent = None
+                        if index is not None:
+                            try:
+                                submission = load(path, name)
+                            except SubmissionError as exc:
+                                record(index, unreadable(name, str(exc), self.seed, self.isolation))
+                            else:
+                                sent = (index, submission, self.send(worker, submission), time.perf_counter())
+                        if received is not None:
+                            record(received[0], self.judge(*received[1:]))
+                            received = None
+                        if sent is not None:
+                            received = (sent[0], sent[1], worker.receive(sent[2]), sent[3])
+                        elif index is None:
                             return
-                        result = self.grade_path(worker, path, name)
-                        results[index] = result
-                        if progress:
-                            with lock:
-                                progress(result)
             except BaseException as exc:  # surfaced below; never lose the other workers' results
                 failures.append(exc)
 

@@ -6,6 +6,7 @@ an interpreter. The judge never runs submission code itself; it only reads what 
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -15,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import child, sandbox
+
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Run:
     """For each requested module-level answer name: present and non-empty."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
+    most_calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,10 @@ class Worker:
         self._process = subprocess.Popen(
             sandbox.worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=sandbox.worker_env(), close_fds=True)
+        try:  # room for a whole submission's results while the grader is busy judging the last one
+            fcntl.fcntl(self._process.stdout.fileno(), F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass
         _, ready = self._read(60.0)
         if ready.get("ev") != "ready":
             self.close()
@@ -139,6 +148,10 @@ class Worker:
 
     def run(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = ()) -> Run:
         """Run `plan` (per step: a list of (function name, args)) against the submission's cells."""
+        return self.receive(self.send(filename, cells, plan, answers))
+
+    def send(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = ()) -> Run:
+        """Start a submission's run; `receive` collects it. The worker runs one job at a time."""
         if self._process is None or self._process.poll() is not None:
             self.close()
             self.start()
@@ -149,9 +162,19 @@ class Worker:
                                       "memory": limits.memory, "output": limits.output}}, separators=(",", ":"))
         body = head[:-1].encode() + b',"plan":' + prepared.plan_json + b"}"
         run = Run(outcomes=[[None] * count for count in prepared.counts])
+        run.most_calls = max(prepared.counts, default=1)
         try:
             child.write_raw_frame(self._process.stdin.fileno(), body, prepared.blob)
-            self._collect(run, max(prepared.counts, default=1))
+        except OSError:
+            run.lost = "the grading worker died"
+            self.close()
+        return run
+
+    def receive(self, run: Run) -> Run:
+        if run.lost:
+            return run
+        try:
+            self._collect(run, run.most_calls)
         except (WorkerFailed, OSError) as exc:
             run.lost = str(exc) if isinstance(exc, WorkerFailed) else "the grading worker died"
             self.close()
@@ -200,4 +223,6 @@ class Worker:
 
 
 def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """One worker per core, plus one: a worker spends part of each submission waiting on the grader."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores) + 1
