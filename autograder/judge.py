@@ -67,6 +67,8 @@ class StepResult:
     diagnoses: list[str]
     passed: int
     total: int
+    case_passed: list[bool] = field(default_factory=list)
+    """Per case, in case order (the chapter's example first): did it pass?"""
 
 
 class WrongType(Exception):
@@ -482,7 +484,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
     text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
                                   {used: earlier[used].status for used in _first_causes(failing_uses)}, carried)
-    return StepResult(step.id, score, step.points, status, text, codes, sum(passed), total)
+    return StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
 
 
 def _failing_uses(step: Step, status: str, flat: list[_CallVerdict], earlier: dict[str, StepResult]) -> list[str]:

@@ -1,0 +1,30 @@
+"""Run the hidden graders with pytest against one submission: python -m autograder.graders PATH."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):
+        sys.stderr.write("usage: python -m autograder.graders SUBMISSION [--seed N] [pytest options]\n")
+        return 2
+    submission, rest = Path(argv[0]), argv[1:]
+    if not submission.is_file():
+        sys.stderr.write(f"autograder.graders: error: {submission}: no such file\n")
+        return 2
+    os.environ["QKV_SUBMISSION"] = str(submission.resolve())
+    if "--seed" in rest:
+        index = rest.index("--seed")
+        os.environ["QKV_SEED"] = rest[index + 1]
+        del rest[index:index + 2]
+    import pytest
+
+    here = Path(__file__).resolve().parent
+    return pytest.main([str(here), "-p", "no:cacheprovider", "--rootdir", str(here), "-c", os.devnull, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

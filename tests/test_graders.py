@@ -1,0 +1,52 @@
+"""The hidden graders as pytest tests: `python -m autograder.graders SUBMISSION` with real pytest."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from submissions.variants import WRONG
+from support import REPO, reference_source
+
+from autograder.steps import STEP_IDS
+
+
+def graders(tmp_path, source: str, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "attention_head.py"
+    path.write_text(source)
+    return subprocess.run([sys.executable, "-m", "autograder.graders", str(path), "--seed", "7", "-q", *args],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def failed_tests(output: str) -> set[str]:
+    return set(re.findall(r"^FAILED \S+::(test_\w+\[\w+\])", output, re.M))
+
+
+def test_the_reference_passes_every_hidden_grader(tmp_path):
+    done = graders(tmp_path, reference_source())
+    assert done.returncode == 0, done.stdout
+    assert f"{2 * len(STEP_IDS)} passed" in done.stdout
+
+
+def test_a_misconception_fails_exactly_the_graders_of_its_steps_with_the_feedback(tmp_path):
+    wrong = WRONG["column_normalized"]
+    done = graders(tmp_path, wrong.text(), "-rf")
+    assert done.returncode == 1
+    steps = sorted(wrong.expected)
+    assert failed_tests(done.stdout) == ({f"test_the_chapter_example[{s}]" for s in steps}
+                                         | {f"test_the_hidden_cases[{s}]" for s in steps})
+    assert "[column-normalized]" in done.stdout
+
+
+def test_a_hard_coded_answer_passes_the_example_and_fails_the_hidden_cases(tmp_path):
+    wrong = WRONG["hard_coded_zero_query"]
+    done = graders(tmp_path, wrong.text(), "-rf")
+    assert failed_tests(done.stdout) == {"test_the_hidden_cases[ex1_zero_query]"}
+    assert "[hard-coded]" in done.stdout
+
+
+def test_a_missing_submission_is_a_one_line_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "autograder.graders", str(tmp_path / "nope.py")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("nope.py: no such file") and "Traceback" not in done.stderr
