@@ -142,7 +142,7 @@ def _cases_head(rng, ex):
     yield "example", (Call("self_attention_head", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
     for t in _sizes(rng, HIDDEN):
         yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_widths(rng))),)
-    yield "large", (Call("self_attention_head", _head_inputs(rng, 7, 3, 4, 2, spread=25.0)),)
+    yield "large", (Call("self_attention_head", _head_inputs(rng, 7, 3, 4, 2, spread=40.0)),)
 
 
 def _cases_batch(rng, ex):
