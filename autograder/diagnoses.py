@@ -59,6 +59,10 @@ CODES: dict[str, Diagnosis] = dict([
        "Run the function on the chapter's example and read the error."),
     _d("memory-limit", "your code tried to use more memory than the grader allows.",
        "Look for an array far larger than the inputs, such as an accidental outer product."),
+    _d("wrong-type", "your function returned something other than what the step asks for: None, a string, "
+       "a subclass of ndarray, or an object the grader will not compare.",
+       "Return plain numpy arrays (or lists of numbers), in a tuple or dict where the docstring says so; "
+       "check that every path through the function ends in `return`."),
     # §15.1: one input, three products.
     _d("swapped-roles", "you projected with the wrong matrix: queries come from W_Q, keys from W_K and "
        "values from W_V, three separate products of the same input.",

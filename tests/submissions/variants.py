@@ -93,6 +93,8 @@ WRONG: dict[str, Submission] = {
     "scores_not_written": _one("    k_t = np.swapaxes(k, -1, -2)  #", "    raise NotImplementedError()\n"
                                "    k_t = np.swapaxes(k, -1, -2)  #", SCORES_ON, "not-implemented",
                                status={step: "not_implemented" for step in SCORES_ON}),
+    "forgot_return": Submission((("    return s\n", "    s\n"),), {  # what uses the None then fails on it
+        "scale": ["wrong-type"], **_on(ATTENTION_ON + ("ex1_zero_query",), "crashed")}),
     "timeout": _one(FACTS_RETURN, "    while True:\n        pass\n" + FACTS_RETURN, "ex4_shapes", "timeout",
                     status={"ex4_shapes": "timeout"}),
     "exit_called": _one("    if rows is None:\n        moved", "    import sys\n    sys.exit(1)\n"
