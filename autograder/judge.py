@@ -225,7 +225,9 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
     try:
         actual = canonical(call.fn, outcome.value)
     except WrongType as exc:
-        return _CallVerdict(False, "wrong-type", f"Wrong type: {exc}.", ["wrong-type"])
+        text = str(exc)
+        return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
+                            ["wrong-type"])
     if call.fn == "column_normalized_counterexample":
         problems = _counterexample_problems(actual["counterexample"])
         verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
