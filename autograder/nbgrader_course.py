@@ -9,8 +9,7 @@ beside the files its check cells read. `qkv_course.json` holds the seed of the h
 that the in-kernel hook (`nbgrader_hook.py`) and the trusted grading (`qkv-grade --nbgrader`,
 `nbgrader_trusted.py`) try the same cases; both find it by walking up from where they run.
 
-This module also holds what those two share about a course: where things are, and how a
-notebook's cells are handed to the isolated runner.
+This module also holds what those two share about a course: where its files are and its seed.
 """
 from __future__ import annotations
 
@@ -40,18 +39,6 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = {course_id!r}
 '''
 
-# A notebook cell that calls exit() ends itself only: in Jupyter, IPython catches sys.exit() in a
-# cell and the next cell still runs. The runner's child would otherwise stop the whole import.
-CONTAINED = '''\
-try:
-    exec(compile({source!r}, {where!r}, "exec"), globals())
-except BaseException as _stopped:
-    if type(_stopped).__name__ not in ("ExitCalled", "SystemExit"):
-        raise
-    print({note!r})
-'''
-
-
 class CourseError(Exception):
     """The course cannot be written or read; the message says why."""
 
@@ -78,13 +65,6 @@ def course_seed(course: Path | None) -> int:
     if type(seed) is not int:
         raise CourseError(f"{course / COURSE_FILE}: the seed must be an integer")
     return seed
-
-
-def contain_exits(cells: list[str]) -> list[str]:
-    """Wrap each cell so that an exit called at its top level ends that cell, not the notebook."""
-    return [CONTAINED.format(source=cell, where=f"{NOTEBOOK}, cell {number}",
-                             note=f"Cell {number} called exit; the rest of that cell did not run.")
-            for number, cell in enumerate(cells, 1)]
 
 
 # --- writing a course ---------------------------------------------------------------------------
@@ -148,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="regenerate source/<assignment>/ when it exists")
     args = parser.parse_args(argv)
+    from .release import ReleaseError
+
     try:
         done = write_course(args.course, args.assignment, args.seed, args.force)
-    except CourseError as error:
+    except (CourseError, ReleaseError) as error:
         print(f"qkv-course: error: {error}", file=sys.stderr)
         return 2
     print("\n".join(f"qkv-course: {line}" for line in done))

@@ -61,7 +61,7 @@ def _check(step_id: str) -> float:
 
 
 def _executed_cells() -> list[str]:
-    """The cells this kernel has run, in order, as the runner takes them (magics made harmless)."""
+    """The cells this kernel has run, in order, made ready for the runner as a notebook's are."""
     import nbformat
     from IPython import get_ipython
 
@@ -77,7 +77,7 @@ def _executed_cells() -> list[str]:
 
 def _grade(cells: list[str]):
     from .grading import Grader
-    from .nbgrader_course import NOTEBOOK, contain_exits, course_seed, find_course
+    from .nbgrader_course import NOTEBOOK, course_seed, find_course
     from .runner import Worker
     from .submission import Submission
 
@@ -91,8 +91,10 @@ def _grade(cells: list[str]):
         _state["seed"] = seed
     if "worker" not in _state:
         _state["worker"] = Worker(_state["grader"].limits)
-        atexit.register(_close)
-    submission = Submission(Path(NOTEBOOK), NOTEBOOK, tuple(contain_exits(cells)), True)
+        if not _state.get("closing"):
+            atexit.register(_close)
+            _state["closing"] = True
+    submission = Submission(Path(NOTEBOOK), NOTEBOOK, tuple(cells), True)
     result = _state["grader"].grade(_state["worker"], submission)
     _state.update(key=key, result=result)
     return result

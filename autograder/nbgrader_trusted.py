@@ -19,8 +19,8 @@ course's seed, and then, through nbgrader's own API:
 - reports every notebook whose in-kernel result differs from the trusted one, and every notebook
   with no in-kernel result.
 
-A notebook cell that exits ends only itself (see `nbgrader_course.contain_exits`), so a notebook
-that killed its kernel is graded on every step its code reaches.
+A notebook cell that exits ends only itself (see `submission.contain_exits`), so a notebook that
+killed its kernel is graded on every step its code reaches.
 """
 from __future__ import annotations
 
@@ -31,11 +31,14 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .nbgrader_course import (CONFIG_FILE, NOTEBOOK, CourseError, contain_exits, course_seed,
-                              find_course)
+if TYPE_CHECKING:
+    from .results import SubmissionResult
+
+from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_seed
 
 NOTEBOOK_ID = Path(NOTEBOOK).stem
 TOLERANCE = 0.005  # scores are kept to two decimals
@@ -48,8 +51,8 @@ class Graded:
 
     student: str
     path: Path
-    result: object
-    """The SubmissionResult of the isolated grading."""
+    result: "SubmissionResult"
+    """What the isolated grading found."""
     in_kernel: dict[str, float] | None
     """Step id -> the in-kernel score, or None when there is no in-kernel result."""
     feedback_notebook: str
@@ -114,24 +117,6 @@ def submissions(coursedir, assignment: str) -> list[tuple[Path, str]]:
 
 
 # --- grading ------------------------------------------------------------------------------------
-
-def _grader(seed: int, limits):
-    from .grading import Grader
-    from .submission import SubmissionError, load
-    from .results import unreadable
-
-    class NotebookGrader(Grader):
-        """Grades notebooks cell by cell, so that an exit ends its own cell only."""
-
-        def grade_path(self, worker, path, name=None):
-            try:
-                submission = load(path, name)
-            except SubmissionError as exc:
-                return unreadable(name or str(path), str(exc), self.seed, self.isolation)
-            return self.grade(worker, replace(submission, cells=tuple(contain_exits(list(submission.cells)))))
-
-    return NotebookGrader(seed, limits)
-
 
 def in_kernel_scores(notebook, step_ids: dict[str, str]) -> dict[str, float] | None:
     """What `nbgrader autograde` gave each step, read from its check cells' outputs.
@@ -277,6 +262,8 @@ def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: i
                  limits=None, progress=None) -> tuple[list[Graded], int]:
     """Grade every submitted notebook of `assignment` and record the results; returns them and
     the seed used."""
+    from .grading import Grader
+
     coursedir, config = course_directory(course)
     step_ids = step_cells(coursedir, assignment)
     items = submissions(coursedir, assignment)
@@ -285,14 +272,20 @@ def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: i
                            f"{coursedir.submitted_directory}/<student>/{assignment}/{NOTEBOOK} "
                            f"in {course}")
     if seed is None:
-        seed = course_seed(find_course(course))
-    grader = _grader(seed, limits)
+        if not (course / COURSE_FILE).is_file():
+            raise TrustedError(f"{course} has no {COURSE_FILE}, which fixes the seed of the hidden "
+                               f"cases: pass --seed, or write the course with qkv-course")
+        seed = course_seed(course)
+    grader = Grader(seed, limits)
     results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}")
                                  for path, student in items], jobs=jobs, progress=progress)
     graded = [Graded(student, path, result, None, "")
               for (path, student), result in zip(items, results)]
     for one in graded:
-        update_autograded(one, coursedir, config, assignment, step_ids, seed)
+        try:
+            update_autograded(one, coursedir, config, assignment, step_ids, seed)
+        except Exception as error:  # nbgrader refuses the notebook: the scores still count
+            one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
         record_scores(one, coursedir, config, assignment, step_ids)
     return graded, seed
 

@@ -321,7 +321,7 @@ def test_a_notebook_that_fakes_the_grader_wins_in_the_kernel_and_gains_nothing_t
     assert {step["id"]: step["score"] for step in json.loads(done.stdout)["steps"]} == trusted
 
 
-def test_a_notebook_that_kills_its_kernel_keeps_its_other_steps_points(course):
+def test_a_notebook_that_kills_its_kernel_keeps_its_other_steps_points(course, oracle):
     # nbgrader graded nothing, and left no autograded notebook: the trusted grading wrote one.
     assert set(course["in_kernel"].get("dave", {}).values()) <= {None}
     assert "dave" in course["trusted"].stdout.split("No in-kernel result", 1)[1]
@@ -329,6 +329,7 @@ def test_a_notebook_that_kills_its_kernel_keeps_its_other_steps_points(course):
     trusted = _gradebook_scores(course["path"])["dave"]
     assert trusted["ex3_value_shift"] == 0.0
     assert trusted == {step.id: (0.0 if step.id == "ex3_value_shift" else step.points) for step in STEPS}
+    assert trusted == {step: result["score"] for step, result in oracle["dave"].items()}  # qkv-grade agrees
     assert "ex3_value_shift: 0 / 8" in _feedback_text(course, "dave")
 
 
