@@ -1,193 +1,161 @@
-"""A sample submission for Chapter 15 (correct)."""
+"""Ada's submission: everything correct, the head and all five exercises (scores 100 out of 100)."""
 import numpy as np
 
 
 def project_qkv(x, w_q, w_k, w_v):
-    """Project the input rows into queries, keys and values (§15.1).
-
-    x: [T, d_in]; w_q, w_k: [d_in, d_k]; w_v: [d_in, d_v].
-    Returns the tuple (q, k, v) with shapes [T, d_k], [T, d_k], [T, d_v].
-    """
-    q = x @ w_q  # [T, d_in] @ [d_in, d_k] -> [T, d_k]
-    k = x @ w_k  # [T, d_in] @ [d_in, d_k] -> [T, d_k]
-    v = x @ w_v  # [T, d_in] @ [d_in, d_v] -> [T, d_v]
-    return q, k, v
+    # Every row of x (one position) is multiplied by each of the three learned matrices.
+    # Positions stay separate here; only the input coordinates get summed over.
+    queries = x @ w_q
+    keys = x @ w_k
+    values = x @ w_v
+    return queries, keys, values
 
 
 def scores(q, k):
-    """Compare every receiving query with every contributing key (§15.2).
-
-    q, k: [T, d_k]. Returns d: [T, T], where d[i, j] is query i's dot product with key j.
-    """
-    k_t = np.swapaxes(k, -1, -2)  # [..., T, d_k] -> [..., d_k, T]; also right for a batch
-    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]
-    return d
+    # I want query i dotted with key j at position [i, j], so the keys must become columns.
+    # swapaxes on the last two axes (not .T) so that a leading batch axis is left where it is.
+    keys_as_columns = np.swapaxes(k, -1, -2)
+    raw_scores = q @ keys_as_columns
+    return raw_scores
 
 
 def scale(d, d_k):
-    """Divide the scores by the square root of the query/key width (§15.3).
-
-    d: [T, T]; d_k: a positive int. Returns s = d / sqrt(d_k), same shape as d.
-    """
-    s = d / np.sqrt(d_k)  # [T, T]
-    return s
+    # A dot product of d_k terms spreads out like sqrt(d_k), so that is what we divide by.
+    divisor = np.sqrt(d_k)
+    scaled_scores = d / divisor
+    return scaled_scores
 
 
 def softmax_rows(s):
-    """Normalize each receiving row over the contributing keys (§15.3).
-
-    s: [..., T, T]. Returns a, the softmax over the last axis: every row is non-negative and sums
-    to one. Stays finite for any finite input, scores in the thousands included.
-    """
-    shifted = s - s.max(axis=-1, keepdims=True)  # largest score of each row becomes 0
-    e = np.exp(shifted)  # [..., T, T], every entry in (0, 1]
-    a = e / e.sum(axis=-1, keepdims=True)  # each row divided by its own total
-    return a
+    # Softmax along the keys (the last axis): one distribution per receiving row.
+    # Taking off the row maximum first keeps np.exp from overflowing and leaves the weights as they are.
+    row_max = np.max(s, axis=-1, keepdims=True)
+    exponentials = np.exp(s - row_max)
+    row_totals = np.sum(exponentials, axis=-1, keepdims=True)
+    weights = exponentials / row_totals
+    return weights
 
 
 def mix(a, v):
-    """Give each receiving position its weighted mixture of value rows (§15.4).
-
-    a: [T, T] weights; v: [T, d_v] values. Returns o = a @ v: [T, d_v].
-    """
-    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions
-    return o
+    # Output row i is a weighted sum of all the value rows, using row i of a as the weights.
+    output = a @ v
+    return output
 
 
 def attention(q, k, v):
-    """Scaled dot-product attention, softmax over the keys (§15.4).
-
-    q, k: [T, d_k]; v: [T, d_v]; d_k is read from q.
-    Returns the tuple (o, a): o [T, d_v], a [T, T].
-    """
-    d_k = q.shape[-1]
-    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]
-    o = mix(a, v)  # [T, d_v]
-    return o, a
+    d_k = q.shape[-1]  # how many coordinates each query and key has
+    raw_scores = scores(q, k)
+    scaled_scores = scale(raw_scores, d_k)
+    weights = softmax_rows(scaled_scores)
+    output = mix(weights, v)
+    return output, weights
 
 
 def self_attention_head(x, w_q, w_k, w_v):
-    """One self-attention head over a sequence, or over a batch of them (§15.4, §15.6).
-
-    x: [T, d_in], or [B, T, d_in] for a batch whose examples never mix.
-    Returns the tuple (o, a): [T, d_v] and [T, T], or [B, T, d_v] and [B, T, T].
-    """
-    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]
-    return attention(q, k, v)
+    # This works for one sequence [T, d_in] and for a batch [B, T, d_in], because every
+    # function above only ever touches the last two axes.
+    queries, keys, values = project_qkv(x, w_q, w_k, w_v)
+    output, weights = attention(queries, keys, values)
+    return output, weights
 
 
 def zero_query_mixture(k, v):
-    """Exercise 1: attend with a query of zeros (§15.8).
-
-    k: [T, d_k]; v: [T, d_v]. Returns the tuple (weights, output): shapes [T] and [d_v].
-    """
-    q = np.zeros(k.shape[-1])  # [d_k]
-    weights = softmax_rows(scale(k @ q, k.shape[-1]))  # [T]: every score is 0
-    output = weights @ v  # [T] @ [T, d_v] -> [d_v]
+    d_k = k.shape[1]
+    zero_query = np.zeros(d_k)
+    # A zero vector dotted with anything is 0, so every score (scaled or not) is 0.
+    query_scores = scale(k @ zero_query, d_k)
+    weights = softmax_rows(query_scores)  # all equal, 1/T each
+    output = weights @ v  # so this is just the average of the value rows
     return weights, output
 
 
 def is_attention_weights(a):
-    """Exercise 2: are these valid attention weights (§15.8)?
-
-    True exactly when a is 2-D and every row is non-negative and sums to 1 (within 1e-9).
-    """
     a = np.asarray(a, dtype=float)
     if a.ndim != 2:
-        return False
-    rows_sum_to_one = np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)
-    return bool(np.all(a >= 0) and rows_sum_to_one)
+        return False  # the weights of one head always form a [T, T] matrix
+    no_negatives = bool(np.all(a >= 0))
+    row_totals = a.sum(axis=1)
+    rows_are_mixtures = bool(np.all(np.abs(row_totals - 1.0) <= 1e-9))
+    return no_negatives and rows_are_mixtures
 
 
 def column_normalized_counterexample():
-    """Exercise 2: a [3, 3] matrix whose columns each sum to one but whose first row does not.
-
-    Every entry is non-negative.
-    """
-    # Receiver 1 takes everything from every contributor: column sums 1, first-row sum 3.
-    return np.array([[1.0, 1.0, 1.0],
-                     [0.0, 0.0, 0.0],
-                     [0.0, 0.0, 0.0]])
+    # Each contributor (column) gives all of its weight to receiver 1, so every column sums
+    # to 1, but row 1 sums to 3 and receivers 2 and 3 get nothing at all.
+    counterexample = np.zeros((3, 3))
+    counterexample[0, :] = 1.0
+    return counterexample
 
 
 def shifted_output(a, v, shift, rows=None):
-    """Exercise 3: the output after adding `shift` to some value rows (§15.5, §15.8).
-
-    a: [T, T] weights; v: [T, d_v]; shift: [d_v]; rows: a list of row indices, or None for every
-    row. Returns the new output [T, d_v].
-    """
-    v_new = np.array(v, dtype=float)  # a copy: the caller's v stays as it was
+    new_values = v.copy()  # a copy, so the v I was given does not change
     if rows is None:
-        v_new += shift  # [T, d_v] + [d_v]: every value row moves
+        new_values = new_values + shift
     else:
-        v_new[list(rows)] += shift  # only the listed value rows move
-    return a @ v_new  # [T, T] @ [T, d_v] -> [T, d_v]
+        for row in rows:
+            new_values[row] = new_values[row] + shift
+    return a @ new_values
 
 
 def output_change(a, shift, rows=None):
-    """Exercise 3: how much the output moves, from the weights alone (§15.5, §15.8).
-
-    a: [T, T] weights; shift: [d_v]; rows: as in shifted_output. Returns the change [T, d_v]:
-    each receiving row moves by shift times the total weight it puts on the shifted rows.
-    """
+    # Output row i moves by shift times the total weight that row i puts on the moved rows.
     if rows is None:
-        moved = a.sum(axis=-1)  # [T]: every row's weights sum to one
-    else:
-        moved = a[:, list(rows)].sum(axis=-1)  # [T]: weight on the shifted rows only
-    return np.outer(moved, shift)  # [T] x [d_v] -> [T, d_v]
+        rows = range(a.shape[1])
+    weight_on_moved_rows = a[:, list(rows)].sum(axis=1)
+    change = weight_on_moved_rows[:, None] * shift[None, :]
+    return change
 
 
 def head_facts(t, d_k, d_v):
-    """Exercise 4: the facts of a head with T = t, query/key width d_k, value width d_v (§15.8).
-
-    Returns a dict: divisor (float), score_shape (tuple), output_shape (tuple), softmax_axis (int).
-    """
-    return {
-        "divisor": float(np.sqrt(d_k)),  # the width of each dot product, not the position count
-        "score_shape": (t, t),  # receiving queries x contributing keys
-        "output_shape": (t, d_v),  # one mixture of value rows per position
-        "softmax_axis": -1,  # across the keys of each row
-    }
+    facts = {}
+    facts["divisor"] = float(np.sqrt(d_k))  # square root of the query/key width, not of t
+    facts["score_shape"] = (t, t)  # queries down the side, keys across the top
+    facts["output_shape"] = (t, d_v)  # one mixture of values for each position
+    facts["softmax_axis"] = -1  # normalize across the keys in each row
+    return facts
 
 
 def value_intervention(x, w_q, w_k, w_v, w_v_new):
-    """Exercise 5: change only W_V and compare the head before and after (§15.5, §15.8).
-
-    Returns a dict with weights_before, weights_after ([T, T]) and output_before, output_after
-    ([T, d_v]).
-    """
     output_before, weights_before = self_attention_head(x, w_q, w_k, w_v)
+    # Only W_V changes, so Q and K, and therefore the weights, should come out identical.
     output_after, weights_after = self_attention_head(x, w_q, w_k, w_v_new)
-    return {
-        "weights_before": weights_before,
-        "weights_after": weights_after,  # identical: W_V plays no part in the weights
-        "output_before": output_before,
-        "output_after": output_after,
-    }
+    comparison = {"weights_before": weights_before, "weights_after": weights_after}
+    comparison["output_before"] = output_before
+    comparison["output_after"] = output_after
+    return comparison
 
 
-# Written answers (§15.8).
-ANSWER_1 = """A zero query makes every score zero, so the softmax has nothing to prefer: each key \
-gets weight 1/3. Equal weights still deliver the values, namely their average [4/3, 4/3]. A \
-query only decides how the value rows are weighted; it cannot remove them."""
+ANSWER_1 = (
+    "With q = [0, 0] every dot product with a key is 0, so after the softmax each of the three "
+    "keys gets exp(0)/3 = 1/3. The output is then the average of the value rows, "
+    "([1,0] + [1,2] + [2,2]) / 3 = [4/3, 4/3]. The query only decides how the values are "
+    "weighted; equal scores mean equal weights, not zero weights, so the values still come through."
+)
 
-ANSWER_2 = """No. Column sums of one say how each contributor is shared out among receivers, but \
-the head needs each receiving row to be a mixture of the values that sums to one. Rows \
-[1,1,1], [0,0,0], [0,0,0] have every column summing to one, yet receiver 1 would get the plain \
-sum of all three value rows (weight total 3) and the other receivers would get nothing."""
+ANSWER_2 = (
+    "No. Column sums say how each contributor is split among the receivers, but every receiver "
+    "needs its own row of weights that adds up to 1. For example [[1,1,1],[0,0,0],[0,0,0]] has "
+    "every column summing to 1, yet receiver 1 would get the sum of all three value rows (row "
+    "total 3) and receivers 2 and 3 would get nothing."
+)
 
-ANSWER_3 = """Shifting every value row by [2,-1] moves each output row by exactly [2,-1], because \
-each row's weights add to one: O_1 becomes [3.401112..., 0.197776...]. If only value row 1 moves, \
-output row i moves by [2,-1] times A[i,1] alone, so receiver 1 gains [2,-1] x 0.401112..., not \
-the whole vector."""
+ANSWER_3 = (
+    "Each output row is a weighted average whose weights add to 1, so adding [2,-1] to every "
+    "value row adds exactly [2,-1] to every output row: the first output goes from "
+    "[1.401112, 1.197776] to [3.401112, 0.197776]. If only the first value row changes, the "
+    "argument breaks: output row 1 only moves by 0.401112 * [2,-1], its weight on that row."
+)
 
-ANSWER_4 = """The divisor is sqrt(d_k) = sqrt(4) = 2, the scores are [5,5], the output is [5,3], \
-and the softmax runs along each query's row of five keys (the last axis). Dividing by 5 would \
-use the number of positions, which has nothing to do with how many terms each dot product adds \
-up; the scaling argument is about the d_k = 4 terms of the dot product."""
+ANSWER_4 = (
+    "Divisor sqrt(4) = 2, scores [5,5], output [5,3], and the softmax runs across the five keys "
+    "of each row (the last axis). Dividing by 5 would divide by the number of positions, but the "
+    "scaling is meant to undo the growth in spread that comes from adding d_k = 4 products."
+)
 
-ANSWER_5 = """A large weight only says how one query mixed the values, not what those values carry \
-or what later layers do with them: with W_V set to zero the weights are unchanged and nothing is \
-delivered. Better evidence comes from a controlled comparison, for example prompts paired to \
-differ only in red versus blue with the task and wording fixed, while recording how often the \
-model actually succeeds or fails. Even that only speaks for the conditions tested."""
+ANSWER_5 = (
+    "Example 15.2 shows the weights can look exactly the same while nothing is delivered (W_V = 0), "
+    "so a big weight on red is not evidence of what the model does with it. A better test would "
+    "compare actual outputs on matched prompts that differ only in red vs blue, with the task and "
+    "the rest of the wording fixed, and count successes and failures. Even then it only tells us "
+    "about those prompts."
+)

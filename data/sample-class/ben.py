@@ -1,193 +1,134 @@
-"""A sample submission for Chapter 15 (softmax over columns)."""
+"""Ben's submission: normalizes the softmax over columns instead of rows (column-normalized)."""
 import numpy as np
 
+# Each key is a column of the score matrix, and I read the chapter as "each key hands out a
+# total weight of one", so my softmax works down the columns: axis 0.
+KEY_AXIS = 0
+
+
+# ---- little helpers -------------------------------------------------------------------------
+
+def _apply(m, w):
+    """Multiply the rows of m by the matrix w."""
+    return m @ w
+
+
+def _as_columns(k):
+    """Turn the rows of k into columns (only the last two axes)."""
+    return np.swapaxes(k, -1, -2)
+
+
+def _stable_exp(s, axis):
+    """exp of s after taking off the maximum along axis, so nothing overflows."""
+    return np.exp(s - s.max(axis=axis, keepdims=True))
+
+
+def _to_unit_total(e, axis):
+    """Divide e by its totals along axis."""
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _sums_to_one(totals):
+    return bool(np.all(np.abs(totals - 1) <= 1e-9))
+
+
+def _with_shift(m, shift, rows):
+    """A copy of m with shift added to the given rows (all of them when rows is None)."""
+    out = np.array(m, dtype=float)
+    picked = slice(None) if rows is None else list(rows)
+    out[picked] = out[picked] + shift
+    return out
+
+
+# ---- the head -------------------------------------------------------------------------------
 
 def project_qkv(x, w_q, w_k, w_v):
-    """Project the input rows into queries, keys and values (§15.1).
-
-    x: [T, d_in]; w_q, w_k: [d_in, d_k]; w_v: [d_in, d_v].
-    Returns the tuple (q, k, v) with shapes [T, d_k], [T, d_k], [T, d_v].
-    """
-    q = x @ w_q  # [T, d_in] @ [d_in, d_k] -> [T, d_k]
-    k = x @ w_k  # [T, d_in] @ [d_in, d_k] -> [T, d_k]
-    v = x @ w_v  # [T, d_in] @ [d_in, d_v] -> [T, d_v]
-    return q, k, v
+    return tuple(_apply(x, w) for w in (w_q, w_k, w_v))
 
 
 def scores(q, k):
-    """Compare every receiving query with every contributing key (§15.2).
-
-    q, k: [T, d_k]. Returns d: [T, T], where d[i, j] is query i's dot product with key j.
-    """
-    k_t = np.swapaxes(k, -1, -2)  # [..., T, d_k] -> [..., d_k, T]; also right for a batch
-    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]
-    return d
+    return _apply(q, _as_columns(k))
 
 
 def scale(d, d_k):
-    """Divide the scores by the square root of the query/key width (§15.3).
-
-    d: [T, T]; d_k: a positive int. Returns s = d / sqrt(d_k), same shape as d.
-    """
-    s = d / np.sqrt(d_k)  # [T, T]
-    return s
+    return d / np.sqrt(d_k)
 
 
 def softmax_rows(s):
-    """Normalize each receiving row over the contributing keys (§15.3).
-
-    s: [..., T, T]. Returns a, the softmax over the last axis: every row is non-negative and sums
-    to one. Stays finite for any finite input, scores in the thousands included.
-    """
-    shifted = s - s.max(axis=0, keepdims=True)  # largest score of each row becomes 0
-    e = np.exp(shifted)  # [..., T, T], every entry in (0, 1]
-    a = e / e.sum(axis=0, keepdims=True)  # each row divided by its own total
-    return a
+    return _to_unit_total(_stable_exp(s, KEY_AXIS), KEY_AXIS)
 
 
 def mix(a, v):
-    """Give each receiving position its weighted mixture of value rows (§15.4).
-
-    a: [T, T] weights; v: [T, d_v] values. Returns o = a @ v: [T, d_v].
-    """
-    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions
-    return o
+    return _apply(a, v)
 
 
 def attention(q, k, v):
-    """Scaled dot-product attention, softmax over the keys (§15.4).
-
-    q, k: [T, d_k]; v: [T, d_v]; d_k is read from q.
-    Returns the tuple (o, a): o [T, d_v], a [T, T].
-    """
-    d_k = q.shape[-1]
-    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]
-    o = mix(a, v)  # [T, d_v]
-    return o, a
+    a = softmax_rows(scale(scores(q, k), q.shape[-1]))
+    return mix(a, v), a
 
 
 def self_attention_head(x, w_q, w_k, w_v):
-    """One self-attention head over a sequence, or over a batch of them (§15.4, §15.6).
+    return attention(*project_qkv(x, w_q, w_k, w_v))
 
-    x: [T, d_in], or [B, T, d_in] for a batch whose examples never mix.
-    Returns the tuple (o, a): [T, d_v] and [T, T], or [B, T, d_v] and [B, T, T].
-    """
-    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]
-    return attention(q, k, v)
 
+# ---- exercises ------------------------------------------------------------------------------
 
 def zero_query_mixture(k, v):
-    """Exercise 1: attend with a query of zeros (§15.8).
-
-    k: [T, d_k]; v: [T, d_v]. Returns the tuple (weights, output): shapes [T] and [d_v].
-    """
-    q = np.zeros(k.shape[-1])  # [d_k]
-    weights = softmax_rows(scale(k @ q, k.shape[-1]))  # [T]: every score is 0
-    output = weights @ v  # [T] @ [T, d_v] -> [d_v]
-    return weights, output
+    zero = np.zeros(k.shape[-1])
+    w = softmax_rows(scale(_apply(k, zero), k.shape[-1]))
+    return w, _apply(w, v)
 
 
 def is_attention_weights(a):
-    """Exercise 2: are these valid attention weights (§15.8)?
-
-    True exactly when a is 2-D and every row is non-negative and sums to 1 (within 1e-9).
-    """
     a = np.asarray(a, dtype=float)
-    if a.ndim != 2:
-        return False
-    rows_sum_to_one = np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)
-    return bool(np.all(a >= 0) and rows_sum_to_one)
+    # the exercise asks about rows, so here I check the rows
+    return a.ndim == 2 and bool(np.all(a >= 0)) and _sums_to_one(a.sum(axis=1))
 
 
 def column_normalized_counterexample():
-    """Exercise 2: a [3, 3] matrix whose columns each sum to one but whose first row does not.
-
-    Every entry is non-negative.
-    """
-    # Receiver 1 takes everything from every contributor: column sums 1, first-row sum 3.
-    return np.array([[1.0, 1.0, 1.0],
-                     [0.0, 0.0, 0.0],
-                     [0.0, 0.0, 0.0]])
+    # any non-negative matrix divided by its column totals; its first row ends up at 1.5
+    counts = np.array([[4.0, 1.0, 1.0],
+                       [0.0, 1.0, 2.0],
+                       [0.0, 2.0, 1.0]])
+    return _to_unit_total(counts, 0)
 
 
 def shifted_output(a, v, shift, rows=None):
-    """Exercise 3: the output after adding `shift` to some value rows (§15.5, §15.8).
-
-    a: [T, T] weights; v: [T, d_v]; shift: [d_v]; rows: a list of row indices, or None for every
-    row. Returns the new output [T, d_v].
-    """
-    v_new = np.array(v, dtype=float)  # a copy: the caller's v stays as it was
-    if rows is None:
-        v_new += shift  # [T, d_v] + [d_v]: every value row moves
-    else:
-        v_new[list(rows)] += shift  # only the listed value rows move
-    return a @ v_new  # [T, T] @ [T, d_v] -> [T, d_v]
+    return mix(a, _with_shift(v, shift, rows))
 
 
 def output_change(a, shift, rows=None):
-    """Exercise 3: how much the output moves, from the weights alone (§15.5, §15.8).
-
-    a: [T, T] weights; shift: [d_v]; rows: as in shifted_output. Returns the change [T, d_v]:
-    each receiving row moves by shift times the total weight it puts on the shifted rows.
-    """
-    if rows is None:
-        moved = a.sum(axis=-1)  # [T]: every row's weights sum to one
-    else:
-        moved = a[:, list(rows)].sum(axis=-1)  # [T]: weight on the shifted rows only
-    return np.outer(moved, shift)  # [T] x [d_v] -> [T, d_v]
+    # mixing only the shift (zero everywhere else) gives exactly how far each output row moves
+    moved = _with_shift(np.zeros((a.shape[-1], len(shift))), shift, rows)
+    return mix(a, moved)
 
 
 def head_facts(t, d_k, d_v):
-    """Exercise 4: the facts of a head with T = t, query/key width d_k, value width d_v (§15.8).
-
-    Returns a dict: divisor (float), score_shape (tuple), output_shape (tuple), softmax_axis (int).
-    """
-    return {
-        "divisor": float(np.sqrt(d_k)),  # the width of each dot product, not the position count
-        "score_shape": (t, t),  # receiving queries x contributing keys
-        "output_shape": (t, d_v),  # one mixture of value rows per position
-        "softmax_axis": -1,  # across the keys of each row
-    }
+    return dict(divisor=float(np.sqrt(d_k)), score_shape=(t, t), output_shape=(t, d_v),
+                softmax_axis=KEY_AXIS)
 
 
 def value_intervention(x, w_q, w_k, w_v, w_v_new):
-    """Exercise 5: change only W_V and compare the head before and after (§15.5, §15.8).
-
-    Returns a dict with weights_before, weights_after ([T, T]) and output_before, output_after
-    ([T, d_v]).
-    """
-    output_before, weights_before = self_attention_head(x, w_q, w_k, w_v)
-    output_after, weights_after = self_attention_head(x, w_q, w_k, w_v_new)
-    return {
-        "weights_before": weights_before,
-        "weights_after": weights_after,  # identical: W_V plays no part in the weights
-        "output_before": output_before,
-        "output_after": output_after,
-    }
+    before = self_attention_head(x, w_q, w_k, w_v)
+    after = self_attention_head(x, w_q, w_k, w_v_new)
+    names = ("output_before", "weights_before", "output_after", "weights_after")
+    return dict(zip(names, before + after))
 
 
-# Written answers (§15.8).
-ANSWER_1 = """A zero query makes every score zero, so the softmax has nothing to prefer: each key \
-gets weight 1/3. Equal weights still deliver the values, namely their average [4/3, 4/3]. A \
-query only decides how the value rows are weighted; it cannot remove them."""
+ANSWER_1 = "All the scores are zero so the softmax gives 1/3 to each key, and the output is the " \
+           "mean of the values, [4/3, 4/3]. Zero query = no preference, it does not mean no output."
 
-ANSWER_2 = """No. Column sums of one say how each contributor is shared out among receivers, but \
-the head needs each receiving row to be a mixture of the values that sums to one. Rows \
-[1,1,1], [0,0,0], [0,0,0] have every column summing to one, yet receiver 1 would get the plain \
-sum of all three value rows (weight total 3) and the other receivers would get nothing."""
+ANSWER_2 = "Not by itself. The matrix [[1,1,1],[0,0,0],[0,0,0]] has every column summing to 1 but " \
+           "its first row sums to 3, so the first position would get the sum of the values instead " \
+           "of a mixture."
 
-ANSWER_3 = """Shifting every value row by [2,-1] moves each output row by exactly [2,-1], because \
-each row's weights add to one: O_1 becomes [3.401112..., 0.197776...]. If only value row 1 moves, \
-output row i moves by [2,-1] times A[i,1] alone, so receiver 1 gains [2,-1] x 0.401112..., not \
-the whole vector."""
+ANSWER_3 = "Since the weights in a row add up to one, the whole shift goes through: the first output " \
+           "becomes about [3.4011, 0.1978]. With only the first value row shifted it is not the same, " \
+           "the first output only moves by 0.4011 times [2,-1]."
 
-ANSWER_4 = """The divisor is sqrt(d_k) = sqrt(4) = 2, the scores are [5,5], the output is [5,3], \
-and the softmax runs along each query's row of five keys (the last axis). Dividing by 5 would \
-use the number of positions, which has nothing to do with how many terms each dot product adds \
-up; the scaling argument is about the d_k = 4 terms of the dot product."""
+ANSWER_4 = "divisor 2 (sqrt of 4), scores are 5x5, output 5x3, softmax over the keys. 5 is the number " \
+           "of positions and has nothing to do with how long the dot products are."
 
-ANSWER_5 = """A large weight only says how one query mixed the values, not what those values carry \
-or what later layers do with them: with W_V set to zero the weights are unchanged and nothing is \
-delivered. Better evidence comes from a controlled comparison, for example prompts paired to \
-differ only in red versus blue with the task and wording fixed, while recording how often the \
-model actually succeeds or fails. Even that only speaks for the conditions tested."""
+ANSWER_5 = "The weight does not show what the value carries; with W_V = 0 the same weights deliver " \
+           "nothing. I would test prompts that only differ in red/blue and check if the model " \
+           "actually follows them."

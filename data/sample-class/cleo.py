@@ -1,193 +1,116 @@
-"""A sample submission for Chapter 15 (keys and queries swapped)."""
+"""Cleo's submission: puts keys on the rows and queries on the columns, k @ q.T (keys-not-transposed)."""
 import numpy as np
+
+# I like einsum because the letters say which axes are kept and which are summed:
+#   t, i, j = positions    c = query/key coordinate    e = value coordinate    n = input coordinate
+# The "..." lets a batch axis ride along in front.
 
 
 def project_qkv(x, w_q, w_k, w_v):
-    """Project the input rows into queries, keys and values (§15.1).
-
-    x: [T, d_in]; w_q, w_k: [d_in, d_k]; w_v: [d_in, d_v].
-    Returns the tuple (q, k, v) with shapes [T, d_k], [T, d_k], [T, d_v].
-    """
-    q = x @ w_q  # [T, d_in] @ [d_in, d_k] -> [T, d_k]
-    k = x @ w_k  # [T, d_in] @ [d_in, d_k] -> [T, d_k]
-    v = x @ w_v  # [T, d_in] @ [d_in, d_v] -> [T, d_v]
+    q = np.einsum("...tn,nc->...tc", x, w_q)
+    k = np.einsum("...tn,nc->...tc", x, w_k)
+    v = np.einsum("...tn,ne->...te", x, w_v)
     return q, k, v
 
 
 def scores(q, k):
-    """Compare every receiving query with every contributing key (§15.2).
-
-    q, k: [T, d_k]. Returns d: [T, T], where d[i, j] is query i's dot product with key j.
-    """
-    k_t = np.swapaxes(k, -1, -2)  # [..., T, d_k] -> [..., d_k, T]; also right for a batch
-    d = k @ np.swapaxes(q, -1, -2)  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]
-    return d
+    # sum over the coordinate c of each key with each query
+    return np.einsum("...ic,...jc->...ij", k, q)
 
 
 def scale(d, d_k):
-    """Divide the scores by the square root of the query/key width (§15.3).
-
-    d: [T, T]; d_k: a positive int. Returns s = d / sqrt(d_k), same shape as d.
-    """
-    s = d / np.sqrt(d_k)  # [T, T]
-    return s
+    return d * (1.0 / np.sqrt(d_k))
 
 
 def softmax_rows(s):
-    """Normalize each receiving row over the contributing keys (§15.3).
-
-    s: [..., T, T]. Returns a, the softmax over the last axis: every row is non-negative and sums
-    to one. Stays finite for any finite input, scores in the thousands included.
-    """
-    shifted = s - s.max(axis=-1, keepdims=True)  # largest score of each row becomes 0
-    e = np.exp(shifted)  # [..., T, T], every entry in (0, 1]
-    a = e / e.sum(axis=-1, keepdims=True)  # each row divided by its own total
-    return a
+    z = np.exp(s - s.max(axis=-1, keepdims=True))
+    totals = np.einsum("...ij->...i", z)
+    return z / totals[..., None]
 
 
 def mix(a, v):
-    """Give each receiving position its weighted mixture of value rows (§15.4).
-
-    a: [T, T] weights; v: [T, d_v] values. Returns o = a @ v: [T, d_v].
-    """
-    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions
-    return o
+    return np.einsum("...ij,...je->...ie", a, v)
 
 
 def attention(q, k, v):
-    """Scaled dot-product attention, softmax over the keys (§15.4).
-
-    q, k: [T, d_k]; v: [T, d_v]; d_k is read from q.
-    Returns the tuple (o, a): o [T, d_v], a [T, T].
-    """
-    d_k = q.shape[-1]
-    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]
-    o = mix(a, v)  # [T, d_v]
-    return o, a
+    weights = softmax_rows(scale(scores(q, k), q.shape[-1]))
+    return mix(weights, v), weights
 
 
 def self_attention_head(x, w_q, w_k, w_v):
-    """One self-attention head over a sequence, or over a batch of them (§15.4, §15.6).
-
-    x: [T, d_in], or [B, T, d_in] for a batch whose examples never mix.
-    Returns the tuple (o, a): [T, d_v] and [T, T], or [B, T, d_v] and [B, T, T].
-    """
-    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]
+    q, k, v = project_qkv(x, w_q, w_k, w_v)
     return attention(q, k, v)
 
 
 def zero_query_mixture(k, v):
-    """Exercise 1: attend with a query of zeros (§15.8).
-
-    k: [T, d_k]; v: [T, d_v]. Returns the tuple (weights, output): shapes [T] and [d_v].
-    """
-    q = np.zeros(k.shape[-1])  # [d_k]
-    weights = softmax_rows(scale(k @ q, k.shape[-1]))  # [T]: every score is 0
-    output = weights @ v  # [T] @ [T, d_v] -> [d_v]
-    return weights, output
+    q0 = np.zeros(k.shape[-1])
+    s = np.einsum("tc,c->t", k, q0) / np.sqrt(k.shape[-1])
+    w = np.exp(s - s.max())
+    w = w / w.sum()
+    return w, np.einsum("t,te->e", w, v)
 
 
 def is_attention_weights(a):
-    """Exercise 2: are these valid attention weights (§15.8)?
-
-    True exactly when a is 2-D and every row is non-negative and sums to 1 (within 1e-9).
-    """
     a = np.asarray(a, dtype=float)
-    if a.ndim != 2:
+    if a.ndim != 2 or np.any(a < 0):
         return False
-    rows_sum_to_one = np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)
-    return bool(np.all(a >= 0) and rows_sum_to_one)
+    row_sums = np.einsum("ij->i", a)
+    return bool(np.max(np.abs(row_sums - 1.0)) <= 1e-9)
 
 
 def column_normalized_counterexample():
-    """Exercise 2: a [3, 3] matrix whose columns each sum to one but whose first row does not.
+    # Receiver 1 takes half of contributors 1 and 2 and all of contributor 3: row total 2.
+    return np.array([[0.5, 0.5, 1.0],
+                     [0.5, 0.0, 0.0],
+                     [0.0, 0.5, 0.0]])
 
-    Every entry is non-negative.
-    """
-    # Receiver 1 takes everything from every contributor: column sums 1, first-row sum 3.
-    return np.array([[1.0, 1.0, 1.0],
-                     [0.0, 0.0, 0.0],
-                     [0.0, 0.0, 0.0]])
+
+def _moved_rows(t, rows):
+    """1.0 for each value row that gets the shift, 0.0 for the others."""
+    mask = np.zeros(t)
+    mask[slice(None) if rows is None else list(rows)] = 1.0
+    return mask
 
 
 def shifted_output(a, v, shift, rows=None):
-    """Exercise 3: the output after adding `shift` to some value rows (§15.5, §15.8).
-
-    a: [T, T] weights; v: [T, d_v]; shift: [d_v]; rows: a list of row indices, or None for every
-    row. Returns the new output [T, d_v].
-    """
-    v_new = np.array(v, dtype=float)  # a copy: the caller's v stays as it was
-    if rows is None:
-        v_new += shift  # [T, d_v] + [d_v]: every value row moves
-    else:
-        v_new[list(rows)] += shift  # only the listed value rows move
-    return a @ v_new  # [T, T] @ [T, d_v] -> [T, d_v]
+    v2 = v + np.einsum("j,e->je", _moved_rows(len(v), rows), shift)
+    return np.einsum("ij,je->ie", a, v2)
 
 
 def output_change(a, shift, rows=None):
-    """Exercise 3: how much the output moves, from the weights alone (§15.5, §15.8).
-
-    a: [T, T] weights; shift: [d_v]; rows: as in shifted_output. Returns the change [T, d_v]:
-    each receiving row moves by shift times the total weight it puts on the shifted rows.
-    """
-    if rows is None:
-        moved = a.sum(axis=-1)  # [T]: every row's weights sum to one
-    else:
-        moved = a[:, list(rows)].sum(axis=-1)  # [T]: weight on the shifted rows only
-    return np.outer(moved, shift)  # [T] x [d_v] -> [T, d_v]
+    return np.einsum("ij,j,e->ie", a, _moved_rows(a.shape[1], rows), shift)
 
 
 def head_facts(t, d_k, d_v):
-    """Exercise 4: the facts of a head with T = t, query/key width d_k, value width d_v (§15.8).
-
-    Returns a dict: divisor (float), score_shape (tuple), output_shape (tuple), softmax_axis (int).
-    """
-    return {
-        "divisor": float(np.sqrt(d_k)),  # the width of each dot product, not the position count
-        "score_shape": (t, t),  # receiving queries x contributing keys
-        "output_shape": (t, d_v),  # one mixture of value rows per position
-        "softmax_axis": -1,  # across the keys of each row
-    }
+    facts = dict(score_shape=(t, t), output_shape=(t, d_v), softmax_axis=-1)
+    facts.update(divisor=np.sqrt(float(d_k)).item())
+    return facts
 
 
 def value_intervention(x, w_q, w_k, w_v, w_v_new):
-    """Exercise 5: change only W_V and compare the head before and after (§15.5, §15.8).
-
-    Returns a dict with weights_before, weights_after ([T, T]) and output_before, output_after
-    ([T, d_v]).
-    """
-    output_before, weights_before = self_attention_head(x, w_q, w_k, w_v)
-    output_after, weights_after = self_attention_head(x, w_q, w_k, w_v_new)
-    return {
-        "weights_before": weights_before,
-        "weights_after": weights_after,  # identical: W_V plays no part in the weights
-        "output_before": output_before,
-        "output_after": output_after,
-    }
+    runs = {"before": self_attention_head(x, w_q, w_k, w_v),
+            "after": self_attention_head(x, w_q, w_k, w_v_new)}
+    out = {f"output_{when}": o for when, (o, _) in runs.items()}
+    out.update({f"weights_{when}": a for when, (_, a) in runs.items()})
+    return out
 
 
-# Written answers (§15.8).
-ANSWER_1 = """A zero query makes every score zero, so the softmax has nothing to prefer: each key \
-gets weight 1/3. Equal weights still deliver the values, namely their average [4/3, 4/3]. A \
-query only decides how the value rows are weighted; it cannot remove them."""
+ANSWER_1 = """Q = 0 makes every score 0, and softmax of equal scores is uniform: [1/3, 1/3, 1/3].
+Uniform weights still average the value rows, so the output is [4/3, 4/3], not zero. The query
+picks the weights; the values are what gets delivered."""
 
-ANSWER_2 = """No. Column sums of one say how each contributor is shared out among receivers, but \
-the head needs each receiving row to be a mixture of the values that sums to one. Rows \
-[1,1,1], [0,0,0], [0,0,0] have every column summing to one, yet receiver 1 would get the plain \
-sum of all three value rows (weight total 3) and the other receivers would get nothing."""
+ANSWER_2 = """No, the columns are the wrong direction. Each receiver (row) needs weights adding to 1.
+Counterexample: rows [1,1,1], [0,0,0], [0,0,0]. Columns all sum to 1, but row 1 sums to 3, so
+position 1 would receive V1 + V2 + V3, a sum rather than an average."""
 
-ANSWER_3 = """Shifting every value row by [2,-1] moves each output row by exactly [2,-1], because \
-each row's weights add to one: O_1 becomes [3.401112..., 0.197776...]. If only value row 1 moves, \
-output row i moves by [2,-1] times A[i,1] alone, so receiver 1 gains [2,-1] x 0.401112..., not \
-the whole vector."""
+ANSWER_3 = """O1 + [2,-1] = [3.401112, 0.197776], because the three weights in row 1 sum to 1. For a
+shift of only V row 1 the extra amount is weighted by A[1,1] = 0.401112, so O1 only moves by
+0.401112 * [2,-1] = [0.802224, -0.401112]."""
 
-ANSWER_4 = """The divisor is sqrt(d_k) = sqrt(4) = 2, the scores are [5,5], the output is [5,3], \
-and the softmax runs along each query's row of five keys (the last axis). Dividing by 5 would \
-use the number of positions, which has nothing to do with how many terms each dot product adds \
-up; the scaling argument is about the d_k = 4 terms of the dot product."""
+ANSWER_4 = """sqrt(d_k) = sqrt(4) = 2. D and A are [5,5], O is [5,3], softmax over the last axis (keys).
+The 4 counts the terms in each dot product; 5 counts positions, which is unrelated to the
+spread of a dot product."""
 
-ANSWER_5 = """A large weight only says how one query mixed the values, not what those values carry \
-or what later layers do with them: with W_V set to zero the weights are unchanged and nothing is \
-delivered. Better evidence comes from a controlled comparison, for example prompts paired to \
-differ only in red versus blue with the task and wording fixed, while recording how often the \
-model actually succeeds or fails. Even that only speaks for the conditions tested."""
+ANSWER_5 = """Example 15.2 keeps the weights and zeroes W_V, and the output is gone, so a weight alone
+cannot show reliability. I would run paired prompts (red vs. blue, same task and same wording
+otherwise) and measure how often the model succeeds, and only claim it for those conditions."""
