@@ -217,7 +217,7 @@ def _where(exc, filename):
     """The last line of the submission's own code that the exception passed through."""
     tb, line = exc.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
+        if tb.tb_frame.f_code.co_filename.startswith(filename):
             line = "%s line %d, in %s" % (filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     return line
@@ -291,13 +291,16 @@ def _child_main(job, blob, start, out):
     module = type(sys)("attention_head")
     module.__file__ = filename
     sys.modules["attention_head"] = module
+    # A module runs as one piece; a notebook cell by cell, as Jupyter does: an error or an exit in
+    # one cell ends that cell only, and the next cell still runs.
+    notebook = filename.endswith(".ipynb")
     try:
         for index, cell in enumerate(job["cells"]):
-            code = compile(cell, filename if len(job["cells"]) == 1 else "%s, cell %d" % (filename, index + 1), "exec")
+            code = compile(cell, "%s, cell %d" % (filename, index + 1) if notebook else filename, "exec")
             try:
                 exec(code, module.__dict__)
-            except Exception:
-                if len(job["cells"]) == 1:
+            except (Exception, ExitCalled, SystemExit):
+                if not notebook:
                     raise
     except ExitCalled:
         restore_builtins()

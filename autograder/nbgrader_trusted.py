@@ -19,7 +19,7 @@ course's seed, and then, through nbgrader's own API:
 - reports every notebook whose in-kernel result differs from the trusted one, and every notebook
   with no in-kernel result.
 
-A notebook cell that exits ends only itself (see `submission.contain_exits`), so a notebook that
+A notebook cell that exits ends only itself (the runner runs notebooks cell by cell), so a notebook that
 killed its kernel is graded on every step its code reaches.
 """
 from __future__ import annotations

@@ -14,17 +14,6 @@ SUFFIXES = (".py", ".ipynb")
 SKIPPED_ROLES = {"check", "plot"}
 HELPERS = {"conftest.py", "public_checks.py", "setup.py", "nbgrader_config.py"}
 _MAGIC = re.compile(r"^(\s*)([%!?].*)$")
-# Each notebook cell runs so that an exit called at its top level ends that cell only, as in
-# Jupyter, where IPython catches sys.exit() and the next cell still runs (the grader's child turns
-# os._exit() into the same exception). Otherwise one such cell would stop the whole notebook.
-_CONTAINED = """\
-try:
-    exec(compile({source!r}, {where!r}, "exec"), globals())
-except BaseException as _stopped:
-    if type(_stopped).__name__ not in ("ExitCalled", "SystemExit"):
-        raise
-    print({note!r})
-"""
 
 
 class SubmissionError(Exception):
@@ -90,17 +79,7 @@ def notebook_cells(text: str, path: Path) -> list[str]:
         if source.lstrip().startswith("%%"):
             continue
         cells.append("\n".join(_MAGIC.sub(r"\1pass  # \2", line) for line in source.splitlines()))
-    return contain_exits(cells, path.name)
-
-
-def contain_exits(cells: list[str], filename: str) -> list[str]:
-    """Wrap each cell so that an exit at its top level ends that cell, not the notebook.
-
-    Cell n keeps the name the runner gives it, `<filename>, cell n`, in tracebacks.
-    """
-    return [_CONTAINED.format(source=cell, where=f"{filename}, cell {number}",
-                              note=f"Cell {number} called exit; the rest of that cell did not run.")
-            for number, cell in enumerate(cells, 1)]
+    return cells
 
 
 def discover(folder: Path) -> list[tuple[Path, str]]:
