@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_grade import make_class  # the same class of .py submissions as the folder benchmark
+
 REPO = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ps1"
 # The notebooks: the reference, and the reference with one misconception, in turn.
@@ -95,13 +97,6 @@ def make_course(root: Path, env: dict, notebooks: int) -> Path:
     return course
 
 
-def make_modules(folder: Path, count: int) -> None:
-    samples = [p for p in sorted((REPO / "data" / "sample-class").glob("*.py")) if "infinite loop" not in p.read_text()]
-    folder.mkdir()
-    for index in range(count):
-        shutil.copy(samples[index % len(samples)], folder / f"student{index:03d}.py")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", type=int, default=50)
@@ -112,7 +107,8 @@ def main() -> None:
         root = Path(tmp)
         env = jupyter_env(root)
         floor = statistics.median(run([python, "-c", "import numpy"], root) for _ in range(5))
-        make_modules(root / "modules", args.modules)
+        (root / "modules").mkdir()
+        make_class(root / "modules", args.modules)
         modules = run([python, "-m", "autograder.cli", str(root / "modules"), "--format", "json", "--seed", "1",
                        "--out", str(root / "modules-out")], root)
         course = make_course(root, env, args.notebooks)
