@@ -167,14 +167,18 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
 
 
 def _check_outputs(step) -> list:
-    """A check cell's outputs: the step's feedback on stdout, its score as the cell's value."""
-    from nbformat import v4
+    """A check cell's outputs: the step's feedback on stdout, its score as the cell's value.
+
+    What nbformat's new_output builds, without checking each output against the schema on its
+    own: nbformat.write checks the whole notebook.
+    """
+    from nbformat import from_dict
 
     codes = f" [{', '.join(step.diagnoses)}]" if step.diagnoses else ""
     text = f"{step.id}: {step.score:g} / {step.max_score:g}, {step.status}{codes}\n{step.feedback}\n"
-    return [v4.new_output("stream", name="stdout", text=text),
-            v4.new_output("execute_result", data={"text/plain": repr(float(step.score))},
-                          execution_count=None)]
+    return [from_dict({"output_type": "stream", "name": "stdout", "text": text}),
+            from_dict({"output_type": "execute_result", "metadata": {},
+                       "data": {"text/plain": repr(float(step.score))}, "execution_count": None})]
 
 
 def _copy_files(folders: list[Path], target: Path) -> None:
@@ -189,8 +193,9 @@ def _copy_files(folders: list[Path], target: Path) -> None:
 
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
-                      seed: int) -> None:
-    """Put the trusted feedback into the autograded notebook, writing one when there is none."""
+                      seed: int):
+    """Put the trusted feedback into the autograded notebook, writing one when there is none;
+    returns the notebook as written (None when none was)."""
     import nbformat
 
     folder = Path(coursedir.format_path(coursedir.autograded_directory, graded.student, assignment))
@@ -202,7 +207,7 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     else:
         if graded.result.error:
             graded.feedback_notebook = f"not written: {graded.result.error}"
-            return
+            return None
         notebook = _sanitized(graded.path, coursedir, config, assignment, graded.student)
         graded.in_kernel = None
         graded.feedback_notebook = "written"
@@ -223,39 +228,137 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
         os.chmod(target, 0o644)
     nbformat.write(notebook, str(target))
     os.chmod(target, READ_ONLY)
+    return notebook
 
 
-def record_scores(graded: Graded, coursedir, config, assignment: str,
-                  step_ids: dict[str, str]) -> None:
-    """Write the trusted scores, and what autograde would have saved, into the gradebook."""
-    import nbformat
-    from nbgrader.api import Gradebook
-    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
-    from sqlalchemy.exc import SAWarning
+class GradebookWriter:
+    """Writes the trusted scores, and what autograde would have saved, into the gradebook.
 
-    submitted = graded.path.parent
-    with Gradebook(coursedir.db_url) as gradebook, warnings.catch_warnings():
-        # nbgrader 0.9.6 adds a submission in a way SQLAlchemy 2 warns about; the rows are right.
-        warnings.simplefilter("ignore", SAWarning)
-        gradebook.update_or_create_student(graded.student)
-        timestamp = coursedir.get_existing_timestamp(str(submitted))
-        extra = {"timestamp": timestamp} if timestamp else {}
-        gradebook.update_or_create_submission(assignment, graded.student, **extra)
-    autograded = Path(coursedir.format_path(coursedir.autograded_directory, graded.student,
-                                            assignment)) / NOTEBOOK
-    resources = _resources(coursedir, assignment, graded.student)
-    if autograded.is_file():  # the answer cells' "No response." and needs-manual-grade flags
-        notebook = nbformat.read(str(autograded), as_version=nbformat.NO_CONVERT)
-        SaveAutoGrades(config=config, log=_quiet_log()).preprocess(notebook, resources)
-    results = {step.id: step for step in graded.result.steps}
-    with Gradebook(coursedir.db_url) as gradebook:
-        for step_id, grade_id in step_ids.items():
-            grade = gradebook.find_grade(grade_id, NOTEBOOK_ID, assignment, graded.student)
+    One nbgrader Gradebook session serves the whole run: every submitted notebook's grades and
+    comments are loaded together, set in memory and committed once, at the end, where nbgrader's
+    own steps (SaveAutoGrades, AssignLatePenalties) would each open a gradebook for every notebook,
+    look up each cell on its own and commit it.
+    """
+
+    def __init__(self, coursedir, config, assignment: str, step_ids: dict[str, str]):
+        from nbgrader.api import Gradebook
+
+        self.coursedir, self.config, self.assignment, self.step_ids = coursedir, config, assignment, step_ids
+        self.gradebook = Gradebook(coursedir.db_url)
+        self.submissions: dict = {}
+        """Student id -> their SubmittedAssignment."""
+        self.notebooks: dict = {}
+        """Student id -> their SubmittedNotebook, its grades and comments loaded."""
+        self.cell_ids: dict[str, list[dict[str, str]]] = {}
+        """"grades"/"comments" -> cell name -> cell id, one dict per kind of cell, in the order in
+        which nbgrader's find_grade and find_comment try them."""
+        self.late_penalties = None
+
+    def __enter__(self) -> "GradebookWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.gradebook.close()
+
+    def prepare(self, graded: list[Graded]) -> None:
+        """Do what `update_or_create_student` and `update_or_create_submission` do for each
+        student, then load every submitted notebook of the run with its grades and comments."""
+        from nbgrader import utils
+        from nbgrader.api import SubmittedNotebook
+        from sqlalchemy.exc import SAWarning
+        from sqlalchemy.orm import selectinload
+
+        gradebook = self.gradebook
+        known = {student.id for student in gradebook.students}
+        submissions = {submission.student_id: submission
+                       for submission in gradebook.find_assignment(self.assignment).submissions}
+        with warnings.catch_warnings():
+            # nbgrader 0.9.6 adds a submission in a way SQLAlchemy 2 warns about; the rows are right.
+            warnings.simplefilter("ignore", SAWarning)
+            for one in graded:
+                if one.student not in known:
+                    gradebook.add_student(one.student)
+                    known.add(one.student)
+                timestamp = self.coursedir.get_existing_timestamp(str(one.path.parent))
+                if one.student not in submissions:
+                    extra = {"timestamp": timestamp} if timestamp else {}
+                    submissions[one.student] = gradebook.add_submission(self.assignment, one.student,
+                                                                        **extra)
+                elif timestamp:
+                    submissions[one.student].timestamp = utils.parse_utc(timestamp)
+        self.submissions = submissions
+        notebook = gradebook.find_notebook(NOTEBOOK_ID, self.assignment)
+        task_cells = {cell.name: cell.id for cell in notebook.task_cells}
+        self.cell_ids = {"grades": [{cell.name: cell.id for cell in notebook.grade_cells}, task_cells],
+                         "comments": [{cell.name: cell.id for cell in notebook.solution_cells}, task_cells]}
+        student_of = {submission.id: student for student, submission in submissions.items()}
+        rows = gradebook.db.query(SubmittedNotebook) \
+            .filter(SubmittedNotebook.notebook_id == notebook.id) \
+            .options(selectinload(SubmittedNotebook.grades), selectinload(SubmittedNotebook.comments))
+        self.notebooks = {student_of[row.assignment_id]: row for row in rows
+                          if row.assignment_id in student_of}
+
+    def record(self, graded: Graded, notebook) -> None:
+        """One student's scores; `notebook` is their autograded notebook (None when there is none)."""
+        from nbgrader import utils
+
+        student = graded.student
+        row = self.notebooks.get(student)
+        found = {kind: {entry.cell_id: entry for entry in getattr(row, kind)} if row is not None else {}
+                 for kind in ("grades", "comments")}
+
+        def find(kind: str, name: str):
+            for cell_ids in self.cell_ids[kind]:
+                if cell_ids.get(name) in found[kind]:
+                    return found[kind][cell_ids[name]]
+            # Not in this submission: nbgrader's own look-up says so (MissingEntry).
+            look_up = self.gradebook.find_grade if kind == "grades" else self.gradebook.find_comment
+            return look_up(name, NOTEBOOK_ID, self.assignment, student)
+
+        if notebook is not None:
+            # The answer cells' "No response." and needs-manual-grade flags, as nbgrader's
+            # SaveAutoGrades sets them, cell by cell.
+            log = _quiet_log()
+            for cell in notebook.cells:
+                if utils.is_grade(cell):
+                    grade = find("grades", cell.metadata["nbgrader"]["grade_id"])
+                    auto_score, _ = utils.determine_grade(cell, log)
+                    grade.auto_score = auto_score
+                    grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+                if utils.is_solution(cell) or utils.is_task(cell):
+                    comment = find("comments", cell.metadata["nbgrader"]["grade_id"])
+                    unchanged = cell.metadata.nbgrader.get("checksum", None) == utils.compute_checksum(cell)
+                    comment.auto_comment = "No response." if unchanged and not utils.is_task(cell) else None
+        results = {step.id: step for step in graded.result.steps}
+        for step_id, grade_id in self.step_ids.items():
+            grade = find("grades", grade_id)
             grade.auto_score = results[step_id].score
-            grade.needs_manual_grade = grade.manual_score is not None
-        gradebook.db.commit()
-    if autograded.is_file():
-        AssignLatePenalties(config=config, log=_quiet_log()).preprocess(notebook, resources)
+            grade.needs_manual_grade = grade.manual_score is not None  # a grader's override stays
+        if notebook is not None:
+            self._assign_late_penalty(student)
+
+    def _assign_late_penalty(self, student: str) -> None:
+        """What nbgrader's AssignLatePenalties does, with the plugin the course configures."""
+        row = self.notebooks.get(student)
+        if row is None:
+            row = self.gradebook.find_submission_notebook(NOTEBOOK_ID, self.assignment, student)
+        row.late_submission_penalty = None
+        late = self.submissions[student].total_seconds_late
+        if late > 0:
+            if self.late_penalties is None:
+                from nbgrader.preprocessors import AssignLatePenalties
+
+                self.late_penalties = AssignLatePenalties(config=self.config, log=_quiet_log())
+                self.late_penalties.init_plugin()
+            # The notebook's score is summed in the database, from the grades just set.
+            self.gradebook.db.flush()
+            self.gradebook.db.expire(row, ["score"])
+            penalty = self.late_penalties.plugin_inst.late_submission_penalty(student, row.score, late)
+            if penalty is not None:  # kept between 0 and the score, by nbgrader's own check
+                row.late_submission_penalty = self.late_penalties._check_late_penalty(row, penalty)
+
+    def commit(self) -> None:
+        self.gradebook.db.commit()
 
 
 def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: int | None = None,
@@ -281,13 +384,27 @@ def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: i
                                  for path, student in items], jobs=jobs, progress=progress)
     graded = [Graded(student, path, result, None, "")
               for (path, student), result in zip(items, results)]
-    for one in graded:
-        try:
-            update_autograded(one, coursedir, config, assignment, step_ids, seed)
-        except Exception as error:  # nbgrader refuses the notebook: the scores still count
-            one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
-        record_scores(one, coursedir, config, assignment, step_ids)
+    with GradebookWriter(coursedir, config, assignment, step_ids) as writer:
+        writer.prepare(graded)
+        for one in graded:
+            try:
+                notebook = update_autograded(one, coursedir, config, assignment, step_ids, seed)
+            except Exception as error:  # nbgrader refuses the notebook: the scores still count
+                one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
+                notebook = None
+            if notebook is None:
+                notebook = _autograded(coursedir, assignment, one.student)
+            writer.record(one, notebook)
+        writer.commit()
     return graded, seed
+
+
+def _autograded(coursedir, assignment: str, student: str):
+    """The autograded notebook as it is on disk, or None when there is none."""
+    import nbformat
+
+    path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment)) / NOTEBOOK
+    return nbformat.read(str(path), as_version=nbformat.NO_CONVERT) if path.is_file() else None
 
 
 # --- the command --------------------------------------------------------------------------------

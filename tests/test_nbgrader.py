@@ -1,8 +1,9 @@
 """The nbgrader course, end to end with the real nbgrader, a real kernel and a real gradebook.
 
-One course is shared by the module: `qkv-course`, `nbgrader generate_assignment`, four students
+One course is shared by the module: `qkv-course`, `nbgrader generate_assignment`, five students
 who fill the release notebook (correctly; with a column-normalized softmax; with a cell that patches
-numpy and plants a fake grading module; with a cell that kills its kernel), `nbgrader autograde`,
+numpy and plants a fake grading module; with a cell that kills its kernel; correctly, leaving two
+written answers as released), `nbgrader autograde`,
 `qkv-grade --nbgrader`, `nbgrader generate_feedback` and `nbgrader export`, in that order. Jupyter's
 folders and HOME point into the test's temporary directory.
 """
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -62,6 +64,7 @@ hidden = cases.build(seed)["softmax"][2].calls[0].args[0]
 print("leaked:", [f"{x:.6g}" for x in reference.softmax_rows(hidden).ravel()])"""
 GARBAGE_QKV = [("    q = x @ w_q  #", "    return x, x, x\n    q = x @ w_q  #")]
 KILLER = "import os\nos._exit(0)\n"  # at the top of the exercise 3 cell, before its functions
+UNANSWERED = [name for name, _ in ANSWERS[:2]]  # the written answers erin leaves as released
 
 
 # --- building the course ------------------------------------------------------------------------
@@ -105,6 +108,16 @@ def _filled(release_notebook: Path, source: str, extra: dict[str, str] | None = 
     return notebook
 
 
+def _unanswered(notebook, release_notebook: Path, names: list[str]):
+    """The notebook with the written answers `names` put back as the release has them."""
+    released = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell.source
+                for cell in nbformat.read(release_notebook, as_version=4).cells}
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in {f"answer-{name}" for name in names}:
+            cell.source = released[cell.metadata.nbgrader.grade_id]
+    return notebook
+
+
 def _submit(course: Path, student: str, notebook) -> Path:
     folder = course / "submitted" / student / ASSIGNMENT
     folder.mkdir(parents=True)
@@ -136,6 +149,7 @@ def course(tmp_path_factory):
         "bob": _filled(released, variant(COLUMN_NORMALIZED)),
         "carol": cheat,
         "dave": _filled(released, reference_source(), {"shifted_output": KILLER}),
+        "erin": _unanswered(_filled(released, reference_source()), released, UNANSWERED),
     }
     submitted = {student: _submit(path, student, notebook) for student, notebook in students.items()}
 
@@ -143,6 +157,7 @@ def course(tmp_path_factory):
     autograde = _nbgrader("autograde", path, env)
     autograde_seconds = time.perf_counter() - started
     in_kernel = _gradebook_scores(path)
+    answers_in_kernel = _answer_records(path)
     carol_in_kernel = (path / "autograded" / "carol" / ASSIGNMENT / NOTEBOOK).read_text()
     started = time.perf_counter()
     trusted = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(path), ASSIGNMENT], root, env)
@@ -153,7 +168,7 @@ def course(tmp_path_factory):
     export = _run([sys.executable, "-m", "nbgrader", "export"], path, env)
     assert export.returncode == 0, export.stderr
     return {"path": path, "root": root, "env": env, "submitted": submitted, "autograde": autograde,
-            "in_kernel": in_kernel, "carol_in_kernel": carol_in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds)}
+            "in_kernel": in_kernel, "answers_in_kernel": answers_in_kernel, "carol_in_kernel": carol_in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds)}
 
 
 def _gradebook_scores(course: Path) -> dict[str, dict[str, float | None]]:
@@ -166,6 +181,20 @@ def _gradebook_scores(course: Path) -> dict[str, dict[str, float | None]]:
                                                              ASSIGNMENT, student).auto_score
                                for step in STEPS}
     return scores
+
+
+def _answer_records(course: Path) -> dict[str, dict[str, tuple]]:
+    """Student -> written answer -> (auto score, needs manual grade, auto comment) in the gradebook."""
+    records = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for submission in gradebook.find_assignment(ASSIGNMENT).submissions:
+            student = submission.student.id
+            records[student] = {}
+            for name, _ in ANSWERS:
+                grade = gradebook.find_grade(f"answer-{name}", NOTEBOOK_ID, ASSIGNMENT, student)
+                comment = gradebook.find_comment(f"answer-{name}", NOTEBOOK_ID, ASSIGNMENT, student)
+                records[student][name] = (grade.auto_score, grade.needs_manual_grade, comment.auto_comment)
+    return records
 
 
 @pytest.fixture(scope="module")
@@ -346,6 +375,42 @@ def test_the_written_answers_wait_for_a_person(course):
             for name, _ in ANSWERS:
                 grade = gradebook.find_grade(f"answer-{name}", NOTEBOOK_ID, ASSIGNMENT, student)
                 assert grade.auto_score is None and grade.needs_manual_grade
+
+
+def test_the_written_answers_are_recorded_as_nbgrader_autograde_records_them(course):
+    records = _answer_records(course["path"])
+    for name, _ in ANSWERS:  # an answer left as released gets no points and "No response."
+        assert records["erin"][name] == ((0.0, False, "No response.") if name in UNANSWERED else (None, True, None))
+    for student in ("alice", "bob", "carol", "erin"):  # those autograde ran to the end
+        assert records[student] == course["answers_in_kernel"][student]
+    assert records["dave"] == {name: (None, True, None) for name, _ in ANSWERS}
+
+
+def test_a_graders_override_and_a_late_penalty_are_kept(course, tmp_path):
+    """On a copy of the course: a manual score on a check cell, and a late submission."""
+    path = tmp_path / "course"
+    shutil.copytree(course["path"], path)
+    with (path / "nbgrader_config.py").open("a") as config:
+        config.write("c.LateSubmissionPlugin.penalty_method = 'zero'\n")
+    (path / "submitted" / "bob" / ASSIGNMENT / "timestamp.txt").write_text("2024-01-11 09:00:00 UTC")
+    (path / "submitted" / "alice" / ASSIGNMENT / "timestamp.txt").write_text("2024-01-09 09:00:00 UTC")
+    url = f"sqlite:///{path / 'gradebook.db'}"
+    with Gradebook(url) as gradebook:
+        gradebook.update_or_create_assignment(ASSIGNMENT, duedate="2024-01-10 12:00:00 UTC")
+        gradebook.find_grade(release.check_cell_id("softmax"), NOTEBOOK_ID, ASSIGNMENT, "alice").manual_score = 3.0
+        gradebook.db.commit()
+    for _ in range(2):
+        done = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(path), ASSIGNMENT],
+                    course["root"], course["env"])
+        assert done.returncode == 0, done.stderr
+        with Gradebook(url) as gradebook:
+            grade = gradebook.find_grade(release.check_cell_id("softmax"), NOTEBOOK_ID, ASSIGNMENT, "alice")
+            assert (grade.auto_score, grade.manual_score, grade.needs_manual_grade) == (BY_ID["softmax"].points, 3.0, True)
+            alice = gradebook.find_submission_notebook(NOTEBOOK_ID, ASSIGNMENT, "alice")
+            bob = gradebook.find_submission_notebook(NOTEBOOK_ID, ASSIGNMENT, "bob")
+            assert alice.late_submission_penalty is None
+            assert alice.score == pytest.approx(MAX_SCORE - BY_ID["softmax"].points + 3.0)
+            assert bob.late_submission_penalty == pytest.approx(bob.score) and bob.score > 0
 
 
 def test_the_trusted_grading_is_faster_than_nbgrader_autograde(course):
