@@ -322,14 +322,20 @@ def _child_main(job, blob, start, out):
 
     for step_index in range(start, len(job["plan"])):
         step = job["plan"][step_index]
+        results, blobs = [], []  # the step's results travel together, in one frame
+
+        def send_step():
+            if results:
+                send({"ev": "step", "step": step_index, "results": results}, b"".join(blobs))
+
         for call_index, call in enumerate(step["calls"]):
-            where = {"ev": "result", "step": step_index, "call": call_index}
             function = getattr(module, call["fn"], None)
             if not callable(function):
-                send(dict(where, raised={"type": "MissingName", "message": call["fn"], "where": None}))
+                results.append({"call": call_index, "out": "",
+                                "raised": {"type": "MissingName", "message": call["fn"], "where": None}})
                 continue
             args = decode(call["args"], args_blob, [call["offset"]])
-            before = [arg.copy() if type(arg) is ndarray else None for arg in args]
+            before = [(arg.shape, arg.dtype, arg.tobytes()) if type(arg) is ndarray else None for arg in args]
             failure = None
             try:
                 setitimer(timer, call_timeout)
@@ -345,18 +351,22 @@ def _child_main(job, blob, start, out):
                         "exit" if isinstance(failure, (ExitCalled, SystemExit)) else
                         "memory" if isinstance(failure, MemoryError) else None)
                 if kind:  # the step ends here; the worker starts a fresh child for the next one
-                    send(dict(where, ev="fault", kind=kind))
+                    send_step()
+                    send({"ev": "fault", "step": step_index, "call": call_index, "kind": kind})
                     flush()
                     real_exit(0)
-                send(dict(where, raised=_raised(failure, filename)))
+                results.append({"call": call_index, "out": captured.take(), "raised": _raised(failure, filename)})
                 continue
-            mutated = [i for i, (arg, copy) in enumerate(zip(args, before)) if copy is not None and not (
-                type(arg) is ndarray and arg.shape == copy.shape and array_equal(arg, copy, equal_nan=True))]
+            mutated = [i for i, (arg, kept) in enumerate(zip(args, before)) if kept is not None and not (
+                type(arg) is ndarray and (arg.shape, arg.dtype) == kept[:2] and arg.tobytes() == kept[2])]
             try:
-                obj, data = encode_value(value)
+                parts = []
+                obj = encode(value, parts, [0, 0])
             except BaseException:
-                obj, data = {"t": "bad", "type": "an object that could not be read"}, b""
-            send(dict(where, value=obj, mutated=mutated), data)
+                obj, parts = {"t": "bad", "type": "an object that could not be read"}, []
+            blobs.extend(parts)
+            results.append({"call": call_index, "out": captured.take(), "value": obj, "mutated": mutated})
+        send_step()
         flush()
     send({"ev": "end"})
     flush()
@@ -446,8 +456,8 @@ def _run_job(job, blob, out, own_pid_namespace):
                         restart_at = obj["step"] + 1
                         finished = True
                         break
-                    elif event == "result":
-                        position = (obj["step"], obj["call"])
+                    elif event == "step" and obj.get("results"):
+                        position = (obj["step"], obj["results"][-1]["call"])
                     elif event == "end":
                         finished = True
                         break

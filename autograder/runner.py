@@ -180,6 +180,11 @@ class Worker:
             self.close()
         return run
 
+    @staticmethod
+    def _valid(run: Run, step, call) -> bool:
+        return (isinstance(step, int) and isinstance(call, int)
+                and 0 <= step < len(run.outcomes) and 0 <= call < len(run.outcomes[step]))
+
     def _collect(self, run: Run, most_calls: int) -> None:
         limits = self.limits
         # The worker enforces the real limits; this is only a watchdog over the worker itself.
@@ -199,27 +204,37 @@ class Worker:
                     if isinstance(answers, dict):
                         run.answers = {str(k): v is True for k, v in answers.items()}
                 continue
-            if event not in ("result", "fault"):
-                continue
-            step, call = obj.get("step"), obj.get("call")
-            if step is None:
-                run.import_fault = str(obj.get("kind"))
-                continue
-            if not (isinstance(step, int) and isinstance(call, int)
-                    and 0 <= step < len(run.outcomes) and 0 <= call < len(run.outcomes[step])):
-                continue
             if event == "fault":
-                run.outcomes[step][call] = Outcome(fault=str(obj.get("kind")), detail=obj.get("detail"),
-                                                   output=str(obj.get("out", "")))
+                step, call = obj.get("step"), obj.get("call")
+                if step is None:
+                    run.import_fault = str(obj.get("kind"))
+                elif self._valid(run, step, call):
+                    run.outcomes[step][call] = Outcome(fault=str(obj.get("kind")), detail=obj.get("detail"),
+                                                       output=str(obj.get("out", "")))
                 continue
-            value = child.decode(obj["value"], blob) if "value" in obj else None
-            mutated = [i for i in obj.get("mutated", []) if isinstance(i, int)]
-            raised = obj.get("raised")
-            run.outcomes[step][call] = Outcome(
-                value=value, raised=raised if isinstance(raised, dict) else None,
-                mutated=mutated, output=str(obj.get("out", "")))
+            if event != "step" or not isinstance(obj.get("results"), list):
+                continue
+            step, offset = obj.get("step"), [0]
+            for result in obj["results"]:
+                call = result.get("call") if isinstance(result, dict) else None
+                if not self._valid(run, step, call):
+                    break  # nothing after a malformed entry can be placed with certainty
+                value = _decode_safely(result["value"], blob, offset) if "value" in result else None
+                mutated = [i for i in result.get("mutated", []) if isinstance(i, int)]
+                raised = result.get("raised")
+                run.outcomes[step][call] = Outcome(
+                    value=value, raised=raised if isinstance(raised, dict) else None,
+                    mutated=mutated, output=str(result.get("out", "")))
             if time.monotonic() - started > 3600:
                 raise WorkerFailed("the submission ran for more than an hour")
+
+
+def _decode_safely(obj, blob: bytes, offset: list[int]):
+    """Decode a returned value; a malformed description (only a tampered child sends one) is Bad."""
+    try:
+        return child.decode(obj, blob, offset)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        return child.Bad("a value the grader could not read")
 
 
 def default_jobs() -> int:
