@@ -238,7 +238,7 @@ def _on_alarm(_signum, _frame):
     raise CallTimeout()
 
 
-def _child_main(job, blob, start, out):
+def _child_main(job, start, out):
     import builtins
     import resource
     import signal
@@ -275,7 +275,6 @@ def _child_main(job, blob, start, out):
             current.update(saved_builtins)
 
     filename = job["filename"]
-    args_blob = memoryview(blob)
     pending = []  # frames of the current step, written together when the step ends
 
     def send(obj, data=b""):
@@ -334,8 +333,10 @@ def _child_main(job, blob, start, out):
                 results.append({"call": call_index, "out": "",
                                 "raised": {"type": "MissingName", "message": call["fn"], "where": None}})
                 continue
-            args = decode(call["args"], args_blob, [call["offset"]])
-            before = [(arg.shape, arg.dtype, arg.tobytes()) if type(arg) is ndarray else None for arg in args]
+            # This child's own copy-on-write view of the worker's decoded arguments: whatever the
+            # submission does to them stays in this child, and `before` still holds the originals.
+            args, before = job["decoded"][step_index][call_index]
+            args = list(args)
             failure = None
             try:
                 setitimer(timer, call_timeout)
@@ -410,7 +411,7 @@ def _step_budget(job, step):
     return limits["call_timeout"] * len(job["plan"][step]["calls"]) + 1.0
 
 
-def _run_job(job, blob, out, own_pid_namespace):
+def _run_job(job, out, own_pid_namespace):
     import select
 
     limits = job["limits"]
@@ -423,7 +424,7 @@ def _run_job(job, blob, out, own_pid_namespace):
             try:
                 os.setpgid(0, 0)
                 os.close(read_end)
-                _child_main(job, blob, start, write_end)
+                _child_main(job, start, write_end)
             finally:
                 os._exit(70)
         os.close(write_end)
@@ -533,6 +534,21 @@ def _clean_tmp():
         shutil.rmtree(os.path.join("/tmp", entry), ignore_errors=True)
 
 
+def _decode_plan(plan, blob):
+    """Every call's arguments, decoded, with the bytes of each array kept to detect changes."""
+    view = memoryview(blob)
+    decoded = []
+    for step in plan:
+        calls = []
+        for call in step["calls"]:
+            args = decode(call["args"], view, [call["offset"]])
+            kept = [(arg.shape, arg.dtype, arg.tobytes()) if type(arg).__name__ == "ndarray" else None
+                    for arg in args]
+            calls.append((args, kept))
+        decoded.append(calls)
+    return decoded
+
+
 def worker_main():
     """Serve jobs from stdin until it closes; every frame written goes to stdout."""
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
@@ -563,12 +579,18 @@ def worker_main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     write_frame(stdout, {"ev": "ready", "numpy": numpy.__version__})
+    plans = {}  # plan id -> (plan, its calls' arguments decoded): every submission meets the same calls
     while True:
         try:
             _, job, blob = read_frame(stdin)
         except EOFError:
             return
-        _run_job(job, blob, stdout, config.get("own_pid_namespace", False))
+        if "plan" in job:
+            plans.clear()
+            plans[job["plan_id"]] = (job["plan"], _decode_plan(job["plan"], blob))
+            gc.freeze()
+        job["plan"], job["decoded"] = plans[job["plan_id"]]
+        _run_job(job, stdout, config.get("own_pid_namespace", False))
         if config.get("own_pid_namespace"):  # nothing of this submission may meet the next one
             _kill_strays()
             _clean_tmp()

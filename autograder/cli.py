@@ -74,27 +74,30 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("--report needs matplotlib: pip install 'qkv-attention[report]'")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
 
-    from .grading import Grader
-    from .runner import Limits, WorkerFailed
+    from .runner import Limits, Worker, WorkerFailed
     from .sandbox import SandboxUnavailable
 
+    limits = Limits(call_timeout=args.timeout)
     try:
-        grader = Grader(seed, Limits(call_timeout=args.timeout))
         if path.is_dir():
-            return _grade_folder(grader, path, args)
-        return _grade_file(grader, path, args)
+            from .grading import Grader
+
+            return _grade_folder(Grader(seed, limits), path, args)
+        with Worker(limits) as worker:
+            worker.start()  # the sandbox starts and loads numpy while the hidden cases are built
+            from .grading import Grader
+
+            return _grade_file(Grader(seed, limits), worker, path, args)
     except (SandboxUnavailable, WorkerFailed) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
 
 
-def _grade_file(grader, path: Path, args) -> int:
+def _grade_file(grader, worker, path: Path, args) -> int:
     from . import results
-    from .runner import Worker
 
-    with Worker(grader.limits) as worker:
-        result = grader.grade_path(worker, path, str(path))
+    result = grader.grade_path(worker, path, str(path))
     if args.format == "json":
         sys.stdout.write(results.to_json([result], single=True))
     elif args.format == "gradescope":

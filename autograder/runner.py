@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import secrets
 import os
 import select
 import subprocess
@@ -70,6 +71,7 @@ class Prepared:
     plan_json: bytes
     blob: bytes
     counts: tuple[int, ...]
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Prepared:
@@ -97,6 +99,8 @@ class Worker:
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
         self._process: subprocess.Popen | None = None
+        self._ready = False
+        self._plan_id: str | None = None
 
     # -- process management -------------------------------------------------------------------
 
@@ -108,10 +112,15 @@ class Worker:
             fcntl.fcntl(self._process.stdout.fileno(), F_SETPIPE_SZ, 1 << 20)
         except OSError:
             pass
+        self._ready = False  # checked on first use, so the caller can work while the worker loads
+        self._plan_id = None
+
+    def _wait_ready(self) -> None:
         _, ready = self._read(60.0)
         if ready.get("ev") != "ready":
             self.close()
             raise WorkerFailed("the grading worker did not start")
+        self._ready = True
 
     def close(self) -> None:
         if self._process is not None:
@@ -155,16 +164,23 @@ class Worker:
         if self._process is None or self._process.poll() is not None:
             self.close()
             self.start()
+        if not self._ready:
+            self._wait_ready()
         prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         limits = self.limits
         head = json.dumps({"filename": filename, "cells": cells, "answers": list(answers),
+                           "plan_id": prepared.id,
                            "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
                                       "memory": limits.memory, "output": limits.output}}, separators=(",", ":"))
-        body = head[:-1].encode() + b',"plan":' + prepared.plan_json + b"}"
+        if self._plan_id == prepared.id:  # the worker keeps the plan it was last sent, decoded
+            body, blob = head.encode(), b""
+        else:
+            body, blob = head[:-1].encode() + b',"plan":' + prepared.plan_json + b"}", prepared.blob
+            self._plan_id = prepared.id
         run = Run(outcomes=[[None] * count for count in prepared.counts])
         run.most_calls = max(prepared.counts, default=1)
         try:
-            child.write_raw_frame(self._process.stdin.fileno(), body, prepared.blob)
+            child.write_raw_frame(self._process.stdin.fileno(), body, blob)
         except OSError:
             run.lost = "the grading worker died"
             self.close()
