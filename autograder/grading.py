@@ -86,8 +86,10 @@ class Grader:
 
     def send(self, worker: Worker, submission: Submission):
         """Start the submission's run in the worker; `judge` turns the received run into a result."""
-        return worker.send("attention_head.ipynb" if submission.notebook else "attention_head.py",
-                           list(submission.cells), self.plan, self._answers(submission))
+        # The submission's own file name: what a student sees in tracebacks and line numbers.
+        name = submission.path.name if submission.path.suffix in (".py", ".ipynb") else (
+            "attention_head.ipynb" if submission.notebook else "attention_head.py")
+        return worker.send(name, list(submission.cells), self.plan, self._answers(submission))
 
     @staticmethod
     def _answers(submission: Submission) -> tuple[str, ...]:
@@ -97,10 +99,7 @@ class Grader:
         answers = self._answers(submission)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected)
-        if not answers:
-            written = None
-        else:
-            written = run.answers if run.imported else {name: False for name in answers}
+        written = run.answers if answers and run.imported else None  # None: a notebook, or never ran
         return SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)
 
