@@ -161,14 +161,17 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
     return bool(ok.all())
 
 
-def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL) -> list[str]:
-    """Every way `actual` differs from `expected` (both canonical); empty when they agree."""
+def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL, describe: bool = True) -> list[str]:
+    """Every way `actual` differs from `expected` (both canonical); empty when they agree.
+
+    With describe=False only the names of the differing parts are listed, which is much cheaper.
+    """
     found = []
     for name, want in expected.items():
         got = actual.get(name)
         if isinstance(want, np.ndarray):
             if got.shape != want.shape or not allclose(got, want, rtol, atol):
-                found.append(feedback.array_mismatch(got, want, public, name) if rtol == RTOL else name)
+                found.append(feedback.array_mismatch(got, want, public, name) if describe and rtol == RTOL else name)
         elif name == "softmax_axis":
             if got not in ((1, -1) if want == -1 else (want,)):
                 found.append(f"softmax_axis is {got!r}" + (f", expected {want!r}" if public else ""))
@@ -198,6 +201,14 @@ class _CallVerdict:
     nonfinite: bool = False
     close: bool = False
     shape: bool = False
+    describe: Callable | None = None
+    """Writes how the value differs, numpy-style; called only for the call the feedback shows."""
+    note: str = ""
+    """A further remark, such as which arguments the call changed."""
+
+    def full_detail(self) -> str:
+        described = self.describe() if self.describe else ""
+        return "\n".join(part for part in (self.detail, described, self.note) if part)
 
 
 _RAISED_IN = re.compile(r", in (\w+)$")
@@ -232,14 +243,16 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         problems = _counterexample_problems(actual["counterexample"])
         verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
     else:
-        found = differences(actual, expected, case.public)
-        verdict = _CallVerdict(not found, "ok" if not found else "mismatch", "\n".join(found), actual=actual)
+        # Which parts differ is cheap; how they differ is written only for the call the feedback shows.
+        found = differences(actual, expected, case.public, describe=False)
+        verdict = _CallVerdict(not found, "ok" if not found else "mismatch", actual=actual)
         if found:
+            verdict.describe = lambda: "\n".join(differences(actual, expected, case.public))
             _describe(verdict, actual, expected)
     if mutated:
         verdict.ok = False
         verdict.codes.append("mutates-input")
-        verdict.detail = "\n".join(filter(None, [verdict.detail, f"It changed its argument(s): {', '.join(mutated)}."]))
+        verdict.note = f"It changed its argument(s): {', '.join(mutated)}."
     return verdict
 
 
@@ -381,10 +394,11 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             if error is not None and error == verdict.raised:
                 candidate.explains.add(index)
             continue
+        if verdict.kind == "ok":  # the student matched the reference: the model must too
+            candidate.contradicted |= differs or error is not None
+            continue
         agrees = None if error or value is None else _agrees_canonical(call.fn, verdict.actual, value)
-        if verdict.kind == "ok":
-            candidate.contradicted |= agrees is False or error is not None
-        elif agrees and differs:
+        if agrees and differs:
             candidate.explains.add(index)
             candidate.values += 1
 
@@ -478,7 +492,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     if first is not None:
         case, index, verdict = first
         shown = f"{case.calls[index].shown(inspect_names(case.calls[index].fn))} on {case.label}"
-        detail = verdict.detail
+        detail = verdict.full_detail()
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
