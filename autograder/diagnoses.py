@@ -57,6 +57,10 @@ CODES: dict[str, Diagnosis] = dict([
        "Remove the call; return a value instead."),
     _d("crashed", "your code raised an exception, or its process died.",
        "Run the function on the chapter's example and read the error."),
+    _d("unreadable", "the file could not be read as a submission: it is not UTF-8 text, or not a valid "
+       "notebook, so none of its steps could be graded.",
+       "Open it in Jupyter or an editor, save it again as attention_head.ipynb or attention_head.py, and "
+       "resubmit."),
     _d("memory-limit", "your code tried to use more memory than the grader allows.",
        "Look for an array far larger than the inputs, such as an accidental outer product."),
     _d("wrong-type", "your function returned something other than what the step asks for: None, a string, "

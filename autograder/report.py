@@ -22,7 +22,7 @@ from .results import SubmissionResult
 from .steps import BY_ID, STEPS
 
 # Diagnoses that say the code did not run to an answer, rather than which idea went wrong.
-FAULTS = frozenset({"not-implemented", "timeout", "exit-called", "crashed", "memory-limit"})
+FAULTS = frozenset({"not-implemented", "timeout", "exit-called", "crashed", "memory-limit", "unreadable"})
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 COLOURS = {"passed": "#009E73", "partial": "#E69F00", "failed": "#D55E00", "not_implemented": "#999999",

@@ -59,7 +59,7 @@ class SubmissionResult:
 
 def unreadable(name: str, message: str, seed: int, isolation: str) -> SubmissionResult:
     """A submission that could not be read: every step is an error, with the reason."""
-    steps = [StepResult(step.id, 0.0, step.points, "error", f"{step.title}: not graded. {message}", ["crashed"], 0, 1)
+    steps = [StepResult(step.id, 0.0, step.points, "error", f"{step.title}: not graded. {message}", ["unreadable"], 0, 1)
              for step in STEPS]
     return SubmissionResult(name, steps, seed, isolation, error=message)
 

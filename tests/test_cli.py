@@ -135,6 +135,7 @@ def test_a_corrupt_notebook_alone_is_reported_not_crashed_on(tmp_path):
     result = json.loads(done.stdout)
     VALIDATOR.validate(result)
     assert result["score"] == 0 and "corrupt notebook" in result["error"]
+    assert all(step["status"] == "error" and step["diagnoses"] == ["unreadable"] for step in result["steps"])
 
 
 def test_the_schema_rejects_results_that_break_the_contract(class_folder):
