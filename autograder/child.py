@@ -116,12 +116,6 @@ def _type_name(value):
     return kind.__name__ if module in ("builtins", "attention_head") else "%s.%s" % (module, kind.__name__)
 
 
-def encode_value(value):
-    blobs = []
-    obj = encode(value, blobs, [0, 0])
-    return obj, b"".join(blobs)
-
-
 class Bad:
     """A returned object the judge will not compare: it is only known by its type name."""
 
@@ -262,7 +256,7 @@ def _child_main(job, start, out):
     signal.signal(signal.SIGALRM, _on_alarm)
 
     # The judge's own helpers, bound before the submission can touch numpy or builtins.
-    array_equal, ndarray, real_exit = np.array_equal, np.ndarray, __import__("posix")._exit
+    ndarray, real_exit = np.ndarray, __import__("posix")._exit
     setitimer, timer = signal.setitimer, signal.ITIMER_REAL
     saved_builtins = dict(builtins.__dict__)
     call_timeout = limits["call_timeout"]
@@ -536,13 +530,15 @@ def _clean_tmp():
 
 def _decode_plan(plan, blob):
     """Every call's arguments, decoded, with the bytes of each array kept to detect changes."""
+    import numpy as np
+
     view = memoryview(blob)
     decoded = []
     for step in plan:
         calls = []
         for call in step["calls"]:
             args = decode(call["args"], view, [call["offset"]])
-            kept = [(arg.shape, arg.dtype, arg.tobytes()) if type(arg).__name__ == "ndarray" else None
+            kept = [(arg.shape, arg.dtype, arg.tobytes()) if type(arg) is np.ndarray else None
                     for arg in args]
             calls.append((args, kept))
         decoded.append(calls)
@@ -556,7 +552,7 @@ def worker_main():
         sys.path.insert(0, path)
     # Load everything first, then drop to the unprivileged user: outside a sandbox that user may
     # not be able to read the Python installation at all.
-    import builtins, ctypes, resource, select, shutil, signal, time  # noqa: E401,F401
+    import builtins, ctypes, resource, select, shutil, signal  # noqa: E401,F401
     import numpy  # loaded once here, shared by every forked child
     import numpy.fft, numpy.linalg, numpy.random  # noqa: E401,F401
     if config.get("uid") is not None:

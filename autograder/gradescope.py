@@ -234,7 +234,7 @@ def grade(root: Path, log=print) -> dict:
     log(f"{name}: {result.score:g} / {result.max_score:g}; seed {seed}; isolation {result.isolation}"
         + (f"; diagnoses: {', '.join(codes)}" if codes else ""))
     if result.isolation != "bwrap" and hasattr(os, "geteuid") and os.geteuid() == 0:
-        log("warning: the submission ran as root, without bubblewrap's isolation")
+        log("warning: the submission ran without bubblewrap's isolation (as uid 65534, in a plain process)")
     return results.to_gradescope(result, visibility)
 
 

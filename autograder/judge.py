@@ -289,21 +289,8 @@ def _same_part(name: str, got, want) -> bool:
     return got == want
 
 
-def _agrees_canonical(fn: str, value: dict, model: dict) -> bool:
+def _agrees_canonical(value: dict, model: dict) -> bool:
     """Does a canonical value agree with a model's value (canonical, or a partial head_facts dict)?"""
-    return all(_same_part(name, value[name], part) for name, part in model.items())
-
-
-def _agrees(fn: str, value: dict, model_value) -> bool | None:
-    """Does a canonical value agree with what a model returned? None when the model's value is unusable."""
-    if RETURNS[fn][0] == "facts":  # a head_facts model gives only the parts it gets wrong
-        if not isinstance(model_value, dict):
-            return None
-        return all(_same_part(name, value[name], part) for name, part in model_value.items())
-    try:
-        model = canonical(fn, model_value)
-    except WrongType:
-        return None
     return all(_same_part(name, value[name], part) for name, part in model.items())
 
 
@@ -379,7 +366,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 value = canonical(call.fn, raw)
             except WrongType:
                 value = None
-    differs = value is not None and not _agrees_canonical(call.fn, want, value)
+    differs = value is not None and not _agrees_canonical(want, value)
     _MODEL_VALUES[key] = (call, value, error, differs)
     return value, error, differs
 
@@ -397,7 +384,7 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         if verdict.kind == "ok":  # the student matched the reference: the model must too
             candidate.contradicted |= differs or error is not None
             continue
-        agrees = None if error or value is None else _agrees_canonical(call.fn, verdict.actual, value)
+        agrees = None if error or value is None else _agrees_canonical(verdict.actual, value)
         if agrees and differs:
             candidate.explains.add(index)
             candidate.values += 1

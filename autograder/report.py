@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .diagnoses import CODES
 from .results import SubmissionResult
-from .steps import BY_ID, STEPS
+from .steps import STEPS
 
 # Diagnoses that say the code did not run to an answer, rather than which idea went wrong.
 FAULTS = frozenset({"not-implemented", "timeout", "exit-called", "crashed", "memory-limit", "unreadable"})

@@ -15,7 +15,6 @@ Jupyter's folders and HOME point into a temporary directory; nothing is written 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -28,6 +27,8 @@ from pathlib import Path
 from bench_grade import make_class  # the same class of .py submissions as the folder benchmark
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from support import jupyter_env  # noqa: E402  (the test suite's: Jupyter's folders in a temp dir)
 ASSIGNMENT = "ps1"
 # The notebooks: the reference, and the reference with one misconception, in turn.
 VARIANTS = [
@@ -38,17 +39,6 @@ VARIANTS = [
     [("s = d / np.sqrt(d_k)  # [T, T]", "s = d / d_k  # [T, T]")],
     [("shifted = s - s.max(axis=-1, keepdims=True)", "shifted = s")],
 ]
-
-
-def jupyter_env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name, folder in (("HOME", "home"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
-                         ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
-                         ("IPYTHONDIR", "ipython")):
-        (root / folder).mkdir(exist_ok=True)
-        env[name] = str(root / folder)
-    env.update(MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1")
-    return env
 
 
 def run(argv: list[str], cwd: Path, env: dict | None = None) -> float:

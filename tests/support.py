@@ -58,3 +58,17 @@ def grade_json(path: Path, *args: str, cwd: Path | None = None, env: dict[str, s
 
 def steps_by_id(result: dict) -> dict[str, dict]:
     return {step["id"]: step for step in result["steps"]}
+
+
+def jupyter_env(root: Path) -> dict[str, str]:
+    """The environment with Jupyter's, IPython's and HOME's folders inside `root`, so nbgrader,
+    its kernel and ipykernel's install write nothing to the real home directory."""
+    env = dict(os.environ)
+    for name, folder in (("HOME", "home"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
+                         ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
+                         ("IPYTHONDIR", "ipython")):
+        (root / folder).mkdir(exist_ok=True)
+        env[name] = str(root / folder)
+    env.update(MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", JUPYTER_PLATFORM_DIRS="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    return env

@@ -13,7 +13,6 @@ import csv
 import html
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import IN_CI, REPO, reference_source, variant
+from support import IN_CI, REPO, jupyter_env, reference_source, variant
 
 from autograder import cases, diagnoses, grading, judge, nbgrader_hook, release
 from autograder.nbgrader_course import NOTEBOOK, find_course, write_course, CourseError
@@ -68,18 +67,6 @@ UNANSWERED = [name for name, _ in ANSWERS[:2]]  # the written answers erin leave
 
 
 # --- building the course ------------------------------------------------------------------------
-
-def _jupyter_env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name, folder in (("HOME", "home"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
-                         ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
-                         ("IPYTHONDIR", "ipython")):
-        (root / folder).mkdir(exist_ok=True)
-        env[name] = str(root / folder)
-    env.update(MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", JUPYTER_PLATFORM_DIRS="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    return env
-
 
 def _run(argv: list[str], cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -132,7 +119,7 @@ def _submit(course: Path, student: str, notebook) -> Path:
 def course(tmp_path_factory):
     """The course after the whole flow; each command's output is kept for the tests to read."""
     root = tmp_path_factory.mktemp("nbgrader")
-    env = _jupyter_env(root)
+    env = jupyter_env(root)
     done = _run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], root, env)
     assert done.returncode == 0, done.stderr
     path = root / "course"
@@ -503,6 +490,6 @@ def test_a_course_without_generate_assignment_is_refused_with_the_command_to_run
     write_course(tmp_path / "fresh", seed=1)
     done = subprocess.run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(tmp_path / "fresh"), ASSIGNMENT],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=_jupyter_env(tmp_path))
+                          env=jupyter_env(tmp_path))
     assert done.returncode == 2
     assert "nbgrader generate_assignment ps1" in done.stderr
