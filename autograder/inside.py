@@ -51,6 +51,10 @@ TOLERANCE = 0.05
 """Seconds a call's result may arrive past its limit and still count: the cost of sending it."""
 FILE_SIZE = 16 << 20
 OPEN_FILES = 64
+SCRATCH_BYTES = 64 << 20
+"""Bytes a submission may keep in its scratch folder; checked from outside while it runs."""
+SCRATCH_ENTRIES = 1000
+DISK_POLL = 0.05
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -543,14 +547,27 @@ class Worker:
                 os._exit(70)
         os.close(write_end)
         try:
-            return self.supervise(job, start, tag, used, pid, read_end)
+            return self.supervise(job, start, tag, used, pid, read_end, scratch)
         finally:
             os.close(read_end)
             shutil.rmtree(scratch, ignore_errors=True)
             if self.config.get("own_pid_namespace"):
                 _kill_strays()
 
-    def supervise(self, job, start, tag, used, pid, read_end):
+    @staticmethod
+    def read_watching(reader, deadline, scratch):
+        """The child's next frame; meanwhile its scratch folder must stay within its quota."""
+        while True:
+            wake = min(deadline, time.monotonic() + DISK_POLL)
+            try:
+                return reader.read(wake)
+            except protocol.TimedOut:
+                if time.monotonic() >= deadline:
+                    raise
+            if _over_quota(scratch):
+                raise OverQuota("it wrote more than %d MiB or %d files" % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
+
+    def supervise(self, job, start, tag, used, pid, read_end, scratch):
         limits, plan = job["limits"], job["plan"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
@@ -558,7 +575,7 @@ class Worker:
         deadline = last + limits["import_timeout"]
         while True:
             try:
-                obj, blob = reader.read(deadline)
+                obj, blob = self.read_watching(reader, deadline, scratch)
                 now = time.monotonic()
                 if isinstance(expected, tuple) and now - last > limits["call_timeout"] + TOLERANCE:
                     raise protocol.TimedOut("the call ran past its limit")
@@ -566,6 +583,7 @@ class Worker:
             except protocol.ProtocolError as exc:
                 ended = _reap(pid)
                 kind, detail = (("timeout", None) if isinstance(exc, protocol.TimedOut) else
+                                ("disk", str(exc)) if isinstance(exc, OverQuota) else
                                 ended if isinstance(exc, protocol.Closed) else ("protocol", str(exc)))
                 position = expected if isinstance(expected, tuple) else (None, None)
                 if expected == "end":
@@ -598,6 +616,31 @@ class Worker:
             deadline = now + (limits["call_timeout"] + GRACE if expected != "end" else GRACE)
             if not reader.buffered():
                 self.flush()
+
+
+class OverQuota(protocol.ProtocolError):
+    """The child's scratch folder outgrew its quota."""
+
+
+def _over_quota(scratch):
+    """Does the scratch folder hold more than its quota? Stops counting at the first excess."""
+    size, entries, folders = 0, 0, [scratch]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as found:
+                for entry in found:
+                    entries += 1
+                    if entries > SCRATCH_ENTRIES:
+                        return True
+                    info = entry.stat(follow_symlinks=False)
+                    size += info.st_blocks * 512
+                    if size > SCRATCH_BYTES:
+                        return True
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+        except OSError:
+            pass
+    return False
 
 
 def _kill_strays():

@@ -223,6 +223,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         detail = {"timeout": "it ran past the time limit", "exit": "it called exit",
                   "memory": "it ran out of memory",
                   "protocol": f"its process sent the grader something that is not a result ({outcome.detail})",
+                  "disk": f"its scratch folder outgrew its quota ({outcome.detail})",
                   }.get(outcome.fault, f"its process died ({outcome.detail})")
         return _CallVerdict(False, "fault", f"The call did not finish: {detail}.", [code])
     if outcome.raised:

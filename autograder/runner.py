@@ -44,7 +44,7 @@ class Outcome:
     raised: dict | None = None
     """The exception it raised: type, message and the line of the submission it came from."""
     fault: str | None = None
-    """timeout, exit, crashed, memory or protocol: the call never returned."""
+    """timeout, exit, crashed, memory, disk or protocol: the call never returned."""
     detail: str | None = None
     output: str = ""
 
@@ -255,7 +255,7 @@ class Worker:
             output = protocol.text(obj, "out", optional=True) or ""
             if event == "fault":
                 kind = obj.get("kind")
-                if kind not in ("timeout", "exit", "memory", "crashed", "protocol"):
+                if kind not in ("timeout", "exit", "memory", "crashed", "protocol", "disk"):
                     raise protocol.ProtocolError("a fault of unknown kind")
                 if step is None:
                     run.import_fault = kind

@@ -282,3 +282,42 @@ def test_a_submission_cannot_start_processes_so_none_outlive_it(tmp_path):
     assert results[1]["score"] == 100.0
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {seconds}" not in ps
+
+
+def test_filling_the_scratch_folder_ends_that_call_and_nothing_is_left(tmp_path):
+    require_sandbox()
+    probe = '''    import os
+    block = b"x" * (1 << 20)
+    for n in range(400):
+        with open(f"fill{n}", "wb") as handle:
+            for _ in range(15):
+                handle.write(block)
+'''
+    result = grade_source(tmp_path, in_facts(probe))
+    steps = steps_by_id(result)
+    assert steps["ex4_shapes"]["status"] == "error", steps["ex4_shapes"]["feedback"]
+    assert "outgrew its quota" in steps["ex4_shapes"]["feedback"]
+    assert all(s["status"] == "passed" for sid, s in steps.items() if sid != "ex4_shapes")
+
+
+def test_writing_outside_the_scratch_folder_is_refused(tmp_path):
+    require_sandbox()
+    target = tmp_path / "planted.txt"
+    tmp_path.chmod(0o777)
+    probe = f'''    import os, tempfile
+    wrote = []
+    for path in ({str(target)!r}, "/tmp/qkv-planted", os.path.expanduser("~/.qkv-planted")):
+        try:
+            with open(path, "w") as handle:
+                handle.write("x")
+            wrote.append(path)
+        except OSError:
+            pass
+    with open(os.path.join(tempfile.gettempdir(), "mine.txt"), "w") as handle:  # its own scratch: fine
+        handle.write("ok")
+    raise RuntimeError(f"wrote={{wrote}} cwd_is_scratch={{os.getcwd() == tempfile.gettempdir()}}")
+'''
+    feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
+    assert "wrote=[" in feedback and "wrote=[]" in feedback.replace("wrote=[]", "wrote=[]"), feedback
+    assert "wrote=[]" in feedback, feedback
+    assert not target.exists()
