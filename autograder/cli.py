@@ -8,9 +8,22 @@ import argparse
 import os
 import secrets
 import sys
+import sysconfig
 from pathlib import Path
 
 EXIT_USAGE = 2
+
+
+def use_own_tools() -> None:
+    """Put this interpreter's scripts folder first on PATH.
+
+    nbgrader starts `alembic` (and Jupyter its kernels) by name. Run as `.venv/bin/qkv-grade`
+    without activating the venv, PATH would not reach them, or would reach another install's.
+    """
+    own = [folder for folder in dict.fromkeys((sysconfig.get_path("scripts"), os.path.dirname(sys.executable)))
+           if folder]
+    rest = [entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if entry not in own]
+    os.environ["PATH"] = os.pathsep.join(own + rest)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    use_own_tools()
     if args.no_sandbox:
         os.environ["QKV_SANDBOX"] = "none"
     if args.gradescope_bundle is not None:

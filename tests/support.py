@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -72,8 +73,12 @@ def steps_by_id(result: dict) -> dict[str, dict]:
 
 def jupyter_env(root: Path) -> dict[str, str]:
     """The environment with Jupyter's, IPython's and HOME's folders inside `root`, so nbgrader,
-    its kernel and ipykernel's install write nothing to the real home directory."""
+    its kernel and ipykernel's install write nothing to the real home directory.
+
+    The interpreter's scripts folder leads PATH: nbgrader runs `alembic` by name, and the suite
+    must pass with the venv not activated."""
     env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([sysconfig.get_path("scripts"), env.get("PATH", os.defpath)])
     for name, folder in (("HOME", "home"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
                          ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
                          ("IPYTHONDIR", "ipython")):
