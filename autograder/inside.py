@@ -336,6 +336,8 @@ def _child_main(job, start, out, scratch, seal, cpu_seconds):
     os.chdir(scratch)
     os.environ.clear()
     os.environ.update(HOME=scratch, TMPDIR=scratch, PATH="/usr/bin:/bin", LANG="C.UTF-8")
+    if "tempfile" in sys.modules:  # the worker's own use cached its folder
+        sys.modules["tempfile"].tempdir = scratch
     for name, value in (("RLIMIT_AS", limits["memory"]), ("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", FILE_SIZE),
                         ("RLIMIT_NOFILE", OPEN_FILES), ("RLIMIT_CPU", cpu_seconds)):
         try:
