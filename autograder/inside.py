@@ -10,7 +10,7 @@ What the worker receives, on its standard input, from the grader only:
 What the worker sends, on its standard output, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
-    `done`, every one tagged with the submission's job id. Values are plain data (arrays as dtype,
+    `done`; all but the results (which only ever belong to the job in hand) carry its job id. Values are plain data (arrays as dtype,
     shape and bytes); an exception is its type name, message and line in the submission.
 
 Per submission the worker forks a child that seals itself before running any student code:
@@ -28,7 +28,7 @@ Per submission the worker forks a child that seals itself before running any stu
 The worker, never the child, keeps time: each planned call's result must arrive within the call's
 limit of the previous frame, and anything that is not the next expected frame, or breaks a bound of
 `protocol.py`, ends the child and becomes that call's fault. Nothing the child sends is forwarded
-before it has been checked; what is forwarded is rewritten with the job id.
+before it has been checked field by field against the next expected call.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
@@ -505,7 +505,6 @@ def _check_child_frame(obj, blob, expected, used):
     if used[0] + len(blob) > protocol.MAX_JOB_BYTES:
         raise protocol.ProtocolError("more array data than a submission may return")
     used[0] += len(blob)
-    clean["value"] = obj["value"]
     return clean, blob
 
 
@@ -601,8 +600,11 @@ class Worker:
                 _reap(pid)
                 self.flush()
                 return None
-            clean["job"] = tag
-            self.emit(clean, blob)
+            if event == "result":  # checked field by field above: passed on as it came
+                self.pending.append(reader.raw)
+            else:
+                clean["job"] = tag
+                self.emit(clean, blob)
             if event == "fault":
                 _reap(pid)
                 self.flush()

@@ -234,9 +234,9 @@ class Worker:
         used = 0
         while True:
             obj, blob = self._reader.read(deadline)
-            if obj.get("job") != run.job:
-                raise protocol.ProtocolError("a frame for another submission")
             event = obj.get("ev")
+            if event != "result" and obj.get("job") != run.job:  # results come only between the two
+                raise protocol.ProtocolError("a frame for another submission")
             if event == "done":
                 return
             if event == "imported":
