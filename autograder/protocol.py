@@ -116,6 +116,30 @@ class Reader:
         return obj, blob
 
 
+def read_exactly(fd, count):
+    """Exactly `count` bytes, blocking, never one more: for the grader's own, trusted stream,
+    where what follows belongs to another reader."""
+    chunks = []
+    while count:
+        chunk = os.read(fd, min(count, 1 << 20))
+        if not chunk:
+            raise Closed("the channel closed")
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_head(fd):
+    """A frame's JSON object, leaving its blob unread in `fd`; returns (object, blob length)."""
+    magic, json_len, blob_len = _HEADER.unpack(read_exactly(fd, _HEADER.size))
+    if magic != MAGIC:
+        raise ProtocolError("a frame without the protocol's header")
+    obj = json.loads(read_exactly(fd, json_len))
+    if type(obj) is not dict:
+        raise ProtocolError("a frame that is not a JSON object")
+    return obj, blob_len
+
+
 # ---------------------------------------------------------------- schema ----------------------
 
 
