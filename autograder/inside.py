@@ -59,7 +59,7 @@ OPEN_FILES = 64
 SCRATCH_BYTES = 64 << 20
 """Bytes a submission may keep in its scratch folder; checked from outside while it runs."""
 SCRATCH_ENTRIES = 1000
-DISK_POLL = 0.05
+DISK_POLL = 0.02
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -85,7 +85,7 @@ _NR = {
                    mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, setpriority=141, ioprio_set=251,
                    migrate_pages=256, move_pages=279, process_madvise=440, process_mrelease=448,
                    prlimit64=302, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
-                   sched_setattr=314, capset=126),
+                   sched_setattr=314, fallocate=285, capset=126),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -101,7 +101,7 @@ _NR = {
                     mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, setpriority=140,
                     ioprio_set=30, migrate_pages=238, move_pages=239, process_madvise=440, process_mrelease=448,
                     prlimit64=261, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
-                    sched_setattr=274, capset=91),
+                    sched_setattr=274, fallocate=47, capset=91),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
@@ -615,16 +615,20 @@ class Worker:
 
     @staticmethod
     def read_watching(reader, deadline, scratch):
-        """The child's next frame; meanwhile its scratch folder must stay within its quota."""
+        """The child's next frame; meanwhile, and with every frame, its scratch folder must stay
+        within its quota."""
         while True:
             wake = min(deadline, time.monotonic() + DISK_POLL)
             try:
-                return reader.read(wake)
+                frame = reader.read(wake)
             except protocol.TimedOut:
                 if time.monotonic() >= deadline:
                     raise
+                frame = None
             if _over_quota(scratch):
                 raise OverQuota("it wrote more than %d MiB or %d files" % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
+            if frame is not None:
+                return frame
 
     def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
         limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
