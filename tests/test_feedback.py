@@ -44,7 +44,7 @@ contributing keys, so every receiving position gets a unit-total mixture.
 
 def test_a_column_normalized_softmax_is_explained_on_the_example():
     assert step_feedback("column_normalized", "softmax") == """\
-Normalize each receiving row: 1 of 8 cases pass.
+Normalize each receiving row: 1 of 9 cases pass.
 Called softmax_rows(s [3, 3]) on the chapter's example.
 """ + COLUMN_NORMALIZED_WEIGHTS + """\
   Where to look: The softmax runs along the last axis: `axis=-1, keepdims=True` for the maximum and \
@@ -56,7 +56,7 @@ finite even for scores in the thousands. Reread §15.3."""
 def test_a_composite_step_names_the_earlier_wrong_step_first_and_does_not_repeat_its_advice():
     assert step_feedback("column_normalized", "attention") == """\
 Your `softmax` step is wrong (see above); this step uses it, so fix that first.
-Scaled dot-product attention: 1 of 7 cases pass.
+Scaled dot-product attention: 1 of 8 cases pass.
 Called attention(q [3, 2], k [3, 2], v [3, 2]) on the chapter's example.
 o: mismatched elements: 6 / 6 (100%)
   at [0, 0]: got 0.726089, expected 1.40111
@@ -107,7 +107,7 @@ The task: Divide every score by the square root of the query/key width d_k. Rere
 def test_a_step_built_on_an_unwritten_step_says_to_write_that_first():
     assert step_feedback("scores_not_written", "attention") == """\
 Your `scores` step is not implemented yet; this step uses it, so write that first.
-Scaled dot-product attention: 0 of 7 cases pass.
+Scaled dot-product attention: 0 of 8 cases pass.
 The task: Chain the score, scale, softmax and mix steps, reading d_k from the queries. Reread §15.4."""
 
 
