@@ -5,8 +5,10 @@ then hidden cases drawn from `numpy.random.default_rng([seed, step number])`, so
 reproduces every grade exactly. Hidden shapes are non-square with d_in, d_k and d_v all
 different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
 thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
-by the global maximum underflows to 0/0). One case per comparison step has T = d_k, so that `q @ k` without the transpose runs
-and its result can be recognised; likewise one `mix` case has d_v = T, so that `v @ a` runs.
+by the global maximum underflows to 0/0). A few cases are square on purpose, so that a slip that
+would only raise elsewhere runs and its result can be recognised: one case per comparison step has
+T = d_k (`q @ k` without the transpose), one `mix` case has d_v = T (`v @ a`), and one `qkv` and
+one `head` case have T = d_in = d_k = d_v (`x * w` in place of `x @ w`).
 """
 from __future__ import annotations
 
@@ -92,10 +94,17 @@ def _head_inputs(rng, t, d_in, d_k, d_v, batch=None, spread=1.0):
 HIDDEN = 5  # random cases per step, besides the example and any large or property cases
 
 
+def _square_last(rng, i: int, t: int) -> tuple[int, int, int]:
+    """Widths for hidden case i: all different, but T = d_in = d_k = d_v in the last, so that an
+    elementwise `x * w` in place of `x @ w` runs and its result can be recognised."""
+    widths = _widths(rng)
+    return (t, t, t) if i == HIDDEN - 1 else widths
+
+
 def _cases_qkv(rng, ex):
     yield "example", (Call("project_qkv", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
-    for t in _sizes(rng, HIDDEN):
-        yield "hidden", (Call("project_qkv", _head_inputs(rng, t, *_widths(rng))),)
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        yield "hidden", (Call("project_qkv", _head_inputs(rng, t, *_square_last(rng, i, t))),)
 
 
 def _cases_scores(rng, ex):
@@ -148,8 +157,8 @@ def _cases_attention(rng, ex):
 
 def _cases_head(rng, ex):
     yield "example", (Call("self_attention_head", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
-    for t in _sizes(rng, HIDDEN):
-        yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_widths(rng))),)
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_square_last(rng, i, t))),)
     yield "large", (Call("self_attention_head", _head_inputs(rng, 7, 3, 4, 2, spread=40.0)),)
     # Input row 1 stretched until its own score is 2000 after scaling; the other rows stay small.
     x, w_q, w_k, w_v = _head_inputs(rng, 6, 3, 4, 2)
