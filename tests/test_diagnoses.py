@@ -8,6 +8,9 @@ codes, every other step passes with none. Correct variants of the reference get 
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from autograder.diagnoses import CODES
@@ -34,6 +37,12 @@ def _steps(result: dict) -> dict[str, dict]:
 
 def test_every_contract_code_is_still_defined():
     assert set(CONTRACT_CODES) <= set(CODES)
+
+
+def test_the_readme_table_lists_every_code():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z0-9_-]+)` \|", readme, flags=re.M))
+    assert set(CODES) <= listed
 
 
 # Codes no module can show, with the test that shows them instead.
