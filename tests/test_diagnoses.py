@@ -102,13 +102,6 @@ def test_an_exception_the_misconception_explains_is_not_reported_as_a_crash():
         assert not any("crashed" in step["diagnoses"] for step in steps.values()), name
 
 
-@pytest.mark.xfail(strict=True, reason="the worker sends back only exact tuples; a NamedTuple arrives as its "
-                                       "type name until the wire format sends tuple subclasses as tuples")
-def test_namedtuple_results_get_full_marks():
-    result = graded(SEEDS[0])["namedtuples"]
-    assert {step["id"]: step["diagnoses"] for step in result["steps"] if step["status"] != "passed"} == {}
-
-
 def test_the_realistic_mistakes_cover_every_step_and_nine_in_ten_are_named():
     assert len(MISTAKES) >= 40
     assert {step for submission in MISTAKES.values() for step in submission.expected} == set(STEP_IDS)

@@ -182,8 +182,7 @@ UNUSUAL: dict[str, Submission] = {
     "scores_via_einsum_and_swap": Submission((("    k_t = np.swapaxes(k, -1, -2)  #", "    k_t = np.moveaxis(k, -1, -2)  #"),)),
 }
 
-# A NamedTuple is a tuple (CONTRACT.md §1). The worker sends back only exact lists and tuples, so
-# these pass once the wire format sends a tuple subclass as the tuple it is.
+# A NamedTuple is a tuple (CONTRACT.md §1).
 NAMEDTUPLE_HEAD = '''
 from typing import NamedTuple
 
@@ -199,7 +198,7 @@ class Attended(NamedTuple):
     a: np.ndarray
 '''
 
-NAMEDTUPLES = Submission((
+UNUSUAL["namedtuples"] = Submission((
     ("import numpy as np\n", "import numpy as np\n" + NAMEDTUPLE_HEAD),
     (QKV_RETURN, "    return Projections(q, k, v)\n"),
     ("    return o, a\n", "    return Attended(o, a)\n"),
