@@ -390,7 +390,8 @@ SLIPS: tuple[Slip, ...] = (
     Slip("no-projection", "project", (lambda x, w: (x, x, x),)),
     Slip("elementwise-product", "project", (lambda x, w: (x * w[0], x * w[1], x * w[2]),)),
     # §15.2. Each `.T` mistake twice: on a batch `.T` reverses all three axes.
-    Slip("keys-not-transposed", "compare", (lambda q, k: k @ _t(q), lambda q, k: k @ q.T, lambda q, k: q @ k)),
+    Slip("keys-not-transposed", "compare", (lambda q, k: k @ _t(q), lambda q, k: k @ q.T, lambda q, k: q @ k,
+                                            lambda q, k: np.dot(q, k))),
     Slip("scores-prescaled", "compare", (lambda q, k: q @ _t(k) / np.sqrt(q.shape[-1]),)),
     Slip("elementwise-product", "compare", (lambda q, k: q * k,)),
     Slip("causal-mask", "mask", (_causal,)),

@@ -213,3 +213,54 @@ def test_a_composite_step_whose_earlier_step_is_wrong_says_so_first():
             assert first.startswith("Your `") and "this step uses" in first, (name, step["id"], first)
         elif not built_on:
             assert not first.startswith("Your `"), (name, step["id"], first)
+
+
+# ------------------------------------------------------------------ the self-check ---------------
+
+def _public_checks():
+    """The released self-check module, loaded from assignments/attention_head/ as students have it."""
+    import importlib.util
+    import sys
+
+    path = AUTOGRADER.parent / "assignments" / "attention_head" / "public_checks.py"
+    spec = importlib.util.spec_from_file_location("released_public_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example():
+    """Wherever the hidden grader names a misconception on a step whose example case fails, the
+    student's own check of that step, on the same submission, names it in the same words."""
+    from autograder.diagnoses import SLIPS
+    from submissions.variants import everything
+
+    checks = _public_checks()
+    slip_codes = {slip.code for slip in SLIPS}
+    compared, missed = 0, []
+    for name, submission in everything().items():
+        codes = {code for step_codes in submission.expected.values() for code in step_codes}
+        if not codes or not codes <= slip_codes:
+            continue  # faults and probes: no module of ours to run in this process
+        namespace = {"__name__": "attention_head"}
+        exec(compile(submission.text(), f"{name}.py", "exec"), namespace)
+        for step in graded(SEED)[name]["steps"]:
+            # One slip, shown on the example; low-precision is judged from float32-sized errors,
+            # which the example's few numbers cannot show reliably.
+            named = set(step["diagnoses"]) & slip_codes - {"low-precision"}
+            if len(step["diagnoses"]) != 1 or not named or "on the chapter's example" not in step["feedback"]:
+                continue
+            outcome = checks.run_step(step["id"], namespace)
+            if outcome.status == "passed":
+                continue  # the self-check's calls differ from the grader's here (batch: X and 2X)
+            compared += 1
+            message = outcome.message
+            said = {code for code in named if f"[{code}] " in message}
+            if not said:
+                missed.append((name, step["id"], sorted(named)))
+                continue
+            explanation = "\n".join(feedback.diagnosis_lines(sorted(said)[:1], BY_ID[step["id"]]))
+            assert explanation in message, (name, step["id"])
+    assert compared > 100
+    assert missed == [], "\n".join(map(str, missed))
