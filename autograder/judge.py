@@ -303,9 +303,10 @@ def _same_part(name: str, got, want) -> bool:
     if isinstance(want, np.ndarray):
         if not isinstance(got, np.ndarray) or got.shape != want.shape:
             return False
-        if want.size:  # most models differ at the first element: reject those without array work
-            first, model_first = float(got.flat[0]), float(want.flat[0])
-            if abs(first - model_first) > MODEL_ATOL + MODEL_RTOL * abs(model_first) and first == first:
+        # Most models differ at the first, middle or last element: reject those without array work.
+        for at in {0, want.size // 2, want.size - 1} if want.size else ():
+            mine, model = float(got.flat[at]), float(want.flat[at])
+            if abs(mine - model) > MODEL_ATOL + MODEL_RTOL * abs(model) and mine == mine:
                 return False
         return allclose(got, want, MODEL_RTOL, MODEL_ATOL, equal_nan=True)
     if name == "softmax_axis":  # on a [T, T] matrix, 1 and -1 name the same axis, as do 0 and -2
@@ -321,6 +322,39 @@ def _same_part(name: str, got, want) -> bool:
 def _agrees_canonical(value: dict, model: dict) -> bool:
     """Does a canonical value agree with a model's value (canonical, or a partial head_facts dict)?"""
     return all(_same_part(name, value[name], part) for name, part in model.items())
+
+
+def _effect(model: dict, want: dict) -> float:
+    """How far a model's value departs from the reference's: the largest finite difference."""
+    effect = 0.0
+    for name, part in model.items():
+        ref = want[name]
+        if isinstance(part, np.ndarray) and part.shape == ref.shape:
+            finite = np.isfinite(part) & np.isfinite(ref)
+            if finite.any():
+                effect = max(effect, float(np.max(np.abs(part - ref)[finite])))
+    return effect
+
+
+def _accounts_for(actual: dict, model: dict, want: dict, effect: float) -> bool:
+    """Is the student's departure from the reference the model's, not a smaller one of its own?
+
+    The model tolerance lets rounding through; a slip whose own effect is that small (an epsilon of
+    1e-8) would also swallow float32 noise. So the student must sit much closer to the model than
+    the model sits to the reference. A large effect needs no check: agreeing within the model
+    tolerance already puts the student that close.
+    """
+    if effect == 0.0 or effect > 1e-3:
+        return True
+    for name, part in model.items():
+        got, ref = actual[name], want[name]
+        if isinstance(part, np.ndarray) and part.shape == ref.shape == got.shape:
+            finite = np.isfinite(part) & np.isfinite(ref) & np.isfinite(got)
+            if finite.any():
+                effect = np.max(np.abs(part - ref)[finite])
+                if effect and np.max(np.abs(got - part)[finite]) > 0.1 * effect:
+                    return False
+    return True
 
 
 @dataclass
@@ -344,7 +378,7 @@ class _Candidate:
 
 # An earlier step with one of these (or failing with no code at all) returns values no model
 # describes; a step built on it can then match one of its own models only by coincidence.
-_UNMODELLED_VALUES = {"wrong-shape", "non-finite", "hard-coded", "low-precision"}
+_UNMODELLED_VALUES = {"wrong-shape", "non-finite", "hard-coded"}
 
 
 def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -> list[_Candidate]:
@@ -388,7 +422,7 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 
 # A model's value on a hidden call depends on nothing but the call, so across a class it is
 # computed once: (model key, id(call)) -> (call, canonical value or None, exception name or None,
-# whether it differs from the reference). The call is kept in the entry so its id stays unique.
+# whether it differs from the reference, how far). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
 
@@ -401,8 +435,8 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
         with np.errstate(all="ignore"):
             raw, error = candidate.model(*call.args), None
     except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
-        _MODEL_VALUES[key] = (call, want, None, False)
-        return want, None, False
+        _MODEL_VALUES[key] = (call, want, None, False, 0.0)
+        return want, None, False, 0.0
     except Exception as exc:  # the model fails where the misconception would: evidence too
         raw, error = None, type(exc).__name__
     value = None
@@ -416,25 +450,32 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 value = None
     # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
     differs = value is not None and bool(differences(value, want, False, describe=False))
-    _MODEL_VALUES[key] = (call, value, error, differs)
-    return value, error, differs
+    entry = (call, value, error, differs, _effect(value, want) if differs else 0.0)
+    _MODEL_VALUES[key] = entry  # one assignment: grading threads share this cache
+    return entry[1:]
 
 
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict]) -> None:
-    """Run the model on every call of one function that returned or raised, and tally the evidence."""
-    for index, (call, verdict, want) in enumerate(zip(calls, verdicts, expected)):
+    """Run the model on every call of one function that returned or raised, and tally the evidence.
+
+    Passing calls come first: one the model gets wrong rejects it, and ends the weighing.
+    """
+    for index in sorted(range(len(calls)), key=lambda i: verdicts[i].kind != "ok"):
+        call, verdict, want = calls[index], verdicts[index], expected[index]
         if verdict.kind not in ("ok", "mismatch", "raised"):
             continue
-        value, error, differs = _model_value(candidate, call, want)
+        value, error, differs, effect = _model_value(candidate, call, want)
         if verdict.kind == "raised":
             if error is not None and error == verdict.raised:
                 candidate.explains.add(index)
             continue
         if verdict.kind == "ok":  # the student matched the reference: the model must too
-            candidate.contradicted |= differs or error is not None
+            if differs or error is not None:
+                candidate.contradicted = True
+                return
             continue
         agrees = None if error or value is None else _agrees_canonical(verdict.actual, value)
-        if agrees and differs:
+        if agrees and differs and _accounts_for(verdict.actual, value, want, effect):
             candidate.explains.add(index)
             candidate.values += 1
 
@@ -461,7 +502,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             if depth == 1:
                 candidates = _carried(fn, failing_uses, earlier) + (_own(fn, 1) if own else [])
             else:
-                candidates = _screened(fn, indexes, calls, verdicts, expected) if own else []
+                candidates = _screened(fn, indexes, calls, verdicts, expected, covered) if own else []
             for candidate in candidates:
                 if not candidate.carried and to_explain <= {i for c in accepted if c.carried for i in c.explains}:
                     break  # earlier diagnoses already explain every failure: no model of its own can win
@@ -471,12 +512,14 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
                         and 2 * len(candidate.explains) >= len(failing)):
                     accepted.append(candidate)
-        if accepted:
-            break  # the search goes one slip deeper only when no single slip explains the values
+        covered = {i for c in accepted for i in c.explains}
+        if set(failing) <= covered:
+            break  # the search goes one slip deeper only for wrong values no single slip explains
     named = {code for used in failing_uses for code in earlier[used].diagnoses}
     codes, covered = [], set()
-    while accepted:  # most failures covered; then carried; then the most codes the earlier steps named
-        best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried, len(named & set(c.codes))))
+    while accepted:  # most failures covered; then carried; then fewest slips; then most codes named earlier
+        best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried, -len(c.codes),
+                                            len(named & set(c.codes))))
         if not best.explains - covered:
             break
         covered |= best.explains
@@ -490,35 +533,41 @@ def _shapes(value: dict | None) -> tuple | None:
     return tuple(part.shape if isinstance(part, np.ndarray) else None for part in value.values())
 
 
-def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict]) -> list:
+def _transposed(shapes: tuple) -> tuple:
+    """The shapes with each array's last two axes swapped, as a transposing slip would leave them."""
+    return tuple(None if shape is None else shape[:-2] + shape[-2:][::-1] for shape in shapes)
+
+
+def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+              covered: set) -> list:
     """The compositions of two slips worth weighing on every call: those that reproduce one wrong value.
 
-    The probe is the first call with a wrong value. A composition is pruned by shape before it is
+    The probe is the first call with a wrong value that no single slip explained. A composition is pruned by shape before it is
     run: when the student's shapes are the reference's, exactly one shape-changing slip cannot be
-    in it; when they are not, one of its slips must give those shapes alone. Single slips' values
+    in it; when they are not, one of its slips must give those shapes alone, or their transpose. Single slips' values
     on the probe come from the depth-1 pass, and every value is cached per call.
     """
-    probe = next((i for i in indexes if verdicts[i].kind == "mismatch"), None)
+    probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
     if probe is None:
         return []
     call, want, got = calls[probe], expected[probe], verdicts[probe].actual
     reference, student = _shapes(want), _shapes(got)
     choice_shape = {}
     for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
-        value, error, _ = _model_value(candidate, call, want)
+        value, error, _, _ = _model_value(candidate, call, want)
         choice_shape[choice[0]] = _shapes(value) if error is None else None
     survivors = []
     for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
         shapes = [choice_shape.get(part) for part in choice]
-        if any(shape is None for shape in shapes):
-            continue  # a slip that raises here: the pair would too, and the student returned a value
         changed = [shape for shape in shapes if shape != reference]
-        if student == reference and len(changed) == 1:
+        # A slip that raises here alone says nothing of the pair's shape: such pairs are run.
+        if None not in shapes and student == reference and len(changed) == 1:
             continue
-        if student != reference and student not in changed:
+        if None not in shapes and student != reference \
+                and student not in changed + [_transposed(shape) for shape in changed]:
             continue
         candidate = _Candidate(codes, model, False, key=(fn, 2, n))
-        value, error, differs = _model_value(candidate, call, want)
+        value, error, differs, _ = _model_value(candidate, call, want)
         if error is None and value is not None and differs and _agrees_canonical(got, value):
             survivors.append(candidate)
     return survivors

@@ -44,6 +44,12 @@ def _need(sizes: dict, name: str) -> int:
     return sizes[name]
 
 
+def _scores(s):
+    if s is None:
+        raise Inapplicable("mix is given weights only")
+    return s
+
+
 def _transpose_first(value):
     if isinstance(value, tuple):
         return (_transpose_first(value[0]),) + value[1:]
@@ -151,11 +157,11 @@ REFERENCE: dict[str, Callable] = {
     "rows": lambda rows: rows,
     "after": lambda w_v, w_v_new: w_v_new,
     "moved": _moved,
-    # head_facts: each stage gives only the facts it gets wrong, so the reference gives none.
-    "divisor_fact": lambda t, d_k, d_v: {},
-    "score_fact": lambda t, d_k, d_v: {},
-    "output_fact": lambda t, d_k, d_v: {},
-    "axis_fact": lambda t, d_k, d_v: {},
+    # head_facts: one stage per fact
+    "divisor_fact": lambda t, d_k, d_v: {"divisor": float(np.sqrt(d_k))},
+    "score_fact": lambda t, d_k, d_v: {"score_shape": (t, t)},
+    "output_fact": lambda t, d_k, d_v: {"output_shape": (t, d_v)},
+    "axis_fact": lambda t, d_k, d_v: {"softmax_axis": -1},
 }
 
 
@@ -222,7 +228,7 @@ SLIPS: tuple[Slip, ...] = (
     # §15.4
     Slip("wrong-mix-order", "mix", (lambda a, v, s: _t(a) @ v, lambda a, v, s: a.T @ v, lambda a, v, s: v @ a,
                                     lambda a, v, s: _t(v) @ a, lambda a, v, s: v.T @ a)),
-    Slip("mixed-scores", "mix", (lambda a, v, s: s @ v,)),
+    Slip("mixed-scores", "mix", (lambda a, v, s: _scores(s) @ v,)),
     Slip("output-divided-by-d_v", "mix", (lambda a, v, s: a @ v / v.shape[-1],)),
     Slip("elementwise-product", "mix", (lambda a, v, s: a * v,)),
     # Anything returned
@@ -252,7 +258,7 @@ SLIPS: tuple[Slip, ...] = (
     Slip("receivers-for-contributors", "moved", (_receivers, _receivers_weights)),
     # Exercise 5
     Slip("intervention-not-applied", "after", (lambda w_v, w_v_new: w_v,)),
-    # Exercise 4: only the facts a slip gets wrong
+    # Exercise 4
     Slip("divisor-sqrt-positions", "divisor_fact", (lambda t, d_k, d_v: {"divisor": float(np.sqrt(t))},)),
     Slip("scaled-by-positions", "divisor_fact", (lambda t, d_k, d_v: {"divisor": float(t)},)),
     Slip("scaled-by-d_k", "divisor_fact", (lambda t, d_k, d_v: {"divisor": float(d_k)},)),
@@ -306,8 +312,9 @@ def _facts(r, t, d_k, d_v):
 
 
 def _intervention(r, x, w_q, w_k, w_v, w_v_new):
-    o1, a1 = _head(r, x, w_q, w_k, w_v)
-    o2, a2 = _head(r, x, w_q, w_k, r["after"](w_v, w_v_new))
+    # The exercise runs the head twice; what the head returns wrongly, it reports wrongly.
+    o1, a1 = r["result"](_head(r, x, w_q, w_k, w_v))
+    o2, a2 = r["result"](_head(r, x, w_q, w_k, r["after"](w_v, w_v_new)))
     return {"weights_before": a1, "weights_after": a2, "output_before": o1, "output_after": o2}
 
 
@@ -331,17 +338,27 @@ PIPELINES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "output_change": (lambda r, a, shift, rows: r["moved"]("output_change", a, None, shift, r["rows"](rows)),
                       ("rows", "moved")),
     "head_facts": (_facts, ("divisor_fact", "score_fact", "output_fact", "axis_fact")),
-    "value_intervention": (_intervention, ("project",) + HEAD_KNOBS + ("after",)),
+    "value_intervention": (_intervention, ("project",) + HEAD_KNOBS + ("after", "result")),
 }
 
 Choice = tuple  # ((slip, variant index), ...): at most one per stage
+
+
+def _guarded(variant: Callable, default: Callable) -> Callable:
+    """A slipped stage that behaves as the reference where the slip cannot show (a 1-D `.T`, say)."""
+    def stage(*args):
+        try:
+            return variant(*args)
+        except Inapplicable:
+            return default(*args)
+    return stage
 
 
 def _model(fn: str, choice: Choice) -> Model:
     pipeline, knobs = PIPELINES[fn]
     recipe = dict(REFERENCE)
     for slip, index in choice:
-        recipe[slip.knob] = slip.variants[index]
+        recipe[slip.knob] = _guarded(slip.variants[index], REFERENCE[slip.knob])
     if "result" in knobs:
         return lambda *args: recipe["result"](pipeline(recipe, *args))
     return lambda *args: pipeline(recipe, *args)
