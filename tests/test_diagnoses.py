@@ -149,3 +149,13 @@ def test_a_global_max_softmax_fails_its_own_step_and_is_not_called_overflow():
     for sid in ("softmax", "attention", "head"):
         assert steps[sid]["diagnoses"] == ["global-max-subtracted"]
         assert "overflow" not in steps[sid]["feedback"]
+
+
+def test_every_single_slip_and_a_sample_of_pairs_from_the_grammar_is_named_wherever_it_shows():
+    from submissions import grammar
+
+    choices = grammar.singles() + grammar.sample(grammar.pairs(), 40, seed=SEEDS[0])
+    verdicts = grammar.judge(choices, SEEDS[0])
+    assert {v.step for v in verdicts} == set(STEP_IDS)  # the corpus reaches every step
+    assert [v for v in verdicts if v.kind == "missed"] == []
+    assert sum(v.kind == "exact" for v in verdicts) >= 0.9 * len(verdicts)
