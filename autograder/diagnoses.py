@@ -183,9 +183,9 @@ CODES: dict[str, Diagnosis] = dict([
     _d("integer-division", "you used floor division (`//`), which drops the fractional part: 1 // T is 0 "
        "for every T above 1.",
        "Use true division `/`.", "§15.3"),
-    _d("one-based-rows", "you treated the row indices as 1-based; Python counts rows from 0, so row 0 "
-       "is the first value row.",
-       "Use the indices in `rows` as they are, without subtracting 1.", "§15.5"),
+    _d("one-based-rows", "you shifted the row indices by one, as if they counted from 1; Python counts "
+       "rows from 0, so row 0 is the first value row.",
+       "Use the indices in `rows` as they are, without adding or subtracting 1.", "§15.5"),
     _d("receivers-for-contributors", "you moved the receiving rows (rows of the output, or rows of the "
        "weights) instead of the contributing value rows: a shifted value row reaches every receiver in "
        "proportion to its weight on that row.",

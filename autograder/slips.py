@@ -253,7 +253,8 @@ SLIPS: tuple[Slip, ...] = (
     Slip("counterexample-row-normalized", "counterexample", (_example_weights, lambda: np.eye(3),
                                                              lambda: np.full((3, 3), 1.0 / 3.0))),
     # Exercise 3
-    Slip("one-based-rows", "rows", (lambda rows: None if rows is None else [r - 1 for r in rows],)),
+    Slip("one-based-rows", "rows", (lambda rows: None if rows is None else [r - 1 for r in rows],
+                                    lambda rows: None if rows is None else [r + 1 for r in rows])),
     Slip("full-shift-for-partial", "moved", (_full_shift,)),
     Slip("receivers-for-contributors", "moved", (_receivers, _receivers_weights)),
     # Exercise 5

@@ -115,6 +115,9 @@ MISTAKES: dict[str, Submission] = {
     "value_shift_one_based": Submission(((SHIFT_ROWS, "v_new[[r - 1 for r in rows]] += shift"),
                                          (CHANGE_ROWS, "moved = a[:, [r - 1 for r in rows]].sum(axis=-1)")),
                                         _on(("ex3_value_shift",), "one-based-rows")),
+    # Off by one the other way: row r taken as the (r + 1)-th after the first.
+    "value_change_rows_plus_one": _one(CHANGE_ROWS, "moved = a[:, [r + 1 for r in rows]].sum(axis=-1)",
+                                       "ex3_value_shift", "one-based-rows"),
     "value_shift_receiving_rows": _one("    return a @ v_new  #", "    if rows is not None:\n"
                                        "        o = a @ v\n        o[list(rows)] += shift\n        return o\n"
                                        "    return a @ v_new  #", "ex3_value_shift", "receivers-for-contributors"),
