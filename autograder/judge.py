@@ -336,7 +336,7 @@ def _effect(model: dict, want: dict) -> float:
     return effect
 
 
-def _accounts_for(actual: dict, model: dict, want: dict, effect: float) -> bool:
+def _accounts_for(actual: dict, model: dict, want: dict) -> bool:
     """Is the student's departure from the reference the model's, not a smaller one of its own?
 
     The model tolerance lets rounding through; a slip whose own effect is that small (an epsilon of
@@ -344,16 +344,15 @@ def _accounts_for(actual: dict, model: dict, want: dict, effect: float) -> bool:
     the model sits to the reference. A large effect needs no check: agreeing within the model
     tolerance already puts the student that close.
     """
+    effect = _effect(model, want)
     if effect == 0.0 or effect > 1e-3:
         return True
     for name, part in model.items():
         got, ref = actual[name], want[name]
         if isinstance(part, np.ndarray) and part.shape == ref.shape == got.shape:
             finite = np.isfinite(part) & np.isfinite(ref) & np.isfinite(got)
-            if finite.any():
-                effect = np.max(np.abs(part - ref)[finite])
-                if effect and np.max(np.abs(got - part)[finite]) > 0.1 * effect:
-                    return False
+            if finite.any() and np.max(np.abs(got - part)[finite]) > 0.1 * effect:
+                return False
     return True
 
 
@@ -422,7 +421,7 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 
 # A model's value on a hidden call depends on nothing but the call, so across a class it is
 # computed once: (model key, id(call)) -> (call, canonical value or None, exception name or None,
-# whether it differs from the reference, how far). The call is kept in the entry so its id stays unique.
+# whether it differs from the reference). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
 
@@ -435,8 +434,8 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
         with np.errstate(all="ignore"):
             raw, error = candidate.model(*call.args), None
     except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
-        _MODEL_VALUES[key] = (call, want, None, False, 0.0)
-        return want, None, False, 0.0
+        _MODEL_VALUES[key] = (call, want, None, False)
+        return want, None, False
     except Exception as exc:  # the model fails where the misconception would: evidence too
         raw, error = None, type(exc).__name__
     value = None
@@ -450,7 +449,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 value = None
     # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
     differs = value is not None and bool(differences(value, want, False, describe=False))
-    entry = (call, value, error, differs, _effect(value, want) if differs else 0.0)
+    entry = (call, value, error, differs)
     _MODEL_VALUES[key] = entry  # one assignment: grading threads share this cache
     return entry[1:]
 
@@ -464,7 +463,7 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         call, verdict, want = calls[index], verdicts[index], expected[index]
         if verdict.kind not in ("ok", "mismatch", "raised"):
             continue
-        value, error, differs, effect = _model_value(candidate, call, want)
+        value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "raised":
             if error is not None and error == verdict.raised:
                 candidate.explains.add(index)
@@ -475,7 +474,7 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
                 return
             continue
         agrees = None if error or value is None else _agrees_canonical(verdict.actual, value)
-        if agrees and differs and _accounts_for(verdict.actual, value, want, effect):
+        if agrees and differs and _accounts_for(verdict.actual, value, want):
             candidate.explains.add(index)
             candidate.values += 1
 
@@ -542,9 +541,10 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
               covered: set) -> list:
     """The compositions of two slips worth weighing on every call: those that reproduce one wrong value.
 
-    The probe is the first call with a wrong value that no single slip explained. A composition is pruned by shape before it is
-    run: when the student's shapes are the reference's, exactly one shape-changing slip cannot be
-    in it; when they are not, one of its slips must give those shapes alone, or their transpose. Single slips' values
+    The probe is the first call with a wrong value that no single slip explained. A composition is
+    pruned before it is run: when neither of its slips alone changes the probe's value; by shape,
+    when the student's shapes are the reference's and exactly one of its slips changes them, or
+    when they are not and neither slip alone gives them (or their transpose). Single slips' values
     on the probe come from the depth-1 pass, and every value is cached per call.
     """
     probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
@@ -552,12 +552,16 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
         return []
     call, want, got = calls[probe], expected[probe], verdicts[probe].actual
     reference, student = _shapes(want), _shapes(got)
-    choice_shape = {}
+    choice_shape, shows = {}, set()
     for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
-        value, error, _, _ = _model_value(candidate, call, want)
+        value, error, differs = _model_value(candidate, call, want)
         choice_shape[choice[0]] = _shapes(value) if error is None else None
+        if differs or error is not None:
+            shows.add(choice[0])
     survivors = []
     for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
+        if not shows.intersection(choice):
+            continue  # neither slip changes this call alone: together they would not either
         shapes = [choice_shape.get(part) for part in choice]
         changed = [shape for shape in shapes if shape != reference]
         # A slip that raises here alone says nothing of the pair's shape: such pairs are run.
@@ -567,7 +571,7 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
                 and student not in changed + [_transposed(shape) for shape in changed]:
             continue
         candidate = _Candidate(codes, model, False, key=(fn, 2, n))
-        value, error, differs, _ = _model_value(candidate, call, want)
+        value, error, differs = _model_value(candidate, call, want)
         if error is None and value is not None and differs and _agrees_canonical(got, value):
             survivors.append(candidate)
     return survivors
