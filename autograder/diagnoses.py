@@ -52,7 +52,7 @@ CODES: dict[str, Diagnosis] = dict([
        "Work on a copy (`np.array(v, dtype=float)`) or build new arrays; no `-=`, `+=` or slice assignment "
        "on an argument."),
     _d("low-precision", "your numbers have the right structure but float32-sized errors (about 1e-7).",
-       "Keep every array in float64: no `astype(np.float32)`, `dtype=np.float32` or rounding.", "§15.6"),
+       "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
     _d("timeout", "this step ran past its time limit (the other steps were still graded).",
        "Look for a loop that never ends, or work that grows far faster than the input."),
     _d("exit-called", "your code called exit(), sys.exit() or os._exit(), which ends the program.",
