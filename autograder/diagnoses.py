@@ -163,6 +163,9 @@ CODES: dict[str, Diagnosis] = dict([
     _d("causal-mask", "you masked the later positions (a causal mask), which this head does not ask for: "
        "every receiving position attends to every key.",
        "Remove the mask (`np.tril`, `np.triu`, `-np.inf` entries) before the softmax.", "§15.2"),
+    _d("scores-as-weights", "you returned the scores as the weights; the weights are the softmax of the "
+       "scaled scores, the same matrix your output is mixed with.",
+       "Return `a = softmax_rows(s)` beside the output, not `s` or `d`.", "§15.4"),
     _d("one-hot-weights", "your weights put everything on the best key of each row (an argmax); the "
        "softmax gives every key a share in proportion to exp(score).",
        "Return the normalized exponentials themselves, not an indicator of the maximum.", "§15.3"),

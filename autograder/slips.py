@@ -146,6 +146,7 @@ REFERENCE: dict[str, Callable] = {
     "shift": lambda s: s - s.max(axis=-1, keepdims=True),
     "normalize": lambda s, shifted: np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True),
     "weights": lambda a: a,
+    "reported": lambda a, s, d: a,  # the weights attention returns beside the output
     "mix": lambda a, v, s: a @ v,
     "result": lambda value: value,
     "uniform": _uniform,
@@ -225,6 +226,8 @@ SLIPS: tuple[Slip, ...] = (
     Slip("missing-keepdims", "normalize", (lambda s, shifted: np.exp(shifted) / np.exp(shifted).sum(axis=-1),)),
     Slip("softmax-epsilon", "normalize", tuple(_eps(10.0 ** -p) for p in range(4, 9))),
     Slip("one-hot-weights", "weights", (_one_hot,)),
+    # An earlier step's plain value returned in place of this one's: the scores for the weights.
+    Slip("scores-as-weights", "reported", (lambda a, s, d: s, lambda a, s, d: d)),
     # §15.4
     Slip("wrong-mix-order", "mix", (lambda a, v, s: _t(a) @ v, lambda a, v, s: a.T @ v, lambda a, v, s: v @ a,
                                     lambda a, v, s: _t(v) @ a, lambda a, v, s: v.T @ a)),
@@ -285,7 +288,7 @@ def _attend(r, q, k, v, sizes):
     a = _softmax_with(r, r["mask"](s))
     if after != 1.0:
         a = a / after
-    return r["mix"](a, v, s), a
+    return r["mix"](a, v, s), r["reported"](a, s, d)
 
 
 def _head(r, x, w_q, w_k, w_v):
@@ -319,7 +322,7 @@ def _intervention(r, x, w_q, w_k, w_v, w_v_new):
     return {"weights_before": a1, "weights_after": a2, "output_before": o1, "output_after": o2}
 
 
-HEAD_KNOBS = ("compare", "divisor", "mask", "shift", "normalize", "weights", "mix")
+HEAD_KNOBS = ("compare", "divisor", "mask", "shift", "normalize", "weights", "mix", "reported")
 
 # For each contract function: the pipeline that computes it from the stages, and its stages in order.
 PIPELINES: dict[str, tuple[Callable, tuple[str, ...]]] = {

@@ -74,6 +74,9 @@ MISTAKES: dict[str, Submission] = {
     "mix_elementwise": _one(MIX_LINE, "o = a * v  #", MIX_ON, "elementwise-product"),
     "attention_rounded": _one("    return o, a\n", "    return np.round(o, 4), np.round(a, 4)\n", ATTENTION_ON,
                               "rounded-result"),
+    "attention_returns_scores": _one(ATTENTION_BODY, "    s = scale(scores(q, k), d_k)\n    a = softmax_rows(s)\n"
+                                     "    o = mix(a, v)\n    a = s  # the attention pattern\n",
+                                     ATTENTION_ON, "scores-as-weights"),
     "attention_weights_first": _one("    return o, a\n", "    return a, o\n", ATTENTION_ON, "swapped-outputs"),
     "head_weights_first": _one(HEAD_RETURN, "    o, a = attention(q, k, v)\n    return a, o\n", HEAD_ON,
                                "swapped-outputs"),
