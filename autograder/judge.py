@@ -198,6 +198,8 @@ class _CallVerdict:
     actual: dict | None = None
     raised: str | None = None
     """The type name of the exception the call raised."""
+    raised_message: str = ""
+    """Its message, as the runner brought it back."""
     raised_in: str | None = None
     """The submission's function the exception came from, when the runner could tell."""
     nonfinite: bool = False
@@ -243,7 +245,8 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
                                 + ": arguments are read-only; work on a copy or build a new array.",
                                 ["mutates-input"], raised=kind, raised_in=raised_in)
         message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
-        return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in)
+        return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in,
+                            raised_message=outcome.raised.get("message", ""))
     try:
         actual = canonical(call.fn, outcome.value)
     except WrongType as exc:
@@ -368,7 +371,7 @@ class _Candidate:
     explains: set = field(default_factory=set)
     """Failing calls (by index) that the model reproduces: the same wrong value, or the same exception."""
     values: int = 0
-    """How many of those are wrong values (not exceptions)."""
+    """How many of those are wrong values, or exceptions with the student's very message."""
     contradicted: bool = False
     """A call the student got right, where the model would not have."""
     key: tuple = ()
@@ -420,8 +423,8 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 
 
 # A model's value on a hidden call depends on nothing but the call, so across a class it is
-# computed once: (model key, id(call)) -> (call, canonical value or None, exception name or None,
-# whether it differs from the reference). The call is kept in the entry so its id stays unique.
+# computed once: (model key, id(call)) -> (call, canonical value or None, (exception name, message)
+# or None, whether it differs from the reference). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
 
@@ -437,7 +440,8 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
         _MODEL_VALUES[key] = (call, want, None, False)
         return want, None, False
     except Exception as exc:  # the model fails where the misconception would: evidence too
-        raw, error = None, type(exc).__name__
+        message = str(exc)
+        raw, error = None, (type(exc).__name__, message[:300] + "…" if len(message) > 300 else message)
     value = None
     if error is None:
         if RETURNS[call.fn][0] == "facts":  # the facts a slip gets wrong, the reference's for the rest
@@ -465,8 +469,10 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             continue
         value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "raised":
-            if error is not None and error == verdict.raised:
+            if error is not None and error[0] == verdict.raised:
                 candidate.explains.add(index)
+                # The same message too (the same operation on the same shapes) is as good as a value.
+                candidate.values += bool(verdict.raised_message) and error[1] == verdict.raised_message
             continue
         if verdict.kind == "ok":  # the student matched the reference: the model must too
             if differs or error is not None:
@@ -484,8 +490,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     """The misconception codes that account for the step's failing calls, and which calls they cover.
 
     A model is accepted when it reproduces at least half the failing calls and contradicts none
-    that passed; it must reproduce at least one wrong value, unless it carries an earlier step's
-    diagnosis. Of the accepted, the fewest that cover the failures are kept, earlier diagnoses
+    that passed; it must reproduce at least one wrong value (or an exception, message and all),
+    unless it carries an earlier step's diagnosis. Of the accepted, the fewest that cover the failures are kept, earlier diagnoses
     preferred: one mistake gets one explanation even where two models happen to agree.
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
