@@ -5,6 +5,7 @@ view of the submissions folder.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,27 +83,58 @@ def notebook_cells(text: str, path: Path) -> list[str]:
     return cells
 
 
-def discover(folder: Path) -> list[tuple[Path, str]]:
-    """Every submission in a folder, sorted by path, each with its name relative to the folder.
+@dataclass
+class Found:
+    """What a folder holds: the submissions to grade, and every other candidate file with the
+    reason it is not graded, so that nothing found goes unmentioned."""
+
+    items: list[tuple[Path, str]]
+    """(path, name) of each submission, sorted by name; the name is relative to the folder."""
+    skipped: list[tuple[str, str]]
+    """(name, reason) of each .py or .ipynb file found and not graded."""
+
+
+def discover(folder: Path) -> Found:
+    """Every submission in a folder, and every other .py or .ipynb file with why it is skipped.
 
     A submission is a `.py` or `.ipynb` file directly in the folder (so `alice.py`, `bob.ipynb`),
     or an `attention_head.py` / `attention_head.ipynb` at any depth (nbgrader's
-    `submitted/<student>/<assignment>/` layout). The released self-check's helper files, hidden
-    folders and Jupyter checkpoints are skipped, and a folder holding both `attention_head.py` and
-    `attention_head.ipynb` is graded on the module.
+    `submitted/<student>/<assignment>/` layout). The released self-check's helper files and test
+    files are skipped, and so is a notebook beside a module of the same name (the module is
+    graded). Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
+    symbolic link is followed.
     """
-    found = []
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if not path.is_file() or path.suffix not in SUFFIXES:
+    candidates: list[tuple[Path, tuple[str, ...]]] = []
+    skipped: list[tuple[str, str]] = []
+
+    def walk(directory: Path, parts: tuple[str, ...]) -> None:
+        with os.scandir(directory) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                here = parts + (entry.name,)
+                if entry.is_symlink():
+                    skipped.append(("/".join(here), "a symbolic link: not followed"))
+                elif entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith(".") and entry.name != "__pycache__":
+                        walk(Path(entry.path), here)
+                elif entry.name.endswith(SUFFIXES):
+                    candidates.append((Path(entry.path), here))
+
+    walk(folder, ())
+    names = {parts for _, parts in candidates}
+    items = []
+    for path, parts in candidates:
+        name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
+        if path.name.startswith("."):
+            reason = "a hidden file"
+        elif path.name in HELPERS or path.name.startswith("test_"):
+            reason = "a helper or test file of the released self-check, not a submission"
+        elif len(parts) > 1 and stem != "attention_head":
+            reason = ("in a student's folder only attention_head.py or attention_head.ipynb is "
+                      "graded")
+        elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names:
+            reason = f"{stem}.py beside it is graded instead"
+        else:
+            items.append((path, name))
             continue
-        if any(part.startswith(".") or part in ("__pycache__", ".ipynb_checkpoints") for part in relative.parts):
-            continue
-        if len(relative.parts) > 1 and path.stem != "attention_head":
-            continue
-        if path.name in HELPERS or path.name.startswith("test_"):
-            continue
-        if path.suffix == ".ipynb" and path.with_suffix(".py").is_file():
-            continue
-        found.append((path, str(relative)))
-    return found
+        skipped.append((name, reason))
+    return Found(items, sorted(skipped))
