@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from support import REPO, qkv_grade, reference_source, variant
+from support import REPO, qkv_grade, read_only, reference_source, small_disk, variant
 
 from autograder.store import INCOMPLETE, result_file
 
@@ -153,3 +153,45 @@ def test_resume_without_an_unfinished_run_says_so_in_one_line(tmp_path):
     done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--resume")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert "no unfinished run" in done.stderr
+
+
+def _text_grades(stdout: str) -> dict[str, str]:
+    return {line.split()[0]: line.split()[1] for line in stdout.splitlines() if " / " in line}
+
+
+def test_a_full_disk_prints_every_grade_leaves_no_partial_file_and_exits_3(tmp_path):
+    folder = _copy_class(tmp_path, copies=50)  # 300 submissions
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        done = qkv_grade(str(folder), "--out", str(disk / "results"), "--seed", "3", *FAST)
+        files = [path for path in disk.rglob("*") if path.is_file()]
+        documents = []
+        for path in files:
+            if path.suffix == ".json":
+                documents.append(json.loads(path.read_text(encoding="utf-8")))  # each one whole
+    assert done.returncode == 3, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "could not write the results (No space left on device)" in done.stderr
+    assert len(_text_grades(done.stdout)) == 300
+    assert not [path for path in files if path.name.startswith(".") or path.name == "summary.csv"]
+    assert [path.parent.name.endswith(INCOMPLETE) for path in files] == [True] * len(files)
+    results = [document for document in documents if "steps" in document]
+    assert results and len(results) < 300
+    grades = _text_grades(done.stdout)
+    assert all(f"{document['score']:g}" == grades[document["submission"]] for document in results)
+
+
+@pytest.mark.parametrize("where", ["read-only", "under a file"])
+def test_an_out_folder_that_cannot_be_written_gets_one_line_and_status_3(tmp_path, where):
+    folder = _copy_class(tmp_path, copies=1)
+    if where == "read-only":
+        out = tmp_path / "out"
+        out.mkdir()
+        with read_only(out):
+            done = qkv_grade(str(folder), "--out", str(out), *FAST)
+    else:
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "out"
+        done = qkv_grade(str(folder), "--out", str(out), *FAST)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot write the results there" in done.stderr
+    assert "Traceback" not in done.stderr
