@@ -199,7 +199,7 @@ def grade(root: Path, log=print) -> dict:
     from .runner import Limits, Worker
     from .submission import SubmissionError, load
 
-    config = json.loads((root / "source" / CONFIG).read_text())
+    config = json.loads((root / "source" / CONFIG).read_text(encoding="utf-8"))
     seed, visibility = int(config["seed"]), config.get("visibility", "visible")
     limits = Limits(call_timeout=float(config.get("call_timeout", 1.0)))
     folder = root / "submission"

@@ -6,7 +6,6 @@ view of the submissions folder.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +13,6 @@ SUFFIXES = (".py", ".ipynb")
 # Cells the grader does not run: the notebook's own checks and plots, and nbgrader's test cells.
 SKIPPED_ROLES = {"check", "plot"}
 HELPERS = {"conftest.py", "public_checks.py", "setup.py", "nbgrader_config.py"}
-_MAGIC = re.compile(r"^(\s*)([%!?].*)$")
 
 
 class SubmissionError(Exception):
@@ -48,26 +46,34 @@ def load(path: Path, name: str | None = None) -> Submission:
 
 
 def notebook_cells(text: str, path: Path) -> list[str]:
-    """The code cells a notebook submission is made of, with IPython magics turned into no-ops."""
+    """The code cells a notebook submission is made of, as the Python an IPython kernel would run.
+
+    Older formats (nbformat 3's worksheets) are converted by nbformat itself. Magics and shell
+    escapes are found by IPython's own input transformer, exactly where Jupyter would find them,
+    and made no-ops: the sandbox has no shell and no IPython.
+    """
     import json
 
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: line {exc.lineno})")
-    if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
-        raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
+    if not isinstance(document, dict):
+        raise SubmissionError(f"{path}: corrupt notebook (not a JSON object)")
     import nbformat
 
     try:
-        notebook = nbformat.from_dict(document)
-        if notebook.get("nbformat", 0) < 4:
-            notebook = nbformat.convert(notebook, 4)
+        if isinstance(document.get("nbformat"), int) and document["nbformat"] < 4:
+            notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
+        else:
+            notebook = nbformat.from_dict(document)
     except Exception as exc:  # nbformat raises many kinds for a malformed file
         raise SubmissionError(f"{path}: corrupt notebook ({type(exc).__name__})")
+    if not isinstance(notebook.get("cells"), list):
+        raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
     cells = []
     for cell in notebook.cells:
-        if cell.get("cell_type") != "code":
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         metadata = cell.get("metadata", {})
         if metadata.get("qkv", {}).get("role") in SKIPPED_ROLES:
@@ -77,10 +83,51 @@ def notebook_cells(text: str, path: Path) -> list[str]:
             continue  # an nbgrader test cell: the grader's own business, not the student's code
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else str(source)
-        if source.lstrip().startswith("%%"):
-            continue
-        cells.append("\n".join(_MAGIC.sub(r"\1pass  # \2", line) for line in source.splitlines()))
+        code = python_source(source)
+        if code is not None:
+            cells.append(code)
     return cells
+
+
+# Cell magics whose body is Python that Jupyter runs; the body of any other (%%bash, %%html,
+# %%writefile, ...) is not Python, and such a cell is left out.
+RUNS_ITS_BODY = {"time", "timeit", "capture", "prun"}
+# What the magics and shell escapes call once IPython has transformed them: nothing happens.
+NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_magic", "run_cell_magic", '
+              '"system", "getoutput", "set_next_input"), lambda *args, **kwargs: None))')
+
+
+def python_source(source: str) -> str | None:
+    """A code cell's source as plain Python, or None for a cell whose body is not Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    first, _, rest = source.lstrip("\n").partition("\n")
+    if first.startswith("%%"):
+        name = first[2:].split()[0] if first[2:].split() else ""
+        if name not in RUNS_ITS_BODY:
+            return None
+        source = "pass\n" + rest  # the body, on the lines where the student wrote it
+    code = TransformerManager().transform_cell(source)
+    return _without_ipython(code) if "get_ipython" in code else code
+
+
+def _without_ipython(code: str) -> str:
+    """`code` with each `get_ipython()` call replaced by an object whose methods do nothing."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):  # it will not compile anyway: the run says why
+        return code
+    lines = code.splitlines(keepends=True)
+    for index in reversed(range(len(tokens) - 2)):
+        name, opening, closing = tokens[index:index + 3]
+        if (name.type == tokenize.NAME and name.string == "get_ipython" and opening.string == "("
+                and closing.string == ")" and name.start[0] == closing.end[0]):
+            row, line = name.start[0] - 1, lines[name.start[0] - 1]
+            lines[row] = line[:name.start[1]] + NO_IPYTHON + line[closing.end[1]:]
+    return "".join(lines)
 
 
 @dataclass
