@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -114,10 +113,26 @@ def step_cells(coursedir, assignment: str) -> dict[str, str]:
 
 
 def submissions(coursedir, assignment: str) -> list[tuple[Path, str]]:
-    """(notebook path, student id) for every submission, sorted by student."""
+    """(notebook path, student id) for every submission, sorted by student.
+
+    No symbolic link is followed: a student folder, assignment folder or notebook that is a link
+    is still that student's submission, which reading then finds unreadable.
+    """
     pattern = Path(coursedir.format_path(coursedir.submitted_directory, "*", assignment))
-    found = sorted(Path(pattern.parent.parent).glob(f"*/{pattern.name}/{NOTEBOOK}"))
-    return [(path, path.parent.parent.name) for path in found]
+    submitted = pattern.parent.parent
+    found = []
+    try:
+        entries = sorted(os.scandir(submitted), key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        notebook = Path(entry.path) / pattern.name / NOTEBOOK
+        if entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and (
+                os.path.islink(notebook.parent) or os.path.lexists(notebook))):
+            found.append((notebook, entry.name))
+    return found
 
 
 # --- grading ------------------------------------------------------------------------------------
@@ -163,7 +178,11 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         OverwriteCells, OverwriteKernelspec)
 
-    notebook = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
+    from .submission import read_bytes
+
+    # The bytes graded, read as grading read them: never through a link.
+    notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
+                              as_version=nbformat.NO_CONVERT)
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
@@ -186,14 +205,31 @@ def _check_outputs(step) -> list:
 
 
 def _copy_files(folders: list[Path], target: Path) -> None:
-    """What autograde puts beside the notebook: the submission's files, then the source's."""
+    """What autograde puts beside the notebook: the submission's files, then the source's.
+
+    Only regular files are copied, each read without following a link; a linked file or folder
+    is left behind (its target is never opened).
+    """
+    from .submission import SubmissionError, read_bytes
+
+    def walk(folder: Path, parts: tuple[str, ...]):
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda entry: entry.name):
+                if entry.is_symlink() or entry.name in ("__pycache__", ".ipynb_checkpoints"):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    yield from walk(Path(entry.path), parts + (entry.name,))
+                elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb"):
+                    yield Path(entry.path), parts + (entry.name,)
+
     for folder in folders:
-        for path in folder.rglob("*"):
-            relative = path.relative_to(folder)
-            if path.is_file() and path.suffix != ".ipynb" and not any(
-                    part in ("__pycache__", ".ipynb_checkpoints") for part in relative.parts):
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target / relative)
+        for path, parts in list(walk(folder, ())):
+            try:
+                data = read_bytes(path, "/".join(parts))
+            except SubmissionError:
+                continue  # replaced by a link or a FIFO meanwhile: not copied
+            (target / Path(*parts)).parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(target / Path(*parts), data)
 
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
@@ -233,6 +269,21 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     write_atomically(pending, nbformat.writes(notebook))
     os.chmod(pending, READ_ONLY)
     return notebook
+
+
+def _timestamp(graded: Graded):
+    """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
+    notebook (None without one); read as submissions are, never through a link."""
+    from nbgrader import utils
+
+    from .submission import SubmissionError, read_bytes
+
+    path = graded.path.parent / "timestamp.txt"
+    try:
+        return utils.parse_utc(read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
+                               .decode("utf-8").strip())
+    except (SubmissionError, UnicodeDecodeError, ValueError, TypeError):
+        return None
 
 
 def _pending(target: Path) -> Path:
@@ -320,7 +371,7 @@ class GradebookWriter:
                 if one.student not in known:
                     gradebook.db.add(Student(id=one.student))
                     known.add(one.student)
-                timestamp = self.coursedir.get_existing_timestamp(str(one.path.parent))
+                timestamp = _timestamp(one)
                 if one.student not in submissions:
                     submissions[one.student] = self._new_submission(one.student, timestamp)
                 elif timestamp:

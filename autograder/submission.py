@@ -13,6 +13,7 @@ SUFFIXES = (".py", ".ipynb")
 # Cells the grader does not run: the notebook's own checks and plots, and nbgrader's test cells.
 SKIPPED_ROLES = {"check", "plot"}
 HELPERS = {"conftest.py", "public_checks.py", "setup.py", "nbgrader_config.py"}
+MAX_BYTES = 32 * 1024 * 1024  # a notebook full of plots stays well below
 
 
 class SubmissionError(Exception):
@@ -30,19 +31,81 @@ class Submission:
 
 def load(path: Path, name: str | None = None) -> Submission:
     name = name or str(path)
+    data = read_bytes(path, name)
     if path.suffix not in SUFFIXES:
         raise SubmissionError(f"{path}: not a .py module or .ipynb notebook")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise SubmissionError(f"{path}: no such file")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise SubmissionError(f"{path}: not UTF-8 text")
-    except OSError as exc:
-        raise SubmissionError(f"{path}: cannot be read ({exc.strerror})")
     if path.suffix == ".py":
         return Submission(path, name, (text,), False)
     return Submission(path, name, tuple(notebook_cells(text, path)), True)
+
+
+def read_bytes(path: Path, name: str | None = None) -> bytes:
+    """The content of a submitted file, read without following any symbolic link.
+
+    When `name` is `path` relative to a folder (a folder run, a course, Gradescope's upload), no
+    part of it below that folder may be a link; otherwise only the file itself may not. Each part
+    is opened with O_NOFOLLOW from the one above, so nothing can be swapped for a link between the
+    check and the read, and the file must be a regular one (never a FIFO or a device, whose
+    opening alone could block or act) of at most MAX_BYTES.
+    """
+    import errno
+    import stat
+
+    parts = Path(name).parts if name else ()
+    if (name and name != str(path) and not Path(name).is_absolute() and ".." not in parts
+            and path.parts[-len(parts):] == parts):
+        root, below = Path(*path.parts[:-len(parts)]) if len(path.parts) > len(parts) else Path("."), parts
+    else:
+        root, below = path.parent, (path.name,)
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    try:
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | cloexec)
+    except OSError as exc:
+        raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        for index, part in enumerate(below):
+            last = index == len(below) - 1
+            try:
+                info = os.stat(part, dir_fd=folder, follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    raise OSError(errno.ELOOP, "a symbolic link")
+                if last and not stat.S_ISREG(info.st_mode):
+                    raise SubmissionError(f"{path}: not a regular file")
+                flags = (os.O_NONBLOCK if last else os.O_DIRECTORY) | os.O_RDONLY | os.O_NOFOLLOW | cloexec
+                opened = os.open(part, flags, dir_fd=folder)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    where = "" if last else f" ({'/'.join(below[:index + 1])} is one)"
+                    raise SubmissionError(f"{path}: a symbolic link{where}, which the grader never follows; "
+                                          f"hand in the file itself") from None
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    raise SubmissionError(f"{path}: no such file") from None
+                raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
+            os.close(folder)
+            folder = opened
+        info = os.fstat(folder)
+        if not stat.S_ISREG(info.st_mode):  # replaced between the look and the open
+            raise SubmissionError(f"{path}: not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise SubmissionError(f"{path}: too large to be a submission ({info.st_size} bytes)")
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(folder, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_BYTES:
+            raise SubmissionError(f"{path}: too large to be a submission")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(folder)
 
 
 def notebook_cells(text: str, path: Path) -> list[str]:
@@ -149,7 +212,8 @@ def discover(folder: Path) -> Found:
     `submitted/<student>/<assignment>/` layout). The released self-check's helper files and test
     files are skipped, and so is a notebook beside a module of the same name (the module is
     graded). Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
-    symbolic link is followed.
+    symbolic link is followed: one named like a submission is graded as one (and found
+    unreadable by `load`), any other is listed as skipped.
     """
     candidates: list[tuple[Path, tuple[str, ...]]] = []
     skipped: list[tuple[str, str]] = []
@@ -158,7 +222,7 @@ def discover(folder: Path) -> Found:
         with os.scandir(directory) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
                 here = parts + (entry.name,)
-                if entry.is_symlink():
+                if entry.is_symlink() and not entry.name.endswith(SUFFIXES):
                     skipped.append(("/".join(here), "a symbolic link: not followed"))
                 elif entry.is_dir(follow_symlinks=False):
                     if not entry.name.startswith(".") and entry.name != "__pycache__":

@@ -119,6 +119,21 @@ def filled_notebook(release_notebook: Path, source: str, extra: dict[str, str] |
     return notebook
 
 
+def build_course(root: Path, students: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A course in root/course after `nbgrader generate_assignment`, each student's notebook the
+    release filled from their source, nothing graded; returns it and its Jupyter environment."""
+    env = jupyter_env(root)
+    path = root / "course"
+    for argv, cwd in (([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", "5"], root),
+                      ([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT], path)):
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    released = path / "release" / ASSIGNMENT / NOTEBOOK
+    for student, source in students.items():
+        submit_notebook(path, student, filled_notebook(released, source))
+    return path, env
+
+
 def submit_notebook(course: Path, student: str, notebook) -> Path:
     """Put `notebook` where `nbgrader collect` would, beside the release's other files."""
     import nbformat

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from support import (ASSIGNMENT, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores, jupyter_env,
-                     notebook_scores, read_only, submit_notebook, variant)
+from support import (ASSIGNMENT, IN_CI, NOTEBOOK, build_course, gradebook_scores, notebook_scores, read_only,
+                     variant)
 
 try:
     import nbgrader  # noqa: F401
@@ -33,17 +33,8 @@ def trusted_run(course: Path, env: dict, *more: str) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def fresh_course(tmp_path_factory):
     """A course after generate_assignment, with four submitted notebooks and nothing graded."""
-    root = tmp_path_factory.mktemp("gradebook")
-    env = jupyter_env(root)
-    path = root / "course"
-    for argv, cwd in (([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", "5"], root),
-                      ([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT], path)):
-        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-    released = path / "release" / ASSIGNMENT / NOTEBOOK
-    for student, replacements in STUDENTS.items():
-        submit_notebook(path, student, filled_notebook(released, variant(replacements)))
-    return path, env
+    return build_course(tmp_path_factory.mktemp("gradebook"),
+                        {student: variant(replacements) for student, replacements in STUDENTS.items()})
 
 
 @pytest.fixture
