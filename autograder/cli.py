@@ -5,6 +5,7 @@ Imports stay inside functions: `qkv-grade --help` and a bad path answer without 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import sys
@@ -66,7 +67,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold back Ctrl-C (and SIGTERM) until the block is done, then raise KeyboardInterrupt.
+
+    For the imports: an interrupt that lands inside numpy's own import surfaces as an ImportError
+    with a page of advice, not as an interrupt.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {number: signal.signal(number, lambda number, _: caught.append(number))
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     use_own_tools()
     if args.no_sandbox:
@@ -100,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and not path.is_dir():
         return _fail("--resume finishes an interrupted folder run: give that folder")
 
-    from .runner import Limits, Worker, WorkerFailed
-    from .sandbox import SandboxUnavailable
+    with interrupts_deferred():
+        from . import grading, results, store  # noqa: F401 (loaded whole before any ^C can land)
+        from .runner import Limits, Worker, WorkerFailed
+        from .sandbox import SandboxUnavailable
 
     limits = Limits(call_timeout=args.timeout)
     try:

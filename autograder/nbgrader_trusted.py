@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     args = parser.parse_args(argv)
-    from .cli import EXIT_UNWRITTEN, use_own_tools
+    from .cli import EXIT_UNWRITTEN, interrupts_deferred, use_own_tools
 
     use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook
     if args.jobs is not None and args.jobs < 1:
@@ -683,12 +683,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.course.is_dir():
         return _fail(f"{args.course}: no such folder")
     try:
-        import nbgrader  # noqa: F401
-    except ImportError:
-        return _fail("nbgrader is not installed (pip install 'qkv-attention[nbgrader]')")
-
-    from .runner import Limits, WorkerFailed
-    from .sandbox import SandboxUnavailable
+        with interrupts_deferred():
+            try:
+                import nbgrader.api  # noqa: F401
+            except ImportError:
+                return _fail("nbgrader is not installed (pip install 'qkv-attention[nbgrader]')")
+            from . import grading  # noqa: F401
+            from .runner import Limits, WorkerFailed
+            from .sandbox import SandboxUnavailable
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
 
     def waiting(pid: str) -> None:
         sys.stderr.write(f"qkv-grade --nbgrader: waiting for another run on {args.course} "
