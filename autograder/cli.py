@@ -92,7 +92,16 @@ def interrupts_deferred():
         raise KeyboardInterrupt
 
 
+def speak_utf8() -> None:
+    """Write stdout and stderr in UTF-8 whatever the locale (LC_ALL=C included): the JSON views
+    are UTF-8 by definition, and feedback quotes the chapter's √d_k."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            stream.reconfigure(encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
+    speak_utf8()
     try:
         return _main(argv)
     except KeyboardInterrupt:

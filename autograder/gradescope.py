@@ -236,6 +236,9 @@ def grade(root: Path, log=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """run_autograder's entry point: grade, and write results.json whatever happens."""
+    from .cli import speak_utf8
+
+    speak_utf8()
     argv = sys.argv[1:] if argv is None else argv
     root = Path(argv[0] if argv else os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT)
     target = root / "results" / "results.json"

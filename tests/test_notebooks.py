@@ -51,8 +51,6 @@ def test_a_continuation_line_that_starts_with_percent_is_python_not_a_magic(tmp_
     assert "error" not in result and result["score"] == 100
 
 
-@pytest.mark.xfail(strict=True, reason="autograder/sandbox.py reads child.py without an encoding and passes "
-                                       "its non-ASCII text in argv; fixed with the sandbox redesign")
 def test_grading_works_in_the_c_locale(tmp_path):
     notebook = tmp_path / "attention_head.ipynb"
     notebook.write_text(notebook_of(reference_source() + "\n# d_k’s square root: √d_k\n"), encoding="utf-8")
