@@ -200,23 +200,28 @@ def _grade_folder(folder: Path, args, limits) -> int:
             args.report.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return _fail(f"{args.report}: cannot create the report folder ({exc.strerror})", EXIT_UNWRITTEN)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     try:
-        if args.resume:
-            run = store.Run.resume(out, folder)
-            if args.seed is not None and args.seed != run.seed:
-                run.close()
-                return _fail(f"--seed {args.seed}: the run to resume, {run.folder}, uses seed {run.seed}")
-            import dataclasses
-
-            limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
-        else:
-            seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-            run = store.Run.start(out, folder, seed, {"timeout": limits.call_timeout})
+        with interrupts_deferred():  # a run folder is made (or taken over) whole, or not at all
+            run = (store.Run.resume(out, folder) if args.resume
+                   else store.Run.start(out, folder, seed, {"timeout": limits.call_timeout}))
     except (store.RunBusy, store.NothingToResume) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or out}: cannot write the results there ({exc.strerror})", EXIT_UNWRITTEN)
-    kept = {name: results.from_dict(document) for name, document in run.kept(found.items).items()}
+    if args.resume:
+        if args.seed is not None and args.seed != run.seed:
+            run.close()
+            return _fail(f"--seed {args.seed}: the run to resume, {run.folder}, uses seed {run.seed}")
+        import dataclasses
+
+        limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
+    kept = {}
+    for name, document in run.kept(found.items).items():
+        try:
+            kept[name] = results.from_dict(document)
+        except (KeyError, TypeError, ValueError):  # not a result this grader wrote: grade it again
+            run.saved.discard(name)
     saver = _Saver(run, len(found.items) - len(kept))
     failure = None
     try:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
+import tempfile
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -116,23 +118,31 @@ class Run:
         """A new run folder in `out` (created if missing), locked and marked as running."""
         out.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        for number in range(1, 1000):
-            name = f"run-{stamp}-seed{seed}" + (f"-{number}" if number > 1 else "")
-            if (out / name).exists():
-                continue
-            try:
-                os.mkdir(out / (name + INCOMPLETE))
-            except FileExistsError:
-                continue
-            break
-        else:
+        # Made whole under a hidden name, then renamed: a run folder never lacks its manifest.
+        making = Path(tempfile.mkdtemp(prefix=f".run-{stamp}-", suffix=".tmp", dir=out))
+        run = cls(making, {"status": "running", "seed": seed, "source": str(source.resolve()), "options": options,
+                           "started": time.time(), "pid": os.getpid()})
+        try:
+            making.chmod(0o755)
+            run._take_lock()
+            run._write_manifest()
+            for number in range(1, 1000):
+                name = f"run-{stamp}-seed{seed}" + (f"-{number}" if number > 1 else "")
+                if (out / name).exists() or (out / (name + INCOMPLETE)).exists():
+                    continue
+                try:
+                    os.rename(making, out / (name + INCOMPLETE))
+                except OSError:
+                    if (out / (name + INCOMPLETE)).exists():
+                        continue  # another run took the name in between
+                    raise
+                run.folder = out / (name + INCOMPLETE)
+                return run
             raise FileExistsError(f"{out}: no free run folder name for {stamp}")
-        run = cls(out / (name + INCOMPLETE), {
-            "status": "running", "seed": seed, "source": str(source.resolve()), "options": options,
-            "started": time.time(), "pid": os.getpid()})
-        run._take_lock()
-        run._write_manifest()
-        return run
+        except BaseException:
+            run.close()
+            shutil.rmtree(making, ignore_errors=True)
+            raise
 
     @classmethod
     def resume(cls, out: Path, source: Path) -> "Run":
