@@ -33,6 +33,17 @@ def variant(replacements: list[tuple[str, str]], append: str = "") -> str:
     return source + append
 
 
+def copy_sample_class(folder: Path, copies: int) -> Path:
+    """`copies` copies of the sample class in `folder` (ada0.py, ben0.py, ...), less the one that
+    loops: a class with nothing to wait for."""
+    folder.mkdir(parents=True)
+    samples = sorted(path for path in (REPO / "data" / "sample-class").glob("*.py") if path.name != "gus.py")
+    for number in range(copies):
+        for sample in samples:
+            shutil.copyfile(sample, folder / f"{sample.stem}{number}.py")
+    return folder
+
+
 def sandbox_mode() -> str | None:
     """The sandbox mode the grader will pick here (QKV_SANDBOX, or the strongest), None if none."""
     from autograder import sandbox

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from support import (ASSIGNMENT, IN_CI, NOTEBOOK, REPO, build_course, gradebook_scores, notebook_scores,
+from support import (ASSIGNMENT, IN_CI, NOTEBOOK, build_course, copy_sample_class, gradebook_scores, notebook_scores,
                      reference_source, variant)
 
 from autograder.store import INCOMPLETE, LATEST, MANIFEST, SUMMARY, result_file
@@ -49,12 +49,7 @@ def grade(*args: str, cwd: Path | None = None) -> subprocess.Popen:
 def folder_class(tmp_path_factory):
     """The class, and what a clean run with SEED gives each submission."""
     root = tmp_path_factory.mktemp("faults")
-    folder = root / "class"
-    folder.mkdir()
-    samples = sorted(path for path in (REPO / "data" / "sample-class").glob("*.py") if path.name != "gus.py")
-    for number in range(COPIES):
-        for sample in samples:
-            shutil.copyfile(sample, folder / f"{sample.stem}{number}.py")
+    folder = copy_sample_class(root / "class", COPIES)
     (folder / "a b.py").write_text(reference_source())
     (folder / "a_b.py").write_text(variant([("s = d / np.sqrt(d_k)  # [T, T]", "s = d  # [T, T]")]))
     clean = grade(str(folder), "--out", str(root / "clean"), "--seed", str(SEED), "--format", "json")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import nbformat
-import pytest
 
 from support import REPO, grade_json, qkv_grade, read_only, reference_source
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from support import REPO, qkv_grade, read_only, reference_source, small_disk, variant
+from support import REPO, copy_sample_class, qkv_grade, read_only, reference_source, small_disk, variant
 
 from autograder.store import INCOMPLETE, result_file
 
@@ -107,14 +106,7 @@ def test_a_second_run_never_mixes_with_the_first(tmp_path):
 
 
 def _copy_class(tmp_path: Path, copies: int = 5) -> Path:
-    """`copies` copies of the sample class, less the one that loops (nothing to wait for)."""
-    folder = tmp_path / "class"
-    folder.mkdir()
-    samples = sorted(path for path in (REPO / "data" / "sample-class").glob("*.py") if path.name != "gus.py")
-    for number in range(copies):
-        for sample in samples:
-            shutil.copyfile(sample, folder / f"{sample.stem}{number}.py")
-    return folder
+    return copy_sample_class(tmp_path / "class", copies)
 
 
 def test_an_interrupted_run_is_marked_and_resume_finishes_it(tmp_path):

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support import (ASSIGNMENT, IN_CI, NOTEBOOK, REFERENCE, build_course, grade_json, gradebook_scores,
-                     jupyter_env, qkv_grade, reference_source)
+from support import ASSIGNMENT, IN_CI, NOTEBOOK, REFERENCE, build_course, gradebook_scores, qkv_grade, reference_source
 
 FAST = ("--timeout", "0.5")
 
