@@ -570,9 +570,9 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
     removes the pending notebooks); a kill after it leaves notebooks the next run puts in place
     (`settle_pending`). Ctrl-C or SIGTERM during the commit and the renames takes effect after them.
     """
-    import signal
+    from .cli import interrupts_deferred
 
-    written = []
+    written, committed = [], False
     try:
         with GradebookWriter(coursedir, config, assignment, step_ids) as writer:
             writer.prepare(graded)
@@ -589,26 +589,19 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
                 else:
                     written.append(_autograded_path(coursedir, assignment, one.student))
                 writer.record(one, notebook)
-            caught = []
-            previous = {number: signal.signal(number, lambda number, _: caught.append(number))
-                        for number in (signal.SIGINT, signal.SIGTERM)}
-            try:
+            with interrupts_deferred():  # Ctrl-C lands once the run is whole
                 writer.commit()
+                committed = True
                 for target in written:
                     os.replace(_pending(target), target)
-            finally:
-                for number, handler in previous.items():
-                    signal.signal(number, handler)
-            written = []
-            if caught:
-                raise KeyboardInterrupt  # after the run is whole: every grade is the new one
     except BaseException:
-        for target in written:  # nothing committed: the old notebooks stay
-            try:
-                os.unlink(_pending(target))
-            except OSError:
-                pass
-        raise
+        if not committed:  # the old grades stand: so do the old notebooks
+            for target in written:
+                try:
+                    os.unlink(_pending(target))
+                except OSError:
+                    pass
+        raise  # committed, with renames left undone: the next run's settle_pending does them
 
 
 def _autograded_path(coursedir, assignment: str, student: str) -> Path:
