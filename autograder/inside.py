@@ -60,6 +60,7 @@ SCRATCH_BYTES = 64 << 20
 """Bytes a submission may keep in its scratch folder; checked from outside while it runs."""
 SCRATCH_ENTRIES = 1000
 DISK_POLL = 0.02
+PENDING_BYTES = 256 << 10
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -420,13 +421,11 @@ def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
-    read_exactly, head_size, decode = protocol.read_exactly, protocol._HEADER.size, protocol.decode
+    decode, calls = protocol.decode, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
     while True:  # the worker hands over one call at a time, and only once the last one has answered
         try:
-            _, json_len, blob_len = protocol._HEADER.unpack(read_exactly(calls_in, head_size))
-            call = json.loads(read_exactly(calls_in, json_len))
-            blob = read_exactly(calls_in, blob_len)
-        except protocol.Closed:
+            call, blob = calls.read(None)
+        except protocol.ProtocolError:
             real_exit(0)
         step_index, call_index = call["step"], call["call"]
         where = {"ev": "result", "step": step_index, "call": call_index}
@@ -541,9 +540,15 @@ class Worker:
     def __init__(self, config, out, seal, scratch_root):
         self.config, self.out, self.seal, self.scratch_root = config, out, seal, scratch_root
         self.pending = []
+        self.checked = 0.0  # when the scratch folder's quota was last checked
 
     def emit(self, obj, blob=b""):
         self.pending.append(protocol.pack(obj, blob))
+
+    def flush_some(self):
+        """Pass results on only in bulk: the grader judges a submission once all of it is in."""
+        if sum(len(frame) for frame in self.pending) > PENDING_BYTES:
+            self.flush()
 
     def flush(self):
         if self.pending:
@@ -613,20 +618,22 @@ class Worker:
                 pass
             shutil.rmtree(scratch, ignore_errors=True)
 
-    @staticmethod
-    def read_watching(reader, deadline, scratch):
-        """The child's next frame; meanwhile, and with every frame, its scratch folder must stay
-        within its quota."""
+    def read_watching(self, reader, deadline, scratch):
+        """The child's next frame; meanwhile, every DISK_POLL seconds, its scratch folder must
+        stay within its quota."""
         while True:
-            wake = min(deadline, time.monotonic() + DISK_POLL)
+            now = time.monotonic()
             try:
-                frame = reader.read(wake)
+                frame = reader.read(min(deadline, now + DISK_POLL))
             except protocol.TimedOut:
                 if time.monotonic() >= deadline:
                     raise
                 frame = None
-            if _over_quota(scratch):
-                raise OverQuota("it wrote more than %d MiB or %d files" % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
+            if frame is None or time.monotonic() - self.checked > DISK_POLL:
+                self.checked = time.monotonic()
+                if _over_quota(scratch):
+                    raise OverQuota("it wrote more than %d MiB or %d files"
+                                    % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
             if frame is not None:
                 return frame
 
@@ -682,7 +689,7 @@ class Worker:
                 pass  # the child is gone: its read end tells the rest
             sent = time.monotonic()
             deadline = sent + limits["call_timeout"] + GRACE
-            self.flush()  # while the child works on the call
+            self.flush_some()  # while the child works on the call
 
 
 class OverQuota(protocol.ProtocolError):
