@@ -30,14 +30,16 @@ call that ends its process):
     memory, signals, limits, priorities or scheduling aimed at any process but itself, System V IPC
     and POSIX message queues (which outlive a process), namespaces and mounts;
   - arguments reach it as read-only arrays: writing into one fails where it happens.
-The worker hands the child one call at a time, the next only once the last has answered, and keeps
-time itself: each call's result must arrive within the call's limit of its hand-over, and anything that is not the next expected frame, or breaks a bound of
+The worker hands the child one step's calls at a time, the next step's only once the last call has
+answered, and keeps time itself: each call's result must arrive within the call's limit of the
+previous result (or of the hand-over), and anything that is not the next expected frame, or breaks a bound of
 `protocol.py`, ends the child and becomes that call's fault. Nothing the child sends is forwarded
 before it has been checked field by field against the next expected call.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -61,6 +63,9 @@ SCRATCH_BYTES = 64 << 20
 SCRATCH_ENTRIES = 1000
 DISK_POLL = 0.02
 PENDING_BYTES = 256 << 10
+CALLS_PIPE = 1 << 16
+"""Bytes of calls handed to a child at once: a pipe holds at least this much, so no write waits."""
+F_SETPIPE_SZ = 1031
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -422,7 +427,7 @@ def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
     decode, calls = protocol.decode, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
-    while True:  # the worker hands over one call at a time, and only once the last one has answered
+    while True:  # the worker hands over a step's calls at a time, the next only once these have answered
         try:
             call, blob = calls.read(None)
         except protocol.ProtocolError:
@@ -463,6 +468,27 @@ def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
 
 
 # ---------------------------------------------------------------- the worker ------------------
+
+
+def _end(pid):
+    """Kill the child and go on: once SIGKILL is sent it runs no more code, and its exit, which
+    takes a few milliseconds of the kernel's time, finishes on its own (its reaper collects it)."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _reap_finished():
+    """Collect the children that have ended, without waiting for the others."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 def _reap(pid):
@@ -559,20 +585,24 @@ class Worker:
         """Run one submission in a process of its own (a fork of this worker) that reads the
         submission's source and sees its results: no classmate's code or results ever pass through
         the worker, so no later child can find them in memory it inherited."""
+        finished, told = os.pipe()
         pid = os.fork()
         if pid == 0:
-            status = 70
             try:
+                os.close(finished)
                 job["cells"] = json.loads(protocol.read_exactly(stdin, cells_len))
                 os.close(stdin)
                 self.run_job(job)
-                status = 0
+                os.write(told, b"k")  # the job is whole on the grader's side: the worker may go on
             finally:
-                os._exit(status)
-        _, status = os.waitpid(pid, 0)
+                os._exit(0)
+        os.close(told)
+        ok = os.read(finished, 1) == b"k"  # not its exit: tearing down a process takes milliseconds
+        os.close(finished)
+        _reap_finished()
         if self.config.get("own_pid_namespace"):
             _kill_strays()
-        if status != 0:  # only a fault of this file can get here: say so, then start afresh
+        if not ok:  # only a fault of this file can get here: say so, then start afresh
             self.emit({"ev": "fault", "job": job["job"], "step": None, "call": None, "kind": "crashed",
                        "detail": "the grading worker failed", "out": ""})
             self.emit({"ev": "done", "job": job["job"]})
@@ -598,6 +628,10 @@ class Worker:
         scratch = tempfile.mkdtemp(prefix="s", dir=self.scratch_root)
         read_end, write_end = os.pipe()
         calls_in, calls_out = os.pipe()
+        try:
+            fcntl.fcntl(calls_out, F_SETPIPE_SZ, CALLS_PIPE)
+        except OSError:
+            pass
         pid = os.fork()
         if pid == 0:
             try:
@@ -637,12 +671,28 @@ class Worker:
             if frame is not None:
                 return frame
 
+    @staticmethod
+    def hand_over(calls_out, places, arguments):
+        """Write as many of a step's remaining calls to the child's pipe as fit in it whole (at
+        least one), so this never waits on the child; returns how many were written."""
+        room = CALLS_PIPE
+        count = 1
+        while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room:
+            count += 1
+        start, end = places[0][0], places[count - 1][0] + places[count - 1][1]
+        try:
+            protocol.write_all(calls_out, memoryview(arguments)[start:end])
+        except OSError:
+            pass  # the child is gone: its read end tells the rest
+        return count
+
     def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
         limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
         deadline = time.monotonic() + limits["import_timeout"]
-        sent = None  # when the expected call was handed over
+        sent = None  # when the expected call's time began: its hand-over, or the last result
+        handed = None  # (step, last call) of the calls the child holds
         while True:
             try:
                 obj, blob = self.read_watching(reader, deadline, scratch)
@@ -651,10 +701,11 @@ class Worker:
                     raise protocol.TimedOut("the call ran past its limit")
                 clean, blob = _check_child_frame(obj, blob, expected, used)
             except protocol.ProtocolError as exc:
-                ended = _reap(pid)
-                kind, detail = (("timeout", None) if isinstance(exc, protocol.TimedOut) else
-                                ("disk", str(exc)) if isinstance(exc, OverQuota) else
-                                ended if isinstance(exc, protocol.Closed) else ("protocol", str(exc)))
+                # a child that closed its end has exited: how it did is the diagnosis
+                kind, detail = (_reap(pid) if isinstance(exc, protocol.Closed) else
+                                ("timeout", None) if isinstance(exc, protocol.TimedOut) else
+                                ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
+                _end(pid)
                 position = expected if isinstance(expected, tuple) else (None, None)
                 if expected == "end":
                     self.flush()
@@ -670,23 +721,22 @@ class Worker:
                 clean["job"] = tag
                 self.emit(clean, blob)
             if event == "fault":
-                _reap(pid)
+                _end(pid)
                 self.flush()
                 return clean["step"] + 1
             if event == "imported" and not clean["ok"]:
-                _reap(pid)
+                _end(pid)
                 self.flush()
                 return None
             expected = _next_call(steps, (start, -1) if event == "imported" else expected)
             if expected is None:  # every call answered: the child has nothing more to do
-                _reap(pid)
+                _end(pid)
                 self.flush()
                 return None
-            offset, length = steps[expected[0]][expected[1]]
-            try:
-                protocol.write_all(calls_out, memoryview(arguments)[offset:offset + length])
-            except OSError:
-                pass  # the child is gone: its read end tells the rest
+            if handed is None or expected[0] != handed[0] or expected[1] > handed[1]:
+                # the child holds no more calls: hand over the rest of this step, never a later step's
+                handed = (expected[0], expected[1] + self.hand_over(calls_out, steps[expected[0]][expected[1]:],
+                                                                    arguments) - 1)
             sent = time.monotonic()
             deadline = sent + limits["call_timeout"] + GRACE
             self.flush_some()  # while the child works on the call
