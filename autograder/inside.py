@@ -4,22 +4,23 @@ The grader starts one worker per core as `python -I -S inside.py CONFIG` (inside
 there is one, see `sandbox.py`). Only this file and `protocol.py` are in its view of the grader.
 
 What the worker receives, on its standard input, from the grader only:
-  - once per plan: every planned call as a ready frame (step, call, function name, arguments as
-    raw array bytes), which the worker keeps in a mapping of its own;
+  - once (a worker grades one plan): every planned call as a ready frame (step, call, function
+    name, arguments as raw array bytes), which the worker keeps in a mapping of its own;
   - one frame per submission: its file name, the names of the written answers to look for and the
-    limits, followed by the submission's source text (never a path), which only that submission's
-    own fork of the worker reads.
+    limits, followed by the submission's source text (never a path).
 What the worker sends, on its standard output, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
-    `done`; all but the results (which only ever belong to the job in hand) carry its job id. Values are plain data (arrays as dtype,
-    shape and bytes); an exception is its type name, message and line in the submission.
+    `done`; all but the results (which only ever belong to the job in hand) carry its job id.
 
-Per submission the worker forks a process that reads the source and keeps the submission's time,
-and that forks the child which seals itself before running any student code (once more after a
-call that ends its process):
-  - it keeps one descriptor, the write end of a pipe made for it alone (standard input and output
-    become /dev/null; every other inherited descriptor is closed);
+Right after loading numpy and the plan, before it reads any submission, the worker forks a fork
+server, and every child is forked from that: no child inherits memory that ever held a
+classmate's source or results. A child reads its own source from a pipe of its own, then seals
+itself before running any student code (and a fresh child takes over after a call that ends its
+process):
+  - it keeps three descriptors, pipes made for it alone: its source, its calls, its results
+    (standard input and output become /dev/null; every other inherited descriptor is closed);
+  - it unmaps the plan's arguments: it holds only the calls handed to it;
   - its working directory, HOME and TMPDIR are a scratch folder made empty for it and removed whole
     after it;
   - hard resource limits it cannot raise: address space, CPU seconds, file size, open files;
@@ -352,13 +353,20 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
+def _child_main(job, source_in, calls_in, out, seal, arguments):
     import builtins
     import resource
     import signal
 
-    limits = job["limits"]
-    job["arguments"].close()  # every hidden call's arguments: unmapped here, before any student code
+    limits, scratch, cpu_seconds = job["limits"], job["scratch"], job["cpu"]
+    arguments.close()  # every hidden call's arguments: unmapped here, before any student code
+    chunks = []
+    while True:  # its own source, from the worker, on a pipe of its own
+        chunk = os.read(source_in, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    job["cells"] = json.loads(b"".join(chunks))
     _seal_descriptors({calls_in, out} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ.clear()
@@ -471,8 +479,8 @@ def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
 
 
 def _end(pid):
-    """Kill the child and go on: once SIGKILL is sent it runs no more code, and its exit, which
-    takes a few milliseconds of the kernel's time, finishes on its own (its reaper collects it)."""
+    """Kill a child and go on: once SIGKILL is sent it runs no more code, and its exit, which takes
+    a few milliseconds of the kernel's time, finishes on its own (the fork server collects it)."""
     import signal
 
     try:
@@ -481,25 +489,10 @@ def _end(pid):
         pass
 
 
-def _reap_finished():
-    """Collect the children that have ended, without waiting for the others."""
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
-        except ChildProcessError:
-            return
-
-
-def _reap(pid):
-    """End the child and wait for it; returns ('crashed', signal name) or ('exit', status)."""
+def _how_it_ended(status):
+    """('crashed', signal name) or ('exit', status) for a wait status."""
     import signal
 
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         try:
@@ -508,6 +501,100 @@ def _reap(pid):
             name = "signal %d" % number
         return "crashed", name
     return "exit", "exit status %d" % os.WEXITSTATUS(status)
+
+
+class ForkServer:
+    """Forks the children, from a copy of the worker made before it read any submission.
+
+    The worker reads every submission's source and every result, so a child forked from it could
+    find a classmate's code or answers in memory it inherited. The fork server is forked once,
+    right after numpy and the plan are loaded, and learns nothing afterwards but each child's file
+    name, limits and scratch folder: the child reads its own source from a pipe of its own.
+    """
+
+    def __init__(self, seal, arguments):
+        import socket
+
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pid = os.fork()
+        if self.pid == 0:
+            status = 70
+            try:
+                self.sock.close()
+                _serve_forks(theirs, seal, arguments)
+                status = 0
+            finally:
+                os._exit(status)
+        theirs.close()
+
+    def spawn(self, meta):
+        """A new child: its pid, and the worker's ends of its result, call and source pipes."""
+        import socket
+
+        self.sock.send(json.dumps(meta).encode())
+        data, fds, _, _ = socket.recv_fds(self.sock, 1024, 3)
+        if not data or len(fds) != 3:
+            raise SystemExit("the fork server failed")
+        return (json.loads(data)["pid"], *fds)
+
+    def ended(self, pid):
+        """How a child that closed its end of the result pipe ended."""
+        self.sock.send(json.dumps({"wait": pid}).encode())
+        data = self.sock.recv(1024)
+        if not data:
+            raise SystemExit("the fork server failed")
+        return tuple(json.loads(data))
+
+
+def _serve_forks(sock, seal, arguments):
+    import socket
+
+    ended = {}  # pid -> wait status, for the children collected before the worker asked
+    while True:
+        data = sock.recv(1 << 16)
+        if not data:
+            return
+        request = json.loads(data)
+        while True:  # collect every child that has ended, without waiting for the others
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            ended[pid] = status
+        if len(ended) > 256:
+            ended.clear()
+        if "wait" in request:
+            status = ended.pop(request["wait"], None)
+            if status is None:
+                try:
+                    status = os.waitpid(request["wait"], 0)[1]
+                except ChildProcessError:
+                    status = 0
+            sock.send(json.dumps(_how_it_ended(status)).encode())
+            continue
+        results_in, results_out = os.pipe()
+        calls_in, calls_out = os.pipe()
+        source_in, source_out = os.pipe()
+        try:
+            fcntl.fcntl(calls_out, F_SETPIPE_SZ, CALLS_PIPE)
+        except OSError:
+            pass
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                for fd in (results_in, calls_out, source_out):
+                    os.close(fd)
+                _child_main(request, source_in, calls_in, results_out, seal, arguments)
+            finally:
+                os._exit(70)
+        for fd in (results_out, calls_in, source_in):
+            os.close(fd)
+        socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [results_in, calls_out, source_out])
+        for fd in (results_in, calls_out, source_out):
+            os.close(fd)
 
 
 def _next_call(steps, position):
@@ -563,8 +650,8 @@ def _check_child_frame(obj, blob, expected, used):
 
 
 class Worker:
-    def __init__(self, config, out, seal, scratch_root):
-        self.config, self.out, self.seal, self.scratch_root = config, out, seal, scratch_root
+    def __init__(self, config, out, seal, scratch_root, forks):
+        self.config, self.out, self.seal, self.scratch_root, self.forks = config, out, seal, scratch_root, forks
         self.pending = []
         self.checked = 0.0  # when the scratch folder's quota was last checked
 
@@ -582,32 +669,8 @@ class Worker:
             self.pending.clear()
 
     def serve(self, job, stdin, cells_len):
-        """Run one submission in a process of its own (a fork of this worker) that reads the
-        submission's source and sees its results: no classmate's code or results ever pass through
-        the worker, so no later child can find them in memory it inherited."""
-        finished, told = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(finished)
-                job["cells"] = json.loads(protocol.read_exactly(stdin, cells_len))
-                os.close(stdin)
-                self.run_job(job)
-                os.write(told, b"k")  # the job is whole on the grader's side: the worker may go on
-            finally:
-                os._exit(0)
-        os.close(told)
-        ok = os.read(finished, 1) == b"k"  # not its exit: tearing down a process takes milliseconds
-        os.close(finished)
-        _reap_finished()
-        if self.config.get("own_pid_namespace"):
-            _kill_strays()
-        if not ok:  # only a fault of this file can get here: say so, then start afresh
-            self.emit({"ev": "fault", "job": job["job"], "step": None, "call": None, "kind": "crashed",
-                       "detail": "the grading worker failed", "out": ""})
-            self.emit({"ev": "done", "job": job["job"]})
-            self.flush()
-            raise SystemExit(1)
+        job["cells"] = protocol.read_exactly(stdin, cells_len)  # JSON text, passed on as it is
+        self.run_job(job)
 
     def run_job(self, job):
         steps, tag, used = job["steps"], job["job"], [0]
@@ -624,25 +687,16 @@ class Worker:
 
         limits = job["limits"]
         calls = sum(len(step) for step in job["steps"][start:])
-        cpu = int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)
         scratch = tempfile.mkdtemp(prefix="s", dir=self.scratch_root)
-        read_end, write_end = os.pipe()
-        calls_in, calls_out = os.pipe()
+        meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
+                "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
+        pid, read_end, calls_out, source_out = self.forks.spawn(meta)
         try:
-            fcntl.fcntl(calls_out, F_SETPIPE_SZ, CALLS_PIPE)
-        except OSError:
-            pass
-        pid = os.fork()
-        if pid == 0:
             try:
-                os.close(read_end)
-                os.close(calls_out)
-                _child_main(job, calls_in, write_end, scratch, self.seal, cpu)
-            finally:
-                os._exit(70)
-        os.close(write_end)
-        os.close(calls_in)
-        try:
+                protocol.write_all(source_out, job["cells"])
+            except OSError:
+                pass  # the child is gone: its read end tells the rest
+            os.close(source_out)
             return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch)
         finally:
             os.close(read_end)
@@ -702,7 +756,7 @@ class Worker:
                 clean, blob = _check_child_frame(obj, blob, expected, used)
             except protocol.ProtocolError as exc:
                 # a child that closed its end has exited: how it did is the diagnosis
-                kind, detail = (_reap(pid) if isinstance(exc, protocol.Closed) else
+                kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
                                 ("timeout", None) if isinstance(exc, protocol.TimedOut) else
                                 ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
                 _end(pid)
@@ -765,23 +819,6 @@ def _over_quota(scratch):
         except OSError:
             pass
     return False
-
-
-def _kill_strays():
-    """In the sandbox's own PID namespace, end anything left running (belt and braces: a child
-    cannot start processes)."""
-    import signal
-
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
 
 
 def _load_numpy(folder):
@@ -899,19 +936,22 @@ def main():
     protocol.write_all(stdout, protocol.pack({
         "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp,
         "sealed": sealed, "user": user, "scratch": scratch_root, "problem": seal.error}))
-    worker = Worker(config, stdout, seal, scratch_root)
-    plans = {}  # plan id -> (per step, each call's place), and every call's frame in a mapping
+    worker = None
     try:
         while True:
             try:
                 head, blob_len = protocol.read_head(stdin)
             except protocol.Closed:
                 return
-            if "steps" in head:  # the plan is the same for every submission: the worker keeps it
-                plans.clear()
-                plans[head["plan_id"]] = (head["steps"], _read_mapped(stdin, blob_len))
+            if "steps" in head:  # once: the plan is the same for every submission this worker grades
+                if worker is not None:
+                    raise SystemExit("a worker grades one plan")
+                steps, arguments = head["steps"], _read_mapped(stdin, blob_len)
+                gc.collect()
+                gc.freeze()
+                worker = Worker(config, stdout, seal, scratch_root, ForkServer(seal, arguments))
                 continue
-            head["steps"], head["arguments"] = plans[head["plan_id"]]
+            head["steps"], head["arguments"] = steps, arguments
             worker.serve(head, stdin, blob_len)
     finally:
         import shutil
