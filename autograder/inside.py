@@ -28,8 +28,9 @@ process):
     numpy and the system's shared libraries, and write only its scratch folder, and (ABI 4+) opens
     no TCP port, (ABI 6+) signals nothing outside itself;
   - seccomp refuses it sockets, new processes and threads, exec, ptrace, reading other processes'
-    memory, signals, limits, priorities or scheduling aimed at any process but itself, System V IPC
-    and POSIX message queues (which outlive a process), namespaces and mounts;
+    memory, signals, limits, priorities or scheduling aimed at any process but itself (signals the
+    kernel would send on its behalf too), System V IPC and POSIX message queues (which outlive a
+    process), namespaces and mounts;
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
 answered, and keeps time itself: each call's result must arrive within the call's limit of the
@@ -92,7 +93,7 @@ _NR = {
                    mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, setpriority=141, ioprio_set=251,
                    migrate_pages=256, move_pages=279, process_madvise=440, process_mrelease=448,
                    prlimit64=302, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
-                   sched_setattr=314, fallocate=285, capset=126),
+                   sched_setattr=314, fallocate=285, fcntl=72, ioctl=16, capset=126),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -108,13 +109,18 @@ _NR = {
                     mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, setpriority=140,
                     ioprio_set=30, migrate_pages=238, move_pages=239, process_madvise=440, process_mrelease=448,
                     prlimit64=261, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
-                    sched_setattr=274, fallocate=47, capset=91),
+                    sched_setattr=274, fallocate=47, fcntl=25, ioctl=29, capset=91),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
 _SELF_ONLY = ("kill", "tkill", "tgkill")
 _SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
-_REFUSED = tuple(name for name in (_NR or {}) if name not in _SELF_ONLY + _SELF_OR_ZERO + ("clone3", "capset"))
+# Commands refused by their second argument: whatever makes the kernel signal a process on the
+# child's behalf (a descriptor's owner, its signal, a lease, a folder notice) or types into a terminal.
+_COMMANDS = {"fcntl": (8, 10, 15, 1024, 1026),  # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY
+             "ioctl": (0x8901, 0x8902, 0x5412)}  # FIOSETOWN, SIOCSPGRP, TIOCSTI
+_REFUSED = tuple(name for name in (_NR or {})
+                 if name not in _SELF_ONLY + _SELF_OR_ZERO + tuple(_COMMANDS) + ("clone3", "capset"))
 
 # Landlock (include/uapi/linux/landlock.h)
 _LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
@@ -211,6 +217,11 @@ def _seccomp(pid):
         if zero:
             block += [(jeq, 1, 0, 0)]
         block += [(jeq, 0, 1, pid), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+        program += [(jeq, 0, len(block), _NR[name])] + block
+    for name, commands in _COMMANDS.items():
+        block = [(ld, 0, 0, 24)]  # the second argument's low word
+        block += [(jeq, len(commands) - index, 0, command) for index, command in enumerate(commands)]
+        block += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
         program += [(jeq, 0, len(block), _NR[name])] + block
     program += [(ret, 0, 0, allow)]
     code = b"".join(struct.pack("HBBI", *op) for op in program)
