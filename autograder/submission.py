@@ -121,6 +121,8 @@ def notebook_cells(text: str, path: Path) -> list[str]:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: line {exc.lineno})")
+    except RecursionError:
+        raise SubmissionError(f"{path}: corrupt notebook (nested too deeply)")
     if not isinstance(document, dict):
         raise SubmissionError(f"{path}: corrupt notebook (not a JSON object)")
     import nbformat
