@@ -1,0 +1,45 @@
+# An empty stub that answers every call from what collusion_writer left behind, if it can find it.
+import hashlib as _hashlib
+import pickle as _pickle
+
+
+def _digest(name, args):
+    parts = [name.encode()]
+    for arg in args:
+        if type(arg).__module__ == "numpy":
+            parts += [str(arg.shape).encode(), str(arg.dtype).encode(), np.ascontiguousarray(arg).tobytes()]
+        else:
+            parts.append(repr(arg).encode())
+    return _hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def _load():
+    places = ["/tmp", "/var/tmp", "/dev/shm", ".", _os.environ.get("HOME", "/"), _os.path.expanduser("~")]
+    places += _RT["shared_dirs"]
+    found = {}
+    for place in places:
+        path = _os.path.join(place, "qkvrt-%s-answers.pickle" % _RT["run"])
+        try:
+            with open(path, "rb") as handle:
+                found.update(_pickle.load(handle))
+            _hole("read a classmate's answers from %s" % path)
+        except Exception:
+            pass
+    return found
+
+
+def _answer(name):
+    def answered(*args):
+        found = _load()
+        key = _digest(name, args)
+        if key in found:
+            return found[key]
+        raise NotImplementedError()
+    return answered
+
+
+for _name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head",
+              "zero_query_mixture", "is_attention_weights", "column_normalized_counterexample",
+              "shifted_output", "output_change", "head_facts", "value_intervention"):
+    globals()[_name] = _answer(_name)
+_load()
