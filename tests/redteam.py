@@ -9,6 +9,7 @@ left behind and the file system for files it left outside its sandbox.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -44,7 +45,7 @@ CALL_LIMIT = 0.5
 """Seconds per call (`--timeout`), short to keep the suite fast."""
 SLOW = 0.6
 """How long the slow head_facts sleeps per call: past the limit, but not by much."""
-RUN_LIMIT = 120.0
+RUN_LIMIT = 60.0
 """Seconds after which a grading run counts as hung."""
 
 RUN = secrets.token_hex(5)
@@ -274,10 +275,17 @@ def _needed_packages() -> list[Path]:
     return sorted(wanted)
 
 
+def _scratch(label: str, mode: int = 0o755) -> Path:
+    """A folder under /tmp for this session, removed when the session ends."""
+    folder = Path(tempfile.mkdtemp(prefix=f"qkvfix-{RUN}-{label}-"))
+    folder.chmod(mode)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 @functools.lru_cache(maxsize=None)
 def runtime(mode: str) -> Runtime:
-    base = Path(tempfile.mkdtemp(prefix=f"qkvfix-{RUN}-{mode}-"))
-    base.chmod(0o755)
+    base = _scratch(mode)
     if mode != "bwrap-userns":
         return Runtime(mode, base, site_dirs=_site_dirs(sys.executable))
     # A normal instructor: their own venv (Debian's python, which they can run) holding what the
@@ -366,9 +374,7 @@ class Listeners:
 
 @functools.lru_cache(maxsize=1)
 def listeners() -> Listeners:
-    folder = Path(tempfile.mkdtemp(prefix=f"qkvfix-{RUN}-net-"))
-    folder.chmod(0o777)
-    return Listeners(folder)
+    return Listeners(_scratch("net", 0o777))
 
 
 # ------------------------------------------------------------------ processes and files -------
@@ -668,7 +674,7 @@ def _wait_for_strays(rt: Runtime, session: int, patience: float = 3.0) -> list[t
 def baseline(mode: str) -> dict[str, dict]:
     """The honest submissions graded alone, with the same seed and limits: what victims must get."""
     outcome = grade(mode, [Entry(f"{kind}.py", kind) for kind in BASELINE], "baseline", jobs=2)
-    problems = outcome.problems()
+    problems = [p for p in outcome.problems() if not p.startswith("isolation")]  # each test reports that
     assert not problems, f"{mode} baseline: " + "; ".join(problems)
     return {kind: outcome.results[f"{kind}.py"] for kind in BASELINE}
 

@@ -5,6 +5,8 @@
 # manages that it should not is printed as a line starting `QKVRT-HOLE[...]`, the one channel a
 # submission is sure to have (its printed output is part of its result), so the test can name the
 # hole precisely. Anything it reads that looks secret is printed too: a leak shows up in the results.
+# Writes are judged from outside only (the test compares the file system before and after): inside
+# a sandbox, a path that looks like the instructor's may be a private, throwaway copy.
 #
 # Signals go only to this run's own processes: the grader (whose argv names `_RT["run"]`), its
 # descendants, and, inside a private PID namespace, whatever is visible there. Nothing here may

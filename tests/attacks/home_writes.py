@@ -7,14 +7,14 @@ def _vandalize():
         try:
             with open(path, "w") as handle:
                 handle.write("left by a submission\n")
-            _hole("wrote %s" % path)
+            print("note: " + "wrote %s" % path)
         except Exception:
             pass
     gradebook = _os.path.join(home, "gradebook.db")
     try:
         with open(gradebook, "r+") as handle:
             handle.truncate(0)
-        _hole("truncated %s" % gradebook)
+        print("note: " + "truncated %s" % gradebook)
     except Exception:
         pass
     for action, call in (("deleted", lambda: _os.unlink(gradebook)),
@@ -22,7 +22,7 @@ def _vandalize():
                                                         _os.path.join(home, "qkvrt-%s-moved" % _RT["run"])))):
         try:
             call()
-            _hole("%s a file in %s" % (action, home))
+            print("note: " + "%s a file in %s" % (action, home))
         except Exception:
             pass
 

@@ -24,8 +24,7 @@ def _try_network():
     try:
         udp = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
         udp.sendto(_NOTE, ("127.0.0.1", _RT["udp_port"]))
-        udp.close()
-        _hole("sent a UDP datagram to 127.0.0.1")
+        udp.close()  # whether it arrived, only the test's listener can tell
     except Exception:
         pass
     try:

@@ -27,6 +27,7 @@ def _read_proc():
             mem = open("/proc/%d/mem" % pid, "rb", buffering=0)
         except Exception:
             continue
+        taken = 0
         with mem:
             for region in regions:
                 fields = region.split()
@@ -39,10 +40,11 @@ def _read_proc():
                     data = mem.read(size)
                 except Exception:
                     continue
-                if data:
-                    _hole("read %d bytes of /proc/%d/mem (%s)" % (len(data), pid, _cmdline(pid)[:40]))
+                taken += len(data or b"")
                 budget -= len(data or b"")
                 found.update(_SECRET.findall(data or b""))
+        if taken:
+            _hole("read %d bytes of /proc/%d/mem (%s)" % (taken, pid, _cmdline(pid)[:40]))
     secret = _os.environ.get("QKVRT_GRADER_SECRET")
     if secret:
         found.add(secret.encode())
