@@ -8,9 +8,22 @@ import argparse
 import os
 import secrets
 import sys
+import sysconfig
 from pathlib import Path
 
 EXIT_USAGE = 2
+
+
+def use_own_tools() -> None:
+    """Put this interpreter's scripts folder first on PATH.
+
+    nbgrader starts `alembic` (and Jupyter its kernels) by name. Run as `.venv/bin/qkv-grade`
+    without activating the venv, PATH would not reach them, or would reach another install's.
+    """
+    own = [folder for folder in dict.fromkeys((sysconfig.get_path("scripts"), os.path.dirname(sys.executable)))
+           if folder]
+    rest = [entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if entry not in own]
+    os.environ["PATH"] = os.pathsep.join(own + rest)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,11 +54,17 @@ def _parser() -> argparse.ArgumentParser:
                              "assignment in the isolated runner and write the scores and feedback into "
                              "its gradebook (the grades to trust; see autograder/nbgrader_trusted.py); "
                              "uses --seed (default: the course's), --jobs and --timeout")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade even where no sandbox is available (every result then records "
+                             "isolation none); by default the strongest sandbox is used, or grading refuses")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    use_own_tools()
+    if args.no_sandbox:
+        os.environ["QKV_SANDBOX"] = "none"
     if args.gradescope_bundle is not None:
         return _gradescope_bundle(args)
     if args.nbgrader is not None:
@@ -83,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             from .grading import Grader
 
             return _grade_folder(Grader(seed, limits), path, args)
-        with Worker(limits) as worker:
+        with Worker(limits) as worker:  # picks the sandbox, or raises SandboxUnavailable
             worker.start()  # the sandbox starts and loads numpy while the hidden cases are built
             from .grading import Grader
 

@@ -196,7 +196,7 @@ def grade(root: Path, log=print) -> dict:
     """Grade the submission under `root` (Gradescope's /autograder); returns the results.json document."""
     from . import results, sandbox
     from .grading import Grader
-    from .runner import Limits, Worker, WorkerFailed
+    from .runner import Limits, Worker
     from .submission import SubmissionError, load
 
     config = json.loads((root / "source" / CONFIG).read_text())
@@ -215,26 +215,15 @@ def grade(root: Path, log=print) -> dict:
         result = results.unreadable(name, problem, seed, sandbox.isolation())
         return results.to_gradescope(result, visibility)
 
-    grader = Grader(seed, limits)
-    try:
-        with Worker(limits) as worker:
-            worker.start()
-            result = grader.grade(worker, submission)
-    except WorkerFailed as exc:
-        # Docker often withholds the namespaces bubblewrap needs. Grading without them is weaker
-        # isolation, but a grade; results.json records which one was used. QKV_SANDBOX=bwrap refuses.
-        if grader.isolation != "bwrap" or os.environ.get("QKV_SANDBOX") == "bwrap":
-            raise
-        log(f"bubblewrap could not start the sandbox ({exc}); grading in a plain process instead")
-        os.environ["QKV_SANDBOX"] = "none"
-        grader.isolation = sandbox.isolation()
-        with Worker(limits) as worker:
-            result = grader.grade(worker, submission)
+    grader = Grader(seed, limits)  # the strongest sandbox here, or SandboxUnavailable: never a silent downgrade
+    with Worker(limits, grader.isolation) as worker:
+        worker.start()
+        result = grader.grade(worker, submission)
     codes = sorted({code for step in result.steps for code in step.diagnoses})
     log(f"{name}: {result.score:g} / {result.max_score:g}; seed {seed}; isolation {result.isolation}"
         + (f"; diagnoses: {', '.join(codes)}" if codes else ""))
-    if result.isolation != "bwrap" and hasattr(os, "geteuid") and os.geteuid() == 0:
-        log("warning: the submission ran without bubblewrap's isolation (as uid 65534, in a plain process)")
+    if result.isolation == "none":
+        log("warning: the submission ran without a sandbox (QKV_SANDBOX=none)")
     return results.to_gradescope(result, visibility)
 
 
@@ -245,8 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     target = root / "results" / "results.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     status = 0
+    from .sandbox import SandboxUnavailable
+
     try:
         document = grade(root)
+    except SandboxUnavailable as exc:  # refuse rather than grade unsealed; say what to enable
+        print(f"not graded: {exc}")
+        document, status = PLACEHOLDER, 1
     except Exception:  # the student still gets a results.json; the instructor gets the traceback
         traceback.print_exc(file=sys.stdout)
         document, status = PLACEHOLDER, 1

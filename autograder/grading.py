@@ -131,7 +131,7 @@ class Grader:
         def serve():
             # Pipelined: the worker runs submission N+1 while this thread judges submission N.
             try:
-                with Worker(self.limits) as worker:
+                with Worker(self.limits, self.isolation) as worker:
                     received = None  # (index, submission, run, started), not judged yet
                     while True:
                         try:

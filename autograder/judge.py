@@ -29,7 +29,7 @@ import numpy as np
 
 from . import diagnoses, feedback
 from .cases import Case
-from .child import Bad
+from .protocol import Bad
 from .runner import Outcome, Run
 from .steps import BY_ID, STEPS, Step
 
@@ -221,7 +221,10 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
     if outcome.fault:
         code = {"timeout": "timeout", "exit": "exit-called", "memory": "memory-limit"}.get(outcome.fault, "crashed")
         detail = {"timeout": "it ran past the time limit", "exit": "it called exit",
-                  "memory": "it ran out of memory"}.get(outcome.fault, f"its process died ({outcome.detail})")
+                  "memory": "it ran out of memory",
+                  "protocol": f"its process sent the grader something that is not a result ({outcome.detail})",
+                  "disk": f"its scratch folder outgrew its quota ({outcome.detail})",
+                  }.get(outcome.fault, f"its process died ({outcome.detail})")
         return _CallVerdict(False, "fault", f"The call did not finish: {detail}.", [code])
     if outcome.raised:
         kind = outcome.raised.get("type", "Exception")
@@ -230,9 +233,13 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         raised_in = found.group(1) if found else None
         if kind in NOT_IMPLEMENTED:
             return _CallVerdict(False, "not-implemented", "", ["not-implemented"], raised=kind, raised_in=raised_in)
+        if kind == "ValueError" and "read-only" in outcome.raised.get("message", ""):
+            # Arguments arrive read-only, so an in-place write fails right where it happens.
+            return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({where})" if where else "")
+                                + ": arguments are read-only; work on a copy or build a new array.",
+                                ["mutates-input"], raised=kind, raised_in=raised_in)
         message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
         return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in)
-    mutated = [inspect_names(call.fn)[i] for i in outcome.mutated if i < len(inspect_names(call.fn))]
     try:
         actual = canonical(call.fn, outcome.value)
     except WrongType as exc:
@@ -249,10 +256,6 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         if found:
             verdict.describe = lambda: "\n".join(differences(actual, expected, case.public))
             _describe(verdict, actual, expected)
-    if mutated:
-        verdict.ok = False
-        verdict.codes.append("mutates-input")
-        verdict.note = f"It changed its argument(s): {', '.join(mutated)}."
     return verdict
 
 

@@ -456,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     args = parser.parse_args(argv)
+    from .cli import use_own_tools
+
+    use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
     if args.timeout <= 0:

@@ -1,22 +1,24 @@
 """The isolated runner: sends a submission and its planned calls to a worker, collects plain data.
 
-A `Worker` is one long-lived sandboxed process with numpy already imported (see `child.py` and
-`sandbox.py`); it forks a fresh child per submission, so starting a submission costs a fork, not
-an interpreter. The judge never runs submission code itself; it only reads what comes back here.
+A `Worker` is one long-lived sandboxed process with numpy already imported (see `inside.py` and
+`sandbox.py`); it forks a fresh, sealed child per submission, so starting a submission costs a
+fork, not an interpreter. The judge never runs submission code itself; it only reads what comes
+back here, through `protocol.py`'s bounded reader: a worker that sends anything unexpected, too
+large or too late loses that submission's remaining calls, never the grader's run.
 """
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
-import secrets
 import os
-import select
+import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import child, sandbox
+from . import protocol, sandbox
 
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -42,9 +44,8 @@ class Outcome:
     raised: dict | None = None
     """The exception it raised: type, message and the line of the submission it came from."""
     fault: str | None = None
-    """timeout, exit, crashed or memory: the call never returned."""
+    """timeout, exit, crashed, memory, disk or protocol: the call never returned."""
     detail: str | None = None
-    mutated: list[int] = field(default_factory=list)
     output: str = ""
 
 
@@ -62,6 +63,9 @@ class Run:
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
     most_calls: int = 1
+    """How many calls the plan makes in all: the worker's watchdog allows time for each."""
+    job: int = 0
+    """The id the worker tags this run's frames with."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Prepared:
         encoded_calls = []
         for name, args in calls:
             parts: list[bytes] = []
-            encoded = child.encode(list(args), parts, [0, 0])
+            encoded = protocol.encode(list(args), parts, [0])
             encoded_calls.append({"fn": name, "args": encoded, "offset": offset})
             blobs.extend(parts)
             offset += sum(len(part) for part in parts)
@@ -93,34 +97,62 @@ class WorkerFailed(RuntimeError):
     pass
 
 
+_jobs = itertools.count(1)
+
+
 class Worker:
     """One sandboxed worker process; restarts itself when it dies."""
 
-    def __init__(self, limits: Limits | None = None):
+    def __init__(self, limits: Limits | None = None, mode: str | None = None):
         self.limits = limits or Limits()
+        self.mode = mode or sandbox.choose()
         self._process: subprocess.Popen | None = None
+        self._reader: protocol.Reader | None = None
         self._ready = False
         self._plan_id: str | None = None
+        self._scratch: str | None = None
 
     # -- process management -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._process = subprocess.Popen(
-            sandbox.worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=sandbox.worker_env(), close_fds=True)
+        argv, env = sandbox.worker_command(self.mode)
+        self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, env=env, close_fds=True)
         try:  # room for a whole submission's results while the grader is busy judging the last one
             fcntl.fcntl(self._process.stdout.fileno(), F_SETPIPE_SZ, 1 << 20)
         except OSError:
             pass
+        self._reader = protocol.Reader(self._process.stdout.fileno(), max_blob=protocol.MAX_VALUE_BYTES)
         self._ready = False  # checked on first use, so the caller can work while the worker loads
         self._plan_id = None
 
     def _wait_ready(self) -> None:
-        _, ready = self._read(60.0)
+        try:
+            ready, _ = self._reader.read(time.monotonic() + 60.0)
+        except protocol.ProtocolError:
+            ready = {}
         if ready.get("ev") != "ready":
             self.close()
-            raise WorkerFailed("the grading worker did not start")
+            raise WorkerFailed(f"the grading worker did not start (sandbox mode {self.mode})")
+        problem = self._seal_problem(ready)
+        if problem:
+            self.close()
+            raise sandbox.SandboxUnavailable(f"sandbox mode {self.mode} cannot seal submissions here: {problem}")
+        if isinstance(ready.get("scratch"), str) and self.mode in ("landlock", "none"):
+            self._scratch = ready["scratch"]
         self._ready = True
+
+    def _seal_problem(self, ready: dict) -> str | None:
+        mode = sandbox.MODES[self.mode]
+        if mode.seal == "none":
+            return None
+        if ready.get("seccomp") is not True:
+            return "seccomp is missing"
+        if mode.landlock_required and not ready.get("landlock"):
+            return ready.get("problem") or "Landlock is missing"
+        if ready.get("sealed") is not True:
+            return "a process could not seal itself"
+        return None
 
     def close(self) -> None:
         if self._process is not None:
@@ -135,23 +167,17 @@ class Worker:
                 except OSError:
                     pass
             self._process = None
+        if self._scratch:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def __enter__(self) -> "Worker":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _read(self, timeout: float) -> tuple[bytes, dict]:
-        fd = self._process.stdout.fileno()
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if not ready:
-            raise WorkerFailed("the grading worker stopped answering")
-        try:
-            _, obj, blob = child.read_frame(fd)
-        except (EOFError, ValueError, OSError) as exc:
-            raise WorkerFailed("the grading worker died") from exc
-        return blob, obj
 
     # -- one submission ---------------------------------------------------------------------
 
@@ -168,7 +194,8 @@ class Worker:
             self._wait_ready()
         prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         limits = self.limits
-        head = json.dumps({"filename": filename, "cells": cells, "answers": list(answers),
+        job = next(_jobs)
+        head = json.dumps({"job": job, "filename": filename, "cells": cells, "answers": list(answers),
                            "plan_id": prepared.id,
                            "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
                                       "memory": limits.memory, "output": limits.output}}, separators=(",", ":"))
@@ -178,9 +205,10 @@ class Worker:
             body, blob = head[:-1].encode() + b',"plan":' + prepared.plan_json + b"}", prepared.blob
             self._plan_id = prepared.id
         run = Run(outcomes=[[None] * count for count in prepared.counts])
-        run.most_calls = max(prepared.counts, default=1)
+        run.most_calls = sum(prepared.counts)
+        run.job = job
         try:
-            child.write_raw_frame(self._process.stdin.fileno(), body, blob)
+            protocol.write_all(self._process.stdin.fileno(), protocol.pack_raw(body, blob))
         except OSError:
             run.lost = "the grading worker died"
             self.close()
@@ -190,67 +218,62 @@ class Worker:
         if run.lost:
             return run
         try:
-            self._collect(run, run.most_calls)
-        except (WorkerFailed, OSError) as exc:
-            run.lost = str(exc) if isinstance(exc, WorkerFailed) else "the grading worker died"
+            self._collect(run)
+        except protocol.ProtocolError as exc:
+            run.lost = f"the grading worker failed ({exc})"
+            self.close()
+        except OSError:
+            run.lost = "the grading worker died"
             self.close()
         return run
 
-    @staticmethod
-    def _valid(run: Run, step, call) -> bool:
-        return (isinstance(step, int) and isinstance(call, int)
-                and 0 <= step < len(run.outcomes) and 0 <= call < len(run.outcomes[step]))
-
-    def _collect(self, run: Run, most_calls: int) -> None:
+    def _collect(self, run: Run) -> None:
         limits = self.limits
-        # The worker enforces the real limits; this is only a watchdog over the worker itself.
-        patience = max(limits.import_timeout, limits.call_timeout * most_calls) + 15.0
-        started = time.monotonic()
+        # The worker keeps each call's time; this is only a watchdog over the worker itself.
+        deadline = time.monotonic() + limits.import_timeout + run.most_calls * (limits.call_timeout + 1.0) + 15.0
+        used = 0
         while True:
-            blob, obj = self._read(patience)
+            obj, blob = self._reader.read(deadline)
+            if obj.get("job") != run.job:
+                raise protocol.ProtocolError("a frame for another submission")
             event = obj.get("ev")
             if event == "done":
                 return
             if event == "imported":
                 if not run.imported and run.import_error is None:
-                    run.imported = bool(obj.get("ok"))
-                    run.import_error = obj.get("error")
-                    run.import_output = str(obj.get("out", ""))
-                    answers = obj.get("answers")
-                    if isinstance(answers, dict):
-                        run.answers = {str(k): v is True for k, v in answers.items()}
+                    run.imported = obj.get("ok") is True
+                    run.import_error = protocol.raised(obj["error"]) if "error" in obj else None
+                    run.import_output = protocol.text(obj, "out", optional=True) or ""
+                    if run.imported:
+                        run.answers = dict(protocol.answers(obj.get("answers", {})))
                 continue
+            step = protocol.index(obj, "step", optional=True)
+            call = protocol.index(obj, "call", optional=True)
+            if step is not None and not (step < len(run.outcomes) and call is not None
+                                         and call < len(run.outcomes[step])):
+                raise protocol.ProtocolError("a result for a call that was not planned")
+            output = protocol.text(obj, "out", optional=True) or ""
             if event == "fault":
-                step, call = obj.get("step"), obj.get("call")
+                kind = obj.get("kind")
+                if kind not in ("timeout", "exit", "memory", "crashed", "protocol", "disk"):
+                    raise protocol.ProtocolError("a fault of unknown kind")
                 if step is None:
-                    run.import_fault = str(obj.get("kind"))
-                elif self._valid(run, step, call):
-                    run.outcomes[step][call] = Outcome(fault=str(obj.get("kind")), detail=obj.get("detail"),
-                                                       output=str(obj.get("out", "")))
+                    run.import_fault = kind
+                else:
+                    run.outcomes[step][call] = Outcome(fault=kind, detail=protocol.text(obj, "detail", True),
+                                                       output=output)
                 continue
-            if event != "step" or not isinstance(obj.get("results"), list):
+            if event != "result" or step is None:
+                raise protocol.ProtocolError("a frame of unknown kind")
+            if "raised" in obj:
+                run.outcomes[step][call] = Outcome(raised=protocol.raised(obj["raised"]), output=output)
                 continue
-            step, offset = obj.get("step"), [0]
-            for result in obj["results"]:
-                call = result.get("call") if isinstance(result, dict) else None
-                if not self._valid(run, step, call):
-                    break  # nothing after a malformed entry can be placed with certainty
-                value = _decode_safely(result["value"], blob, offset) if "value" in result else None
-                mutated = [i for i in result.get("mutated", []) if isinstance(i, int)]
-                raised = result.get("raised")
-                run.outcomes[step][call] = Outcome(
-                    value=value, raised=raised if isinstance(raised, dict) else None,
-                    mutated=mutated, output=str(result.get("out", "")))
-            if time.monotonic() - started > 3600:
-                raise WorkerFailed("the submission ran for more than an hour")
-
-
-def _decode_safely(obj, blob: bytes, offset: list[int]):
-    """Decode a returned value; a malformed description (only a tampered child sends one) is Bad."""
-    try:
-        return child.decode(obj, blob, offset)
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-        return child.Bad("a value the grader could not read")
+            if protocol.check_value(obj.get("value"), len(blob)) != len(blob):
+                raise protocol.ProtocolError("bytes that no value describes")
+            used += len(blob)
+            if used > protocol.MAX_JOB_BYTES:
+                raise protocol.ProtocolError("more array data than a submission may return")
+            run.outcomes[step][call] = Outcome(value=protocol.decode(obj["value"], blob), output=output)
 
 
 def default_jobs() -> int:

@@ -1,61 +1,162 @@
-"""How a worker process is started: inside bubblewrap as an unprivileged user, or as a plain process.
+"""Where a submission runs: the sandbox modes, what each guarantees, and the one place that picks one.
 
-As root with `bwrap` on the PATH (CI, Gradescope, an instructor's container), each worker gets a
-private filesystem view holding only the system libraries, the Python standard library and numpy,
-read-only, with an empty /tmp; its own network, PID, IPC and UTS namespaces (so no network at all);
-and it drops to uid/gid 65534 (nobody) before it reads anything. The grader's package, the
-reference solutions, the hidden cases, the data files and every submission other than the one it
-is sent are not in its view.
+Every mode runs submissions in workers (see `inside.py`), never in the grader's process, and in
+every sealed mode each submission's own process also seals itself: one pipe of its own, a fresh
+scratch folder, hard limits, no new privileges, seccomp (no sockets, processes, exec, ptrace or
+signals out) and, where the kernel has it, Landlock (read only Python, numpy and shared libraries;
+write only its scratch folder). The modes differ in what surrounds the worker.
 
-Otherwise (not root, or no bwrap) a worker is a plain child process of the grader: the submission
-still never runs in the grader's own process, time, memory and output are still capped, and only
-plain data crosses back, but it can read what its user can read and has that user's network.
-As root without bwrap it drops to uid/gid 65534 after loading numpy, so it is at least not root;
-make the grader's files unreadable to others (`chmod -R o=`) to keep them from it. `isolation()` says which one is in force; it is recorded in results.
-
-Set QKV_SANDBOX=none to force the plain mode, or QKV_SANDBOX=bwrap to fail rather than fall back.
+`choose()` takes the strongest mode this machine offers, or the one QKV_SANDBOX names (auto, bwrap,
+bwrap-userns, landlock, none). Where no sealed mode works it refuses, with a line saying what to
+install or enable; `none` (the command line's --no-sandbox) grades anyway and every result says so.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 NOBODY = 65534
-CHILD_SOURCE = Path(__file__).with_name("child.py")
-_SITE = "/qkv/site"
+INSIDE = Path(__file__).with_name("inside.py")
+PROTOCOL = Path(__file__).with_name("protocol.py")
+_LIB, _SITE = "/qkv/lib", "/qkv/site"
+SCRATCH_BYTES = 256 << 20
+"""Size of a bubblewrap worker's /tmp, where its submissions' scratch folders live."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One sandbox mode: what surrounds the worker, and what that adds to the child's own seal."""
+
+    name: str
+    summary: str
+    sees: str
+    network: str
+    processes: str
+    identity: str
+    needs: str
+    seal: str = "full"
+    """"full": each submission's process seals itself (seccomp, Landlock where present)."""
+    landlock_required: bool = False
+
+
+MODES = {mode.name: mode for mode in (
+    Mode("bwrap", "bubblewrap as root",
+         sees="a private root: system libraries, Python's standard library and numpy, read-only; "
+              "an empty /tmp of its own",
+         network="none (its own network namespace)",
+         processes="its own PID namespace; none outlive the worker",
+         identity="uid/gid 65534 (nobody)",
+         needs="root and the bwrap command (apt-get install bubblewrap)"),
+    Mode("bwrap-userns", "bubblewrap as a normal user, through user namespaces",
+         sees="as with bwrap",
+         network="none (its own network namespace)",
+         processes="its own PID namespace; none outlive the worker",
+         identity="the instructor's uid, with no capabilities, inside its own user namespace",
+         needs="the bwrap command and unprivileged user namespaces"),
+    Mode("landlock", "Landlock, seccomp and resource limits, without namespaces",
+         sees="through Landlock only: Python's standard library, numpy, shared libraries, its scratch folder",
+         network="none (seccomp refuses sockets; Landlock refuses TCP)",
+         processes="cannot start any (seccomp)",
+         identity="the instructor's uid; as root, nobody (or uid 0 without capabilities where nobody "
+                  "cannot read Python)",
+         needs="Linux 5.13 or newer with Landlock enabled, and seccomp",
+         landlock_required=True),
+    Mode("none", "no sandbox (--no-sandbox)",
+         sees="everything the grader's user can see",
+         network="the grader's",
+         processes="may start processes",
+         identity="the instructor's uid; as root, nobody (or uid 0 without capabilities)",
+         needs="nothing",
+         seal="none"),
+)}
+AUTO_ORDER = ("bwrap", "bwrap-userns", "landlock")
 
 
 class SandboxUnavailable(RuntimeError):
     pass
 
 
+def _root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@functools.lru_cache(maxsize=None)
+def available(name: str) -> str | None:
+    """None when mode `name` works here; otherwise why not, in a few words."""
+    if name == "none":
+        return None
+    if not sys.platform.startswith("linux"):
+        return "needs Linux"
+    if name in ("bwrap", "bwrap-userns"):
+        if shutil.which("bwrap") is None:
+            return "the bwrap command is missing (apt-get install bubblewrap)"
+        if name == "bwrap" and not _root():
+            return "needs root"
+        probe = ["bwrap", *(["--unshare-user"] if name == "bwrap-userns" else []), "--unshare-net",
+                 "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
+        try:
+            done = subprocess.run(probe, capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bwrap did not start ({exc})"
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            return "bwrap could not make its namespaces" + (f" ({reason[-1]})" if reason else "")
+        return None
+    if name == "landlock":
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        abi = libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+        if abi < 1:
+            return "the kernel has no Landlock (Linux 5.13+, with landlock in the lsm= boot list)"
+        if os.uname().machine not in ("x86_64", "aarch64"):
+            return f"no seccomp table for {os.uname().machine}"
+        if libc.prctl(21, 0, 0, 0, 0) < 0:  # PR_GET_SECCOMP
+            return "the kernel has no seccomp"
+        return None
+    return "unknown mode"
+
+
+def choose(wanted: str | None = None) -> str:
+    """The mode to grade in: QKV_SANDBOX's (default auto: the strongest available), or refuse."""
+    wanted = wanted or os.environ.get("QKV_SANDBOX") or "auto"
+    if wanted != "auto" and wanted not in MODES:
+        raise SandboxUnavailable(f"QKV_SANDBOX={wanted}: use one of auto, {', '.join(MODES)}")
+    if wanted != "auto":
+        problem = available(wanted)
+        if problem:
+            raise SandboxUnavailable(f"sandbox mode {wanted} is not available here: {problem}")
+        return wanted
+    reasons = []
+    for name in AUTO_ORDER:
+        problem = available(name)
+        if problem is None:
+            return name
+        reasons.append(f"{name}: {problem}")
+    raise SandboxUnavailable("no sandbox is available (" + "; ".join(reasons) + "). Install bubblewrap, "
+                             "enable unprivileged user namespaces or Landlock, or pass --no-sandbox to "
+                             "grade without isolation")
+
+
 def isolation() -> str:
-    wanted = os.environ.get("QKV_SANDBOX", "auto")
-    if wanted == "none":
-        return "process"
-    usable = hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("bwrap") is not None
-    if wanted == "bwrap" and not usable:
-        raise SandboxUnavailable("QKV_SANDBOX=bwrap, but bubblewrap needs root and the `bwrap` command")
-    return "bwrap" if usable else "process"
+    """The mode in force, as recorded in every result."""
+    return choose()
 
 
-def _numpy_dirs() -> list[Path]:
+# ---------------------------------------------------------------- starting a worker ----------
+
+
+def _numpy_dir() -> Path:
     spec = importlib.util.find_spec("numpy")
-    package = Path(spec.submodule_search_locations[0]).resolve()
-    dirs = [package]
-    libs = package.with_name("numpy.libs")
-    if libs.is_dir():
-        dirs.append(libs)
-    return dirs
-
-
-def _python_prefix() -> Path:
-    return Path(sys.base_prefix).resolve()
+    return Path(spec.submodule_search_locations[0]).resolve()
 
 
 def _hidden_paths(bound: list[Path]) -> list[Path]:
@@ -76,22 +177,35 @@ def _hidden_paths(bound: list[Path]) -> list[Path]:
     return hidden
 
 
-def worker_command() -> list[str]:
-    """The argv that starts one worker; it speaks the frame protocol on stdin/stdout."""
-    source = CHILD_SOURCE.read_text()
-    if isolation() == "process":
-        config = {"own_pid_namespace": False}
-        if os.geteuid() == 0:  # never run a submission as root, even without a sandbox
-            config.update(uid=NOBODY, gid=NOBODY, workdir="/")
-        return [sys.executable, "-I", "-c", source, json.dumps(config)]
+def _thread_env() -> dict[str, str]:
+    env = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # some CPUs need these to run OpenBLAS
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
 
-    prefix = _python_prefix()
+
+def worker_command(mode: str) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that start one worker; it speaks `protocol.py` on stdin/stdout."""
+    numpy = _numpy_dir()
+    config = {"seal": MODES[mode].seal, "numpy": str(numpy), "own_pid_namespace": False}
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **_thread_env()}
+    if mode in ("landlock", "none"):
+        if _root():  # never run a submission as root, even without a sandbox
+            config["user"] = "nobody-if-readable"
+        return [sys.executable, "-I", "-S", str(INSIDE), json.dumps(config)], env
+
+    prefix = Path(sys.base_prefix).resolve()
     python = Path(sys.executable).resolve()
     bound = [Path("/usr"), prefix]
     argv = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-            "--ro-bind", "/usr", "/usr"]
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if mode == "bwrap-userns":
+        argv += ["--unshare-user"]
+    else:
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        config["user"] = "nobody"
+    argv += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
         link = Path("/") / name
         if link.is_symlink():
@@ -99,39 +213,32 @@ def worker_command() -> list[str]:
         elif link.is_dir():
             argv += ["--ro-bind", str(link), str(link)]
             bound.append(link)
-    if not any(prefix.is_relative_to(root) for root in bound[:1]):
+    if not prefix.is_relative_to(Path("/usr")):
         argv += ["--ro-bind", str(prefix), str(prefix)]
     if not any(python.is_relative_to(root) for root in bound):
         argv += ["--ro-bind", str(python), str(python)]
     for path in _hidden_paths(bound):
         argv += ["--tmpfs", str(path)]
-    for path in _numpy_dirs():
-        argv += ["--ro-bind", str(path), f"{_SITE}/{path.name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp",
-             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-             "--setenv", "LANG", "C.UTF-8"]
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        argv += ["--setenv", name, "1"]
-    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # some CPUs need these to run OpenBLAS
-        if name in os.environ:
-            argv += ["--setenv", name, os.environ[name]]
-    config = {"uid": NOBODY, "gid": NOBODY, "path": [_SITE], "own_pid_namespace": True}
-    return _with_open_parents(argv) + [str(python), "-I", "-S", "-c", source, json.dumps(config)]
+    argv += ["--ro-bind", str(numpy), f"{_SITE}/numpy"]
+    libs = numpy.with_name("numpy.libs")
+    if libs.is_dir():
+        argv += ["--ro-bind", str(libs), f"{_SITE}/numpy.libs"]
+    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py",
+             "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+             "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+             "--chdir", "/tmp", "--clearenv"]
+    for name, value in {**env, "HOME": "/tmp"}.items():
+        argv += ["--setenv", name, value]
+    config.update(numpy=f"{_SITE}/numpy", own_pid_namespace=True)
+    return _with_open_parents(argv) + [str(python), "-I", "-S", f"{_LIB}/inside.py", json.dumps(config)], env
 
 
 def _with_open_parents(argv: list[str]) -> list[str]:
     """Create every parent of a mount point as 0755 first: bwrap would make them 0700, root's."""
-    destination = {"--ro-bind": 2, "--symlink": 2, "--tmpfs": 1}
+    destination = {"--ro-bind": 2, "--ro-bind-try": 2, "--symlink": 2, "--tmpfs": 1}
     targets = [argv[i + destination[arg]] for i, arg in enumerate(argv) if arg in destination]
     parents = sorted({str(parent) for target in targets for parent in Path(target).parents
                       if str(parent) != "/"}, key=lambda p: p.count("/"))
     head = argv.index("--ro-bind")
     opened = [part for parent in parents for part in ("--perms", "0755", "--dir", parent)]
     return argv[:head] + opened + argv[head:]
-
-
-def worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[name] = "1"
-    return env

@@ -1,15 +1,17 @@
 """How fast qkv-grade is, as ratios to the cost of starting Python and importing numpy.
 
-Run: python benchmarks/bench_grade.py [--submissions 200] [--repeat 5]
+Run: python benchmarks/bench_grade.py [--submissions 200] [--repeat 5] [--modes bwrap,landlock]
 
 In one run it measures the floor (`python -c "import numpy"`), one submission graded end to end,
-and a folder of submissions graded end to end, in interleaved rounds, and prints the median of
-each round's ratio to the floor. Targets: one submission <= 3x the floor, 200 submissions <= 25x.
-Machines are noisy, so this prints numbers rather than asserting them.
+and a folder of submissions graded end to end, for every sandbox mode this machine offers (or
+those named), in interleaved rounds, and prints the median of each round's ratio to the floor,
+one column per mode. Targets: one submission <= 3x the floor, 200 submissions <= 25x. Machines are
+noisy, so this prints numbers rather than asserting them.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -22,10 +24,20 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((REPO / "data" / "sample-class").glob("*.py"))
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str], mode: str | None = None) -> float:
+    env = None if mode is None else {**os.environ, "QKV_SANDBOX": mode}
     started = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - started
+
+
+def modes(wanted: str | None) -> list[str]:
+    """The sandbox modes to measure: those named, or every sealed one available here."""
+    sys.path.insert(0, str(REPO))
+    from autograder import sandbox
+
+    names = wanted.split(",") if wanted else list(sandbox.AUTO_ORDER)
+    return [name for name in names if sandbox.available(name) is None]
 
 
 def make_class(folder: Path, count: int) -> None:
@@ -39,7 +51,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--modes", default=None, help="comma-separated sandbox modes (default: all available)")
     args = parser.parse_args()
+    measured = modes(args.modes)
     grade = [sys.executable, "-m", "autograder.cli"]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "class"
@@ -47,23 +61,26 @@ def main() -> None:
         make_class(folder, args.submissions)
         one_argv = grade + [str(REPO / "solutions" / "attention_head.py"), "--format", "json", "--seed", "1"]
         many_argv = grade + [str(folder), "--format", "json", "--seed", "1", "--out", str(Path(tmp) / "out")]
-        # Rounds interleave the three, so a slow moment of the machine hits all of them alike; each
-        # ratio is taken within a round, then the median over rounds is reported.
+        # Rounds interleave every measurement, so a slow moment of the machine hits all of them
+        # alike; each ratio is taken within a round, then the median over rounds is reported.
         rounds = []
         for _ in range(args.repeat):
             floor = statistics.median(timed([sys.executable, "-c", "import numpy"]) for _ in range(3))
-            rounds.append((floor, timed(one_argv), timed(many_argv)))
+            rounds.append((floor, {mode: (timed(one_argv, mode), timed(many_argv, mode)) for mode in measured}))
     floor = statistics.median(r[0] for r in rounds)
-    one = statistics.median(r[1] for r in rounds)
-    many = statistics.median(r[2] for r in rounds)
-    rows = [("floor: python -c 'import numpy'", floor, 1.0, None),
-            ("one submission graded", one, statistics.median(r[1] / r[0] for r in rounds), 3.0),
-            (f"{args.submissions} submissions graded", many, statistics.median(r[2] / r[0] for r in rounds),
-             25.0 * args.submissions / 200)]
-    print(f"{'measurement':<36} {'seconds':>8} {'x floor':>8} {'target':>8}")
-    for name, seconds, ratio, target in rows:
-        print(f"{name:<36} {seconds:>8.3f} {ratio:>8.2f} {('<= %gx' % target) if target else '':>8}")
-    print(f"per submission in the folder: {1000 * many / args.submissions:.1f} ms")
+    print(f"floor: python -c 'import numpy': {floor:.3f} s")
+    print(f"{'measurement':<28} {'target':>8}" + "".join(f" {mode:>22}" for mode in measured))
+    for label, index, target in (("one submission graded", 0, 3.0),
+                                 (f"{args.submissions} submissions graded", 1, 25.0 * args.submissions / 200)):
+        cells = []
+        for mode in measured:
+            seconds = statistics.median(r[1][mode][index] for r in rounds)
+            ratio = statistics.median(r[1][mode][index] / r[0] for r in rounds)
+            cells.append(f"{seconds:>8.3f} s {ratio:>7.2f}x")
+        print(f"{label:<28} {'<= %gx' % target:>8}" + "".join(f" {cell:>22}" for cell in cells))
+    for mode in measured:
+        many = statistics.median(r[1][mode][1] for r in rounds)
+        print(f"per submission in the folder, {mode}: {1000 * many / args.submissions:.1f} ms")
 
 
 if __name__ == "__main__":

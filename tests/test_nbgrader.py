@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 import tokenize
 from pathlib import Path
@@ -493,3 +494,15 @@ def test_a_course_without_generate_assignment_is_refused_with_the_command_to_run
                           env=jupyter_env(tmp_path))
     assert done.returncode == 2
     assert "nbgrader generate_assignment ps1" in done.stderr
+
+
+def test_the_installed_command_finds_nbgraders_tools_without_an_activated_venv(tmp_path):
+    """nbgrader runs `alembic` by name when it creates a gradebook; the venv is not on PATH here."""
+    write_course(tmp_path / "fresh", seed=1)
+    env = {**jupyter_env(tmp_path), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    command = Path(sysconfig.get_path("scripts")) / "qkv-grade"
+    done = subprocess.run([str(command), "--nbgrader", str(tmp_path / "fresh"), ASSIGNMENT],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "nbgrader generate_assignment ps1" in done.stderr
+    assert (tmp_path / "fresh" / "gradebook.db").is_file()

@@ -103,7 +103,7 @@ def test_each_misconception_lists_its_students_and_what_they_read(report):
 def _result(name: str, code: str) -> SubmissionResult:
     steps = [StepResult(step.id, step.points, step.points, "passed", "", [], 1, 1) for step in STEPS]
     steps[1] = StepResult("scores", 0.0, steps[1].max_score, "failed", "", [code], 0, 1)
-    return SubmissionResult(name, steps, seed=3, isolation="process")
+    return SubmissionResult(name, steps, seed=3, isolation="landlock")
 
 
 def test_student_controlled_names_are_escaped():
@@ -111,7 +111,7 @@ def test_student_controlled_names_are_escaped():
 
     hostile = '<img src=x onerror="alert(1)">&co.py'
     text = render([_result(hostile, "keys-not-transposed"),
-                   unreadable("<script>x</script>.ipynb", "<b>corrupt</b> notebook", 3, "process")])
+                   unreadable("<script>x</script>.ipynb", "<b>corrupt</b> notebook", 3, "landlock")])
     assert hostile not in text and "<script>x" not in text and "<b>corrupt" not in text
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;co.py" in text
     assert "&lt;script&gt;x&lt;/script&gt;.ipynb" in text

@@ -1,0 +1,319 @@
+"""The wire format between the grader, its workers and the submissions' processes, with its bounds.
+
+A frame is a 12-byte header (magic, JSON length, blob length), a JSON object, then a blob of raw
+array bytes. Every read has a size cap and an absolute deadline, and every object read is checked
+against a strict schema: any violation raises `ProtocolError`, which the reader's owner turns into
+that submission's error. Nothing here trusts the other side; bounds belong to the reader, not to
+checks sprinkled after it.
+
+This module imports only the standard library (numpy lazily, for values): it also runs inside the
+sandbox, beside `inside.py`.
+"""
+import json
+import math
+import os
+import select
+import struct
+import time
+
+MAGIC = b"QKV1"
+_HEADER = struct.Struct("!4sII")  # magic, JSON length, blob length
+
+MAX_JSON = 1 << 20
+"""Bytes of JSON in one frame: a result's description and its captured output."""
+MAX_VALUE_BYTES = 8 << 20
+"""Array bytes one call may return."""
+MAX_JOB_BYTES = 64 << 20
+"""Array bytes one submission's run may return in all."""
+MAX_ITEMS = 10_000
+MAX_DEPTH = 6
+MAX_TEXT = 4000
+"""Characters of any string field: messages, locations, captured output."""
+MAX_INDEX = 1 << 20
+
+
+class ProtocolError(Exception):
+    """The other side broke the protocol; the message says how, in a few words."""
+
+
+class Closed(ProtocolError):
+    """The other side closed its end."""
+
+
+class TimedOut(ProtocolError):
+    """The deadline passed before a whole frame arrived."""
+
+
+# ---------------------------------------------------------------- frames ----------------------
+
+
+def pack(obj, blob=b""):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    return _HEADER.pack(MAGIC, len(data), len(blob)) + data + blob
+
+
+def pack_raw(data, blob=b""):
+    return _HEADER.pack(MAGIC, len(data), len(blob)) + data + blob
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Reader:
+    """Reads frames from one descriptor, never past a deadline and never beyond its caps."""
+
+    def __init__(self, fd, max_json=MAX_JSON, max_blob=MAX_VALUE_BYTES):
+        self.fd, self.max_json, self.max_blob = fd, max_json, max_blob
+        self.buffer = bytearray()
+
+    def _need(self):
+        """Bytes still missing for the next whole frame (0: one is buffered). Checks the header."""
+        if len(self.buffer) < _HEADER.size:
+            return _HEADER.size - len(self.buffer)
+        magic, json_len, blob_len = _HEADER.unpack_from(self.buffer)
+        if magic != MAGIC:
+            raise ProtocolError("a frame without the protocol's header")
+        if json_len > self.max_json or blob_len > self.max_blob:
+            raise ProtocolError("a frame larger than its limit")
+        return max(0, _HEADER.size + json_len + blob_len - len(self.buffer))
+
+    def buffered(self):
+        """Is a whole frame already waiting in the buffer?"""
+        return self._need() == 0
+
+    def read(self, deadline):
+        """The next frame as (object, blob); `deadline` is a time.monotonic() instant, or None."""
+        while True:
+            missing = self._need()
+            if not missing:
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and (remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]):
+                raise TimedOut("no whole frame before the deadline")
+            try:
+                chunk = os.read(self.fd, max(missing, 1 << 16))
+            except OSError as exc:
+                raise Closed("the channel failed (%s)" % exc.strerror)
+            if not chunk:
+                raise Closed("the channel closed")
+            self.buffer += chunk
+        _, json_len, blob_len = _HEADER.unpack_from(self.buffer)
+        end = _HEADER.size + json_len
+        try:
+            obj = json.loads(bytes(self.buffer[_HEADER.size:end]))
+        except (ValueError, RecursionError):
+            raise ProtocolError("a frame whose JSON does not parse")
+        blob = bytes(self.buffer[end:end + blob_len])
+        del self.buffer[:end + blob_len]
+        if type(obj) is not dict:
+            raise ProtocolError("a frame that is not a JSON object")
+        return obj, blob
+
+
+# ---------------------------------------------------------------- schema ----------------------
+
+
+def _fail(what):
+    raise ProtocolError(what)
+
+
+def text(obj, key, optional=False):
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if type(value) is not str or len(value) > MAX_TEXT:
+        _fail("field %r is not a short string" % key)
+    return value
+
+
+def index(obj, key, optional=False):
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if type(value) is not int or not 0 <= value < MAX_INDEX:
+        _fail("field %r is not an index" % key)
+    return value
+
+
+def only(obj, *keys):
+    """The object has no key beyond `keys`."""
+    extra = set(obj) - set(keys)
+    if extra:
+        _fail("unexpected fields %s" % sorted(extra)[:3])
+
+
+def raised(obj):
+    """An exception description: {type, message, where}."""
+    if type(obj) is not dict:
+        _fail("an exception that is not an object")
+    only(obj, "type", "message", "where")
+    return {"type": text(obj, "type"), "message": text(obj, "message"), "where": text(obj, "where", True)}
+
+
+def answers(obj):
+    if type(obj) is not dict or len(obj) > 16:
+        _fail("answers that are not a small object")
+    if any(type(k) is not str or len(k) > 40 or type(v) is not bool for k, v in obj.items()):
+        _fail("answers that are not names and booleans")
+    return obj
+
+
+# ---------------------------------------------------------------- values ----------------------
+
+DTYPES = ("<f8", "<f4", "<f2", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", "|u1", "|b1")
+
+
+def encode(value, blobs, used):
+    """Describe `value` as JSON-able plain data, appending array bytes to `blobs`.
+
+    Exact types only: a subclass of ndarray, list or dict, or any other object, is described by its
+    type name, so nothing a submission defines can pretend to be a number. `used` is a one-item
+    list: the array bytes described so far.
+    """
+    import numpy as np
+
+    return _encode(value, blobs, used, 0, np)
+
+
+def _encode(value, blobs, used, depth, np):
+    kind = type(value)
+    if kind is np.ndarray:
+        if value.dtype.kind not in "biuf":
+            return {"t": "bad", "type": "numpy array of dtype %s" % value.dtype}
+        if value.ndim > 32:
+            return {"t": "bad", "type": "numpy array of %d dimensions" % value.ndim}
+        little = value.astype(value.dtype.newbyteorder("<")) if value.dtype.byteorder == ">" else value
+        if little.dtype.str not in DTYPES:
+            return {"t": "bad", "type": "numpy array of dtype %s" % value.dtype}
+        if little.nbytes > MAX_VALUE_BYTES - used[0]:
+            return {"t": "bad", "type": "numpy array of %d bytes (too large)" % value.nbytes}
+        data = np.ascontiguousarray(little).tobytes()
+        blobs.append(data)
+        used[0] += len(data)
+        return {"t": "array", "dtype": little.dtype.str, "shape": list(value.shape), "n": len(data)}
+    if isinstance(value, np.ndarray):
+        return {"t": "bad", "type": "%s (a subclass of numpy.ndarray)" % type_name(value)}
+    if kind is bool or kind is np.bool_:
+        return {"t": "bool", "v": bool(value)}
+    if kind is int or (isinstance(value, np.integer) and kind.__module__ == "numpy"):
+        return {"t": "int", "v": int(value)} if abs(int(value)) < 2**63 else {"t": "float", "v": float(value)}
+    if kind is float or (isinstance(value, np.floating) and kind.__module__ == "numpy"):
+        number = float(value)
+        return {"t": "float", "v": number if math.isfinite(number) else repr(number)}
+    if value is None:
+        return {"t": "none"}
+    if kind is list or kind is tuple or (isinstance(value, tuple) and hasattr(kind, "_fields")):
+        if len(value) > MAX_ITEMS or depth >= MAX_DEPTH:
+            return {"t": "bad", "type": "%s nested too deep or too long" % kind.__name__}
+        items = [_encode(item, blobs, used, depth + 1, np) for item in tuple.__iter__(value)] \
+            if kind is not list else [_encode(item, blobs, used, depth + 1, np) for item in list.__iter__(value)]
+        return {"t": "list" if kind is list else "tuple", "items": items}
+    if kind is dict:
+        if len(value) > 100 or depth >= MAX_DEPTH or any(type(key) is not str or len(key) > 100 for key in value):
+            return {"t": "bad", "type": "dict with keys that are not plain strings"}
+        return {"t": "dict", "items": {key: _encode(item, blobs, used, depth + 1, np)
+                                       for key, item in dict.items(value)}}
+    return {"t": "bad", "type": type_name(value)}
+
+
+def type_name(value):
+    kind = type(value)
+    module = getattr(kind, "__module__", "?")
+    name = getattr(kind, "__name__", "?")
+    text = name if module in ("builtins", "attention_head") else "%s.%s" % (module, name)
+    return str(text)[:200]
+
+
+class Bad:
+    """A returned object the judge will not compare: it is only known by its type name."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type_name):
+        self.type = type_name
+
+    def __repr__(self):
+        return "<%s>" % self.type
+
+
+def check_value(obj, blob_len, offset=0, depth=0):
+    """Validate a value description against the blob it points into; returns the new offset."""
+    if type(obj) is not dict:
+        _fail("a value that is not an object")
+    kind = obj.get("t")
+    if kind == "array":
+        only(obj, "t", "dtype", "shape", "n")
+        dtype, shape, n = obj.get("dtype"), obj.get("shape"), obj.get("n")
+        if dtype not in DTYPES or type(shape) is not list or len(shape) > 32 or type(n) is not int:
+            _fail("an array with an unsupported description")
+        count = 1
+        for size in shape:
+            if type(size) is not int or size < 0:
+                _fail("an array with an invalid shape")
+            count *= size
+        if count * int(dtype[2:]) != n or n > blob_len - offset:
+            _fail("an array whose data does not match its shape")
+        return offset + n
+    if kind == "bool":
+        only(obj, "t", "v")
+        if type(obj.get("v")) is not bool:
+            _fail("a bool that is not one")
+    elif kind == "int":
+        only(obj, "t", "v")
+        if type(obj.get("v")) is not int or abs(obj["v"]) >= 2**63:
+            _fail("an int that is not one")
+    elif kind == "float":
+        only(obj, "t", "v")
+        value = obj.get("v")
+        if type(value) not in (float, int) and value not in ("nan", "inf", "-inf"):
+            _fail("a float that is not one")
+    elif kind == "none":
+        only(obj, "t")
+    elif kind in ("list", "tuple", "dict"):
+        only(obj, "t", "items")
+        items = obj.get("items")
+        if depth >= MAX_DEPTH:
+            _fail("a value nested too deep")
+        if kind == "dict":
+            if type(items) is not dict or len(items) > 100 or any(len(key) > 100 for key in items):
+                _fail("a dict that is not a small object")
+            items = items.values()
+        elif type(items) is not list or len(items) > MAX_ITEMS:
+            _fail("a sequence that is not a short list")
+        for item in items:
+            offset = check_value(item, blob_len, offset, depth + 1)
+    elif kind == "bad":
+        only(obj, "t", "type")
+        text(obj, "type")
+    else:
+        _fail("a value of unknown kind")
+    return offset
+
+
+def decode(obj, blob, offset=None):
+    """Turn a description `check_value` accepted back into values."""
+    import numpy as np
+
+    offset = offset if offset is not None else [0]
+    kind = obj["t"]
+    if kind == "array":
+        dtype, shape, n = obj["dtype"], obj["shape"], obj["n"]
+        count = n // int(dtype[2:])
+        array = np.frombuffer(blob, dtype=dtype, count=count, offset=offset[0]).reshape(shape)
+        offset[0] += n
+        return array
+    if kind in ("bool", "int"):
+        return obj["v"]
+    if kind == "float":
+        return float(obj["v"])
+    if kind == "none":
+        return None
+    if kind in ("list", "tuple"):
+        items = [decode(item, blob, offset) for item in obj["items"]]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {key: decode(item, blob, offset) for key, item in obj["items"].items()}
+    return Bad(obj["type"])
