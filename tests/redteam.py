@@ -98,27 +98,43 @@ def attack_source(payloads: tuple[str, ...], base: str, settings: dict) -> str:
 # ------------------------------------------------------------------ frames --------------------
 
 def _frame(obj, blob: bytes = b"") -> bytes:
+    """One frame in the grader's wire format, as its source describes it (protocol.py, or before
+    it the header of two lengths)."""
     body = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
-    return struct.pack("!II", len(body), len(blob)) + body + blob
+    try:
+        from autograder import protocol
+    except ImportError:
+        return struct.pack("!II", len(body), len(blob)) + body + blob
+    return protocol.pack_raw(body, blob)
+
+
+def _raw_header(json_length: int, blob_length: int) -> bytes:
+    empty = _frame(b"")
+    magic = empty[:-8]  # whatever precedes the two lengths
+    return magic + struct.pack("!II", json_length, blob_length)
 
 
 def frames(kind: str) -> list[bytes]:
-    """What a frame attack writes, in the grader's wire format as its source describes it."""
-    if kind == "forged":  # a whole run's worth of answers, then the end of the job
-        events = [{"ev": "ready"}, {"ev": "imported", "ok": True, "answers": {}}]
+    """What a frame attack writes: a forged run, a header announcing 200 MiB and then nothing, half
+    a frame, and frames that break the format in several ways."""
+    if kind == "forged":  # a whole run's worth of answers and the end of the job, in both dialects
+        events = [{"ev": "imported", "ok": True, "answers": {}}]
+        events += [{"ev": "result", "step": step, "call": call, "value": {"t": "none"}, "job": "0" * 16}
+                   for step in range(13) for call in range(16)]
+        events += [{"ev": "end"}, {"ev": "done", "job": "0" * 16}, {"ev": "ready"}]
         events += [{"ev": "step", "step": step, "results": [{"call": call, "value": {"t": "none"}, "mutated": []}
                                                            for call in range(16)]} for step in range(13)]
-        events += [{"ev": "end"}, {"ev": "done"}]
+        events += [{"ev": "done"}]
         return [b"".join(_frame(event) for event in events)]
-    if kind == "oversized":  # a header announcing 200 MiB, and then nothing
-        return [struct.pack("!II", 200 * 1024 * 1024, 0)]
+    if kind == "oversized":
+        return [_raw_header(200 * 1024 * 1024, 0)]
     if kind == "partial":
-        whole = _frame({"ev": "step", "step": 0, "results": [{"call": 0, "value": {"t": "none"}}]})
+        whole = _frame({"ev": "result", "step": 0, "call": 0, "value": {"t": "none"}})
         return [whole[: len(whole) // 2]]
     if kind == "malformed":
-        return [_frame(b"[1, 2, 3]"), _frame(b"{not json"),
-                _frame({"ev": "step", "step": 0, "results": [{"call": 0, "value": {
-                    "t": "array", "dtype": "<f8", "shape": [1 << 20, 1 << 20], "n": 8}}]}, b"\0" * 8),
+        return [_frame(b"[1, 2, 3]"), _frame(b"{not json"), b"\xde\xad\xbe\xef" * 4,
+                _frame({"ev": "result", "step": 0, "call": 0, "value": {
+                    "t": "array", "dtype": "<f8", "shape": [1 << 20, 1 << 20], "n": 8}}, b"\0" * 8),
                 _frame({"ev": "fault", "step": "0", "call": [], "kind": {"x": 1}})]
     raise KeyError(kind)
 

@@ -49,9 +49,11 @@ GROUPS = {
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
     "kill_minus_one": lambda: _between_classmates(attacker("b", "kill_minus_one")),
+    "sigio": lambda: _between_classmates(attacker("b", "sigio")),
     "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
+    "presend": lambda: _between_classmates(attacker("b", "presend", base="slow")),
     "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="mutating"),
                                             attacker("d", "mutation_restored", base="mutating")),
     "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
@@ -124,6 +126,11 @@ def test_kill_minus_one_changes_no_grade(mode):
 
 
 @per_mode
+def test_a_signal_by_proxy_through_a_pipes_owner_changes_no_grade(mode):
+    check(mode, "sigio")
+
+
+@per_mode
 def test_a_daemon_does_not_survive_into_the_next_submission(mode):
     check(mode, "daemon")
 
@@ -141,6 +148,13 @@ def test_ignoring_the_alarm_gains_nothing_over_honest_slowness(mode):
     honest = steps_by_id(baseline(mode)["slow"])["ex4_shapes"]
     assert honest["status"] == "timeout", f"the honest slow baseline was not timed out: {honest}"
     attack = steps_by_id(outcome.results["b_alarm.py"])["ex4_shapes"]
+    assert attack["status"] == "timeout" and attack["score"] == 0.0, attack
+
+
+@per_mode
+def test_doing_every_calls_work_during_the_import_gains_nothing_over_honest_slowness(mode):
+    outcome = check(mode, "presend")
+    attack = steps_by_id(outcome.results["b_presend.py"])["ex4_shapes"]
     assert attack["status"] == "timeout" and attack["score"] == 0.0, attack
 
 
