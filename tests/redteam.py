@@ -131,6 +131,10 @@ def frames(kind: str) -> list[bytes]:
     if kind == "partial":
         whole = _frame({"ev": "result", "step": 0, "call": 0, "value": {"t": "none"}})
         return [whole[: len(whole) // 2]]
+    if kind == "huge_empty":  # a valid import, then an empty array whose shape numpy cannot hold
+        return [_frame({"ev": "imported", "ok": True, "answers": {}})
+                + _frame({"ev": "result", "step": 0, "call": 0,
+                          "value": {"t": "array", "dtype": "<f8", "shape": [0, 1 << 62, 1 << 62], "n": 0}})]
     if kind == "malformed":
         return [_frame(b"[1, 2, 3]"), _frame(b"{not json"), b"\xde\xad\xbe\xef" * 4,
                 _frame({"ev": "result", "step": 0, "call": 0, "value": {

@@ -25,7 +25,8 @@ import subprocess
 
 import pytest
 
-from redteam import SECRETS, MODES, Entry, Outcome, attacker, baseline, grade, require, runtime, verdict, victim
+from redteam import (SECRETS, MODES, Entry, Outcome, attacker, baseline, grade, graded_view, require, runtime,
+                     verdict, victim)
 from support import steps_by_id
 
 per_mode = pytest.mark.parametrize("mode", MODES)
@@ -45,15 +46,18 @@ GROUPS = {
     "frames_oversized": lambda: _between_classmates(attacker("b", "frames_oversized", "frames")),
     "frames_partial": lambda: _between_classmates(attacker("b", "frames_partial", "frames")),
     "frames_malformed": lambda: _between_classmates(attacker("b", "frames_malformed", "frames")),
+    "frames_huge_empty": lambda: _between_classmates(attacker("b", "frames_huge_empty", "frames")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
     "kill_minus_one": lambda: _between_classmates(attacker("b", "kill_minus_one")),
-    "sigio": lambda: _between_classmates(attacker("b", "sigio")),
+    "sigio": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio"),
+                                         attacker("d", "sigio_group", "sigio")),
     "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
-    "presend": lambda: _between_classmates(attacker("b", "presend", base="slow")),
+    "presend": lambda: _between_classmates(attacker("b", "presend", base="slow"),
+                                           attacker("d", "precompute", base="slow")),
     "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="mutating"),
                                             attacker("d", "mutation_restored", base="mutating")),
     "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
@@ -103,6 +107,13 @@ def test_malformed_frames_on_every_descriptor_crash_nothing(mode):
     check(mode, "frames_malformed")
 
 
+@per_mode
+def test_a_well_formed_empty_array_numpy_cannot_shape_crashes_nothing(mode):
+    """An array of shape [0, 2**62, 2**62] passes every size check (it holds no bytes), but numpy
+    refuses to build it."""
+    check(mode, "frames_huge_empty")
+
+
 # ------------------------------------------------------------------ signals -------------------
 
 @per_mode
@@ -127,7 +138,10 @@ def test_kill_minus_one_changes_no_grade(mode):
 
 @per_mode
 def test_a_signal_by_proxy_through_a_pipes_owner_changes_no_grade(mode):
-    check(mode, "sigio")
+    outcome = check(mode, "sigio")
+    # The parent (the worker) must have lived on: the attack is graded exactly as the stub it is.
+    got = graded_view(outcome.results["b_sigio_parent.py"], "b_sigio_parent.py")
+    assert got == graded_view(baseline(mode)["stub"], "stub.py"), got
 
 
 @per_mode
@@ -154,8 +168,9 @@ def test_ignoring_the_alarm_gains_nothing_over_honest_slowness(mode):
 @per_mode
 def test_doing_every_calls_work_during_the_import_gains_nothing_over_honest_slowness(mode):
     outcome = check(mode, "presend")
-    attack = steps_by_id(outcome.results["b_presend.py"])["ex4_shapes"]
-    assert attack["status"] == "timeout" and attack["score"] == 0.0, attack
+    for name in ("b_presend.py", "d_precompute.py"):
+        attack = steps_by_id(outcome.results[name])["ex4_shapes"]
+        assert attack["status"] == "timeout" and attack["score"] == 0.0, (name, attack)
 
 
 @per_mode

