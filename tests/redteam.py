@@ -87,6 +87,12 @@ def honest(kind: str) -> str:
 
 BASELINE = ("correct", "colnorm", "stub", "slow", "mutating")
 
+RAW = {
+    # A notebook nested 200,000 levels deep: the grader parses it before anything runs.
+    "deep_notebook": lambda: '{"cells": ' + "[" * 200_000 + "]" * 200_000 + "}",
+}
+"""Attacks that are a file's bytes rather than code: graded as they are."""
+
 
 def attack_source(payloads: tuple[str, ...], base: str, settings: dict) -> str:
     """An attack submission: its settings, the shared prelude, an honest base, then the payloads."""
@@ -506,9 +512,9 @@ def victim(prefix: str, kind: str) -> Entry:
     return Entry(f"{prefix}_{kind}.py", kind)
 
 
-def attacker(prefix: str, kind: str, *payloads: str, base: str = "stub") -> Entry:
+def attacker(prefix: str, kind: str, *payloads: str, base: str = "stub", suffix: str = ".py") -> Entry:
     """An attack named `kind`, made of the payloads in tests/attacks/ (default: one named `kind`)."""
-    return Entry(f"{prefix}_{kind}.py", kind, payloads or (kind,), base)
+    return Entry(f"{prefix}_{kind}{suffix}", kind, payloads or (kind,), base)
 
 
 @dataclass
@@ -604,7 +610,9 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
         "repos": sorted({str(REPO), str(rt.repo)}), "site_dirs": rt.site_dirs, **net.settings(),
     }
     for entry in entries:
-        if entry.attack:
+        if entry.kind in RAW:
+            text = RAW[entry.kind]()
+        elif entry.attack:
             text = attack_source(entry.payloads, entry.base, {**settings, "attack": entry.kind,
                                                               "frames": [f.hex() for f in _attack_frames(entry)]})
         else:

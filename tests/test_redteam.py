@@ -62,6 +62,8 @@ GROUPS = {
                                             attacker("d", "mutation_restored", base="mutating")),
     "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
                                                attacker("f", "import_solutions"), attacker("h", "network")),
+    "deep_notebook": lambda: _between_classmates(attacker("b", "deep_notebook", suffix=".ipynb")),
+    "heap": lambda: _between_classmates(attacker("b", "heap_scan")),
     "files": lambda: [victim("a", "correct"), attacker("b", "collusion_writer", base="correct"),
                       attacker("c", "collusion_reader"), victim("d", "colnorm"), attacker("e", "plant_site"),
                       victim("f", "correct"), attacker("g", "home_writes"), victim("h", "colnorm"),
@@ -201,6 +203,11 @@ def test_importing_the_reference_or_the_grader_gains_nothing(mode):
 
 
 @per_mode
+def test_a_classmates_source_cannot_be_found_in_memory_the_worker_left(mode):
+    check(mode, "heap")
+
+
+@per_mode
 def test_no_connection_reaches_a_listener_on_this_machine(mode):
     check(mode, "information", "network")
 
@@ -227,6 +234,14 @@ def test_the_instructors_home_cannot_be_changed(mode):
 
 
 # ------------------------------------------------------------------ the grader's own reads -----
+
+@per_mode
+def test_a_notebook_nested_too_deep_for_json_crashes_nothing(mode):
+    outcome = check(mode, "deep_notebook")
+    result = outcome.results["b_deep_notebook.ipynb"]
+    assert {s["status"] for s in result["steps"]} == {"error"}, result["steps"][0]
+
+
 
 @per_mode
 def test_symlinked_submissions_are_unreadable_and_leak_nothing(mode):
