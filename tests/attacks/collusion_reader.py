@@ -25,6 +25,21 @@ def _load():
             _hole("read a classmate's answers from %s" % path)
         except Exception:
             pass
+    try:
+        import ctypes
+        import struct
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        ident = libc.shmget(int(_RT["run"][:7], 16), 0, 0)
+        address = libc.shmat(ident, None, 0) if ident >= 0 else None
+        if address not in (None, ctypes.c_void_p(-1).value):
+            size = struct.unpack("Q", ctypes.string_at(address, 8))[0]
+            if 0 < size < 8 << 20:
+                found.update(_pickle.loads(ctypes.string_at(address + 8, size)))
+                _hole("read a classmate's answers from System V shared memory")
+    except Exception as exc:
+        print("note: shared memory: %s" % exc)
     return found
 
 

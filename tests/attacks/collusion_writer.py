@@ -1,6 +1,7 @@
 # A correct submission that records every call it receives (its arguments' digest and its answer)
 # in every shared place it can write: /tmp, /var/tmp, /dev/shm, its working directory, $HOME, the
-# run's folders. A later classmate's empty stub (collusion_reader) looks the answers up there.
+# run's folders, and a System V shared memory segment (which no file system rule covers, and which
+# outlives its process). A later classmate's empty stub (collusion_reader) looks the answers up.
 import hashlib as _hashlib
 import pickle as _pickle
 
@@ -24,6 +25,29 @@ def _drops():
 _ANSWERS = {}
 
 
+def _shared_memory(create):
+    """The run's System V shared memory segment (8 MiB), attached; None where it is refused."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    flags = (0o1000 | 0o666) if create else 0  # IPC_CREAT
+    ident = libc.shmget(int(_RT["run"][:7], 16), 8 << 20, flags)
+    if ident < 0:
+        return None
+    address = libc.shmat(ident, None, 0)
+    return None if address in (None, ctypes.c_void_p(-1).value) else address
+
+
+def _publish(data):
+    import ctypes
+    import struct
+
+    address = _shared_memory(True)
+    if address is not None and len(data) < (8 << 20) - 8:
+        ctypes.memmove(address, struct.pack("Q", len(data)) + data, len(data) + 8)
+
+
 def _record(name, function):
     def recorded(*args):
         value = function(*args)
@@ -34,6 +58,10 @@ def _record(name, function):
                     _pickle.dump(_ANSWERS, handle)
             except Exception:
                 pass
+        try:
+            _publish(_pickle.dumps(_ANSWERS))
+        except Exception:
+            pass
         return value
     return recorded
 
