@@ -577,7 +577,7 @@ class Outcome:
         if self.strays:
             found.append(f"processes left behind: {self.strays[:6]}")
         if self.changed:
-            found.append(f"files changed outside the sandbox: {self.changed[:8]}")
+            found.append(f"left or changed outside the sandbox: {self.changed[:8]}")
         if self.network:
             found.append(f"the test's listeners were reached: {self.network[:4]}")
         return found

@@ -65,10 +65,9 @@ GROUPS = {
     "deep_notebook": lambda: _between_classmates(attacker("b", "deep_notebook", suffix=".ipynb")),
     # Three tries: what survives in freed memory varies from run to run.
     "heap": lambda: _between_classmates(*(attacker(prefix, "heap_scan") for prefix in "bdf")),
-    "files": lambda: [victim("a", "correct"), attacker("b", "collusion_writer", base="correct"),
-                      attacker("c", "collusion_reader"), victim("d", "colnorm"), attacker("e", "plant_site"),
-                      victim("f", "correct"), attacker("g", "home_writes"), victim("h", "colnorm"),
-                      attacker("z", "collusion_reader")],
+    "collusion": lambda: [victim("a", "correct"), attacker("b", "collusion_writer", base="correct"),
+                          attacker("c", "collusion_reader"), victim("d", "colnorm"), attacker("z", "collusion_reader")],
+    "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
 }
 
 
@@ -217,7 +216,7 @@ def test_no_connection_reaches_a_listener_on_this_machine(mode):
 
 @per_mode
 def test_answers_left_behind_do_not_score_for_a_later_stub(mode):
-    check(mode, "files", "collusion_writer", "collusion_reader")
+    check(mode, "collusion")
     # ... nor for one graded in a later run.
     later = grade(mode, [attacker("a", "collusion_reader"), victim("b", "colnorm")], "collusion-later")
     problems = verdict(later)
