@@ -159,12 +159,19 @@ def _landlock_abi() -> int:
         return 0
 
 
+@functools.lru_cache(maxsize=1)
 def _user_python() -> str | None:
-    """A system Python of the grader's own minor version, which a normal user can run."""
+    """A Python of the grader's own minor version that the grading user can run: the grader's own
+    interpreter where its prefix is open to others, else the system's (pyenv under /root is not)."""
     version = "python%d.%d" % sys.version_info[:2]
-    for folder in ("/usr/bin", "/usr/local/bin"):
-        path = Path(folder) / version
-        if path.is_file() and os.access(path, os.X_OK) and not str(path.resolve()).startswith("/root"):
+    user = _ensure_user()
+    for folder in (Path(sys.base_prefix) / "bin", Path("/usr/bin"), Path("/usr/local/bin")):
+        path = folder / version
+        if not path.is_file():
+            continue
+        probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+                                str(path), "-I", "-c", "import venv"], capture_output=True)
+        if probe.returncode == 0:
             return str(path)
     return None
 
@@ -193,9 +200,9 @@ def unavailable(mode: str) -> str | None:
             return "needs root to create the unprivileged user it grades as"
         if not shutil.which("bwrap") or not shutil.which("setpriv"):
             return "needs bubblewrap and setpriv"
+        user = _ensure_user()
         if _user_python() is None:
             return "needs a system python%d.%d that a normal user can run" % sys.version_info[:2]
-        user = _ensure_user()
         probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
                                 "bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc",
                                 "true"], capture_output=True, text=True)

@@ -25,8 +25,8 @@ import subprocess
 
 import pytest
 
-from redteam import (SECRETS, MODES, Entry, Outcome, attacker, baseline, grade, graded_view, require, runtime,
-                     verdict, victim)
+from redteam import (SECRETS, MODES, Entry, Outcome, attack_source, attacker, baseline, grade, graded_view, require,
+                     runtime, verdict, victim)
 from support import steps_by_id
 
 per_mode = pytest.mark.parametrize("mode", MODES)
@@ -268,6 +268,22 @@ def test_symlinked_submissions_are_unreadable_and_leak_nothing(mode):
 
 
 # ------------------------------------------------------------------ modes themselves ----------
+
+@per_mode
+def test_control_characters_from_a_submission_never_reach_the_instructors_terminal(mode):
+    require(mode)
+    rt = runtime(mode)
+    folder = rt.base / "escapes"
+    folder.mkdir(exist_ok=True)
+    target = folder / "attention_head.py"
+    target.write_text(attack_source(("escapes",), "correct", {"run": "", "marker": "qkvrt-escapes", "attack": "escapes"}))
+    for fmt in ("text", "json"):
+        done = subprocess.run(rt.argv(str(target), "--format", fmt, "--seed", "1", "--timeout", "0.5"),
+                              env=rt.env(rt.base), cwd=rt.base, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-500:]
+        controls = sorted({repr(c) for c in done.stdout + done.stderr if ord(c) < 32 and c not in "\n\t"})
+        assert not controls, f"[{mode}] --format {fmt} printed control characters {controls}"
+
 
 @pytest.mark.parametrize("mode", MODES + ("none",))
 def test_a_correct_submission_importing_the_standard_library_gets_full_marks(mode):
