@@ -170,8 +170,10 @@ def _user_python() -> str | None:
         if not path.is_file():
             continue
         probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
-                                str(path), "-I", "-c", "import venv"], capture_output=True)
-        if probe.returncode == 0:
+                                str(path), "-I", "-c", "import sys, venv; print(sys.base_prefix)"],
+                               capture_output=True, text=True)
+        # It must also find its own standard library, not fall back on another prefix's.
+        if probe.returncode == 0 and probe.stdout.strip() == str(folder.parent):
             return str(path)
     return None
 
