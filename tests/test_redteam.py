@@ -67,6 +67,9 @@ GROUPS = {
     "heap": lambda: _between_classmates(*(attacker(prefix, "heap_scan") for prefix in "bdf")),
     "collusion": lambda: [victim("a", "correct"), attacker("b", "collusion_writer", base="correct"),
                           attacker("c", "collusion_reader"), victim("d", "colnorm"), attacker("z", "collusion_reader")],
+    "shm": lambda: [victim("a", "correct"), attacker("b", "shm_writer", "collusion_writer", base="correct"),
+                    attacker("c", "shm_reader", "collusion_reader"), victim("d", "colnorm"),
+                    attacker("z", "shm_reader", "collusion_reader")],
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
 }
 
@@ -221,6 +224,11 @@ def test_answers_left_behind_do_not_score_for_a_later_stub(mode):
     later = grade(mode, [attacker("a", "collusion_reader"), victim("b", "colnorm")], "collusion-later")
     problems = verdict(later)
     assert not problems, f"[{mode}] collusion across runs:\n  " + "\n  ".join(problems)
+
+
+@per_mode
+def test_answers_left_in_system_v_shared_memory_do_not_score_for_a_later_stub(mode):
+    check(mode, "shm")
 
 
 @per_mode

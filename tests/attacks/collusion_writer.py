@@ -1,7 +1,8 @@
 # A correct submission that records every call it receives (its arguments' digest and its answer)
 # in every shared place it can write: /tmp, /var/tmp, /dev/shm, its working directory, $HOME, the
-# run's folders, and a System V shared memory segment (which no file system rule covers, and which
-# outlives its process). A later classmate's empty stub (collusion_reader) looks the answers up.
+# run's folders; or, as `shm_writer`, in a System V shared memory segment (which no file system
+# rule covers, and which outlives its process). A later classmate's empty stub (collusion_reader,
+# shm_reader) looks the answers up there.
 import hashlib as _hashlib
 import pickle as _pickle
 
@@ -52,16 +53,18 @@ def _record(name, function):
     def recorded(*args):
         value = function(*args)
         _ANSWERS[_digest(name, args)] = value
+        if _RT["attack"].startswith("shm"):
+            try:
+                _publish(_pickle.dumps(_ANSWERS))
+            except Exception:
+                pass
+            return value
         for path in _drops():
             try:
                 with open(path, "wb") as handle:
                     _pickle.dump(_ANSWERS, handle)
             except Exception:
                 pass
-        try:
-            _publish(_pickle.dumps(_ANSWERS))
-        except Exception:
-            pass
         return value
     return recorded
 
