@@ -25,7 +25,6 @@ import stat
 import struct
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -37,8 +36,18 @@ import pytest
 from support import IN_CI, REPO, STUB, reference_source, variant
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
-MODES = ("bwrap", "bwrap-userns", "landlock")
-"""The sandbox modes an attack must fail against, by their QKV_SANDBOX names."""
+VARIANTS = {
+    "bwrap": ("bwrap", False),
+    "bwrap-userns": ("bwrap-userns", True),
+    "landlock": ("landlock", False),
+    "landlock-user": ("landlock", True),
+    "none": ("none", False),
+}
+"""How each mode is run here: its QKV_SANDBOX name, and whether the grader runs as a normal user
+(else as root). Landlock is run both ways: as root it drops the submission's identity, as a
+normal user (the instructor in a container without namespaces) it cannot."""
+MODES = ("bwrap", "bwrap-userns", "landlock", "landlock-user")
+"""The modes every attack must fail against."""
 USER = "qkvtest"
 SEED = 20261201
 CALL_LIMIT = 0.5
@@ -189,29 +198,29 @@ def _ensure_user() -> pwd.struct_passwd:
 
 @functools.lru_cache(maxsize=None)
 def unavailable(mode: str) -> str | None:
-    """Why this machine cannot run `mode` at all (None when it can)."""
+    """Why this machine cannot run `mode` (a key of VARIANTS) at all; None when it can."""
+    name, as_user = VARIANTS[mode]
     root = os.geteuid() == 0
-    if mode in ("none", "auto"):
+    if name in ("bwrap", "bwrap-userns") and not shutil.which("bwrap"):
+        return "needs bubblewrap (apt-get install bubblewrap)"
+    if name == "bwrap" and not root:
+        return "needs root"
+    if name == "landlock" and _landlock_abi() < 1:
+        return "the kernel offers no Landlock"
+    if not as_user:
         return None
-    if mode == "bwrap":
-        return None if root and shutil.which("bwrap") else "needs root and bubblewrap (apt-get install bubblewrap)"
-    if mode == "landlock":
-        return None if _landlock_abi() >= 1 else "the kernel offers no Landlock"
-    if mode == "bwrap-userns":
-        if not root:
-            return "needs root to create the unprivileged user it grades as"
-        if not shutil.which("bwrap") or not shutil.which("setpriv"):
-            return "needs bubblewrap and setpriv"
-        user = _ensure_user()
-        if _user_python() is None:
-            return "needs a system python%d.%d that a normal user can run" % sys.version_info[:2]
+    if not root or not shutil.which("setpriv"):
+        return "needs root and setpriv, to grade as the unprivileged user it creates"
+    user = _ensure_user()
+    if _user_python() is None:
+        return "needs a python%d.%d that a normal user can run" % sys.version_info[:2]
+    if name == "bwrap-userns":
         probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
                                 "bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc",
                                 "true"], capture_output=True, text=True)
         if probe.returncode != 0:
             return "a normal user cannot create user namespaces here: " + probe.stderr.strip()[:200]
-        return None
-    return f"unknown mode {mode}"
+    return None
 
 
 def require(mode: str) -> None:
@@ -235,6 +244,7 @@ class Runtime:
     """How the grader is started in one mode, and what of the machine an attack could change."""
 
     mode: str
+    """The QKV_SANDBOX name."""
     base: Path
     """A world-readable folder under /tmp that holds every run of this mode."""
     uid: int = 0
@@ -321,8 +331,9 @@ def _scratch(label: str, mode: int = 0o755) -> Path:
 @functools.lru_cache(maxsize=None)
 def runtime(mode: str) -> Runtime:
     base = _scratch(mode)
-    if mode != "bwrap-userns":
-        return Runtime(mode, base, site_dirs=_site_dirs(sys.executable))
+    name, as_user = VARIANTS[mode]
+    if not as_user:
+        return Runtime(name, base, site_dirs=_site_dirs(sys.executable))
     # A normal instructor: their own venv (Debian's python, which they can run) holding what the
     # grader imports, and their own copy of the project.
     user = _ensure_user()
@@ -336,16 +347,16 @@ def runtime(mode: str) -> Runtime:
         else:
             shutil.copy2(path, target)
     repo = base / "project"
-    for name in ("autograder", "solutions", "data", "pyproject.toml"):
-        source = REPO / name
+    for part in ("autograder", "solutions", "data", "pyproject.toml"):
+        source = REPO / part
         if source.is_dir():
-            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(source, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy2(source, repo / name)
+            shutil.copy2(source, repo / part)
     _chown_tree(venv, user.pw_uid, user.pw_gid)
     _chown_tree(repo, user.pw_uid, user.pw_gid)
     python = str(venv / "bin" / "python")
-    return Runtime(mode, base, user.pw_uid, user.pw_gid, python, repo,
+    return Runtime(name, base, user.pw_uid, user.pw_gid, python, repo,
                    site_dirs=_site_dirs(python) + [str(site)])
 
 
@@ -575,9 +586,10 @@ class Outcome:
             missing = sorted({e.name for e in self.entries} - set(self.results))
             if missing:
                 found.append(f"no result for {missing}")
-            modes = sorted({r.get("isolation") for r in self.results.values()} - {self.mode})
+            wanted = VARIANTS[self.mode][0]
+            modes = sorted({r.get("isolation") for r in self.results.values()} - {wanted})
             if modes:
-                found.append(f"isolation {modes} in results, not {self.mode!r}")
+                found.append(f"isolation {modes} in results, not {wanted!r}")
         texts = {"stdout": self.stdout, "stderr": self.stderr, **self.files}
         for where, text in texts.items():
             for kind, token in SECRETS.items():

@@ -15,7 +15,8 @@ test then demands that
 Attacks that cannot be confused with each other share one run; one whose success would wreck the
 run (a signal to the grader, a frame that hangs it) has a run of its own, so a failure names it.
 The modes: `bwrap` (bubblewrap as root), `bwrap-userns` (bubblewrap as a normal user, created for
-the purpose: `qkvtest`), `landlock` (Landlock, seccomp and rlimits, no namespaces).
+the purpose: `qkvtest`), `landlock` (Landlock, seccomp and rlimits, no namespaces) as root and, as
+`landlock-user`, as that normal user.
 """
 from __future__ import annotations
 
@@ -307,8 +308,8 @@ def test_a_correct_submission_importing_the_standard_library_gets_full_marks(mod
 @pytest.mark.parametrize("mode", ["bwrap"])
 def test_a_forced_mode_that_is_unavailable_exits_2_with_one_line(mode):
     """bubblewrap as root, asked for by a normal user: refused, not downgraded."""
-    require("bwrap-userns")
-    rt = runtime("bwrap-userns")
+    require("landlock-user")
+    rt = runtime("landlock-user")
     target = rt.base / "unavailable.py"
     target.write_text("import numpy as np\n")
     env = {**rt.env(rt.base), "QKV_SANDBOX": mode}
