@@ -4,16 +4,19 @@ The grader starts one worker per core as `python -I -S inside.py CONFIG` (inside
 there is one, see `sandbox.py`). Only this file and `protocol.py` are in its view of the grader.
 
 What the worker receives, on its standard input, from the grader only:
-  - one frame per submission: the submission's file name and source text (never a path), the
-    names of the written answers to look for, the limits, and (once per plan) the planned calls
-    with their arguments as raw array bytes.
+  - once per plan: the planned calls, with their arguments as raw array bytes;
+  - one frame per submission: its file name, the names of the written answers to look for and the
+    limits, followed by the submission's source text (never a path), which only that submission's
+    own fork of the worker reads.
 What the worker sends, on its standard output, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
-    `done`, every one tagged with the submission's job id. Values are plain data (arrays as dtype,
+    `done`; all but the results (which only ever belong to the job in hand) carry its job id. Values are plain data (arrays as dtype,
     shape and bytes); an exception is its type name, message and line in the submission.
 
-Per submission the worker forks a child that seals itself before running any student code:
+Per submission the worker forks a process that reads the source and keeps the submission's time,
+and that forks the child which seals itself before running any student code (once more after a
+call that ends its process):
   - it keeps one descriptor, the write end of a pipe made for it alone (standard input and output
     become /dev/null; every other inherited descriptor is closed);
   - its working directory, HOME and TMPDIR are a scratch folder made empty for it and removed whole
@@ -23,12 +26,13 @@ Per submission the worker forks a child that seals itself before running any stu
     numpy and the system's shared libraries, and write only its scratch folder, and (ABI 4+) opens
     no TCP port, (ABI 6+) signals nothing outside itself;
   - seccomp refuses it sockets, new processes (threads are allowed), exec, ptrace, reading other
-    processes' memory, signals to any process but itself, namespaces and mounts;
+    processes' memory, signals to any process but itself, System V IPC and POSIX message queues
+    (which outlive a process), namespaces and mounts;
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker, never the child, keeps time: each planned call's result must arrive within the call's
 limit of the previous frame, and anything that is not the next expected frame, or breaks a bound of
 `protocol.py`, ends the child and becomes that call's fault. Nothing the child sends is forwarded
-before it has been checked; what is forwarded is rewritten with the job id.
+before it has been checked field by field against the next expected call.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
@@ -75,7 +79,9 @@ _NR = {
                    io_uring_register=427, personality=135, open_by_handle_at=304, name_to_handle_at=303,
                    init_module=175, finit_module=313, delete_module=176, kexec_load=246,
                    kexec_file_load=320, syslog=103, acct=163, iopl=172, ioperm=173, modify_ldt=154,
-                   capset=126),
+                   shmget=29, shmat=30, shmctl=31, shmdt=67, semget=64, semop=65, semctl=66, semtimedop=220,
+                   msgget=68, msgsnd=69, msgrcv=70, msgctl=71, mq_open=240, mq_unlink=241, mq_timedsend=242,
+                   mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, capset=126),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -86,7 +92,9 @@ _NR = {
                     io_uring_setup=425, io_uring_enter=426, io_uring_register=427, personality=92,
                     open_by_handle_at=265, name_to_handle_at=264, init_module=105, finit_module=273,
                     delete_module=106, kexec_load=104, kexec_file_load=294, syslog=116, acct=89,
-                    capset=91),
+                    shmget=194, shmctl=195, shmat=196, shmdt=197, semget=190, semctl=191, semtimedop=192,
+                    semop=193, msgget=186, msgctl=187, msgrcv=188, msgsnd=189, mq_open=180, mq_unlink=181,
+                    mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, capset=91),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 _SELF_ONLY = ("kill", "tkill", "tgkill")  # allowed when the first argument is this process's own id
@@ -505,7 +513,6 @@ def _check_child_frame(obj, blob, expected, used):
     if used[0] + len(blob) > protocol.MAX_JOB_BYTES:
         raise protocol.ProtocolError("more array data than a submission may return")
     used[0] += len(blob)
-    clean["value"] = obj["value"]
     return clean, blob
 
 
@@ -521,6 +528,30 @@ class Worker:
         if self.pending:
             protocol.write_all(self.out, b"".join(self.pending))
             self.pending.clear()
+
+    def serve(self, job, stdin, cells_len):
+        """Run one submission in a process of its own (a fork of this worker) that reads the
+        submission's source and sees its results: no classmate's code or results ever pass through
+        the worker, so no later child can find them in memory it inherited."""
+        pid = os.fork()
+        if pid == 0:
+            status = 70
+            try:
+                job["cells"] = json.loads(protocol.read_exactly(stdin, cells_len))
+                os.close(stdin)
+                self.run_job(job)
+                status = 0
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        if self.config.get("own_pid_namespace"):
+            _kill_strays()
+        if status != 0:  # only a fault of this file can get here: say so, then start afresh
+            self.emit({"ev": "fault", "job": job["job"], "step": None, "call": None, "kind": "crashed",
+                       "detail": "the grading worker failed", "out": ""})
+            self.emit({"ev": "done", "job": job["job"]})
+            self.flush()
+            raise SystemExit(1)
 
     def run_job(self, job):
         plan, tag, used = job["plan"], job["job"], [0]
@@ -553,8 +584,6 @@ class Worker:
         finally:
             os.close(read_end)
             shutil.rmtree(scratch, ignore_errors=True)
-            if self.config.get("own_pid_namespace"):
-                _kill_strays()
 
     @staticmethod
     def read_watching(reader, deadline, scratch):
@@ -601,8 +630,11 @@ class Worker:
                 _reap(pid)
                 self.flush()
                 return None
-            clean["job"] = tag
-            self.emit(clean, blob)
+            if event == "result":  # checked field by field above: passed on as it came
+                self.pending.append(reader.raw)
+            else:
+                clean["job"] = tag
+                self.emit(clean, blob)
             if event == "fault":
                 _reap(pid)
                 self.flush()
@@ -778,20 +810,20 @@ def main():
         "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp,
         "sealed": sealed, "user": user, "scratch": scratch_root, "problem": seal.error}))
     worker = Worker(config, stdout, seal, scratch_root)
-    jobs = protocol.Reader(stdin, max_json=1 << 30, max_blob=1 << 30)  # the grader's own frames
     plans = {}  # plan id -> (plan, its calls' arguments decoded): every submission meets the same calls
     try:
         while True:
             try:
-                job, blob = jobs.read(None)
+                head, blob_len = protocol.read_head(stdin)
             except protocol.Closed:
                 return
-            if "plan" in job:
+            if "plan" in head:  # the plan is the same for every submission: the worker keeps it
                 plans.clear()
-                plans[job["plan_id"]] = (job["plan"], _decode_plan(job["plan"], blob))
+                plans[head["plan_id"]] = (head["plan"], _decode_plan(head["plan"], protocol.read_exactly(stdin, blob_len)))
                 gc.freeze()
-            job["plan"], job["decoded"] = plans[job["plan_id"]]
-            worker.run_job(job)
+                continue
+            head["plan"], head["decoded"] = plans[head["plan_id"]]
+            worker.serve(head, stdin, blob_len)
     finally:
         import shutil
 

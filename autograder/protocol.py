@@ -68,6 +68,8 @@ class Reader:
     def __init__(self, fd, max_json=MAX_JSON, max_blob=MAX_VALUE_BYTES):
         self.fd, self.max_json, self.max_blob = fd, max_json, max_blob
         self.buffer = bytearray()
+        self.raw = b""
+        """The whole last frame read, header included, exactly as it came."""
 
     def _need(self):
         """Bytes still missing for the next whole frame (0: one is buffered). Checks the header."""
@@ -102,15 +104,40 @@ class Reader:
             self.buffer += chunk
         _, json_len, blob_len = _HEADER.unpack_from(self.buffer)
         end = _HEADER.size + json_len
+        self.raw = bytes(self.buffer[:end + blob_len])
+        del self.buffer[:end + blob_len]
         try:
-            obj = json.loads(bytes(self.buffer[_HEADER.size:end]))
+            obj = json.loads(self.raw[_HEADER.size:end])
         except (ValueError, RecursionError):
             raise ProtocolError("a frame whose JSON does not parse")
-        blob = bytes(self.buffer[end:end + blob_len])
-        del self.buffer[:end + blob_len]
+        blob = self.raw[end:]
         if type(obj) is not dict:
             raise ProtocolError("a frame that is not a JSON object")
         return obj, blob
+
+
+def read_exactly(fd, count):
+    """Exactly `count` bytes, blocking, never one more: for the grader's own, trusted stream,
+    where what follows belongs to another reader."""
+    chunks = []
+    while count:
+        chunk = os.read(fd, min(count, 1 << 20))
+        if not chunk:
+            raise Closed("the channel closed")
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_head(fd):
+    """A frame's JSON object, leaving its blob unread in `fd`; returns (object, blob length)."""
+    magic, json_len, blob_len = _HEADER.unpack(read_exactly(fd, _HEADER.size))
+    if magic != MAGIC:
+        raise ProtocolError("a frame without the protocol's header")
+    obj = json.loads(read_exactly(fd, json_len))
+    if type(obj) is not dict:
+        raise ProtocolError("a frame that is not a JSON object")
+    return obj, blob_len
 
 
 # ---------------------------------------------------------------- schema ----------------------

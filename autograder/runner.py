@@ -195,20 +195,20 @@ class Worker:
         prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         limits = self.limits
         job = next(_jobs)
-        head = json.dumps({"job": job, "filename": filename, "cells": cells, "answers": list(answers),
-                           "plan_id": prepared.id,
-                           "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
-                                      "memory": limits.memory, "output": limits.output}}, separators=(",", ":"))
-        if self._plan_id == prepared.id:  # the worker keeps the plan it was last sent, decoded
-            body, blob = head.encode(), b""
-        else:
-            body, blob = head[:-1].encode() + b',"plan":' + prepared.plan_json + b"}", prepared.blob
+        frames = []
+        if self._plan_id != prepared.id:  # the worker keeps the plan it was last sent, decoded
+            frames.append(protocol.pack_raw(b'{"plan_id":"%s","plan":' % prepared.id.encode() + prepared.plan_json
+                                            + b"}", prepared.blob))
             self._plan_id = prepared.id
+        head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
+                "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
+                           "memory": limits.memory, "output": limits.output}}
+        frames.append(protocol.pack(head, json.dumps(cells).encode()))
         run = Run(outcomes=[[None] * count for count in prepared.counts])
         run.most_calls = sum(prepared.counts)
         run.job = job
         try:
-            protocol.write_all(self._process.stdin.fileno(), protocol.pack_raw(body, blob))
+            protocol.write_all(self._process.stdin.fileno(), b"".join(frames))
         except OSError:
             run.lost = "the grading worker died"
             self.close()
@@ -234,9 +234,9 @@ class Worker:
         used = 0
         while True:
             obj, blob = self._reader.read(deadline)
-            if obj.get("job") != run.job:
-                raise protocol.ProtocolError("a frame for another submission")
             event = obj.get("ev")
+            if event != "result" and obj.get("job") != run.job:  # results come only between the two
+                raise protocol.ProtocolError("a frame for another submission")
             if event == "done":
                 return
             if event == "imported":

@@ -1,0 +1,129 @@
+"""The frame reader's bounds, on real pipes: every violation is a ProtocolError, never a hang."""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from autograder import protocol
+
+
+@pytest.fixture
+def pipe():
+    read_end, write_end = os.pipe()
+    yield read_end, write_end
+    for fd in (read_end, write_end):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def test_a_frame_round_trips_with_its_blob(pipe):
+    read_end, write_end = pipe
+    parts: list[bytes] = []
+    value = protocol.encode((np.arange(6.0).reshape(2, 3), [1, True, None], {"x": 2.5}), parts, [0])
+    os.write(write_end, protocol.pack({"ev": "result", "value": value}, b"".join(parts)))
+    obj, blob = protocol.Reader(read_end).read(time.monotonic() + 1)
+    assert protocol.check_value(obj["value"], len(blob)) == len(blob)
+    array, items, facts = protocol.decode(obj["value"], blob)
+    assert array.shape == (2, 3) and array[1, 2] == 5.0 and not array.flags.writeable
+    assert items == [1, True, None] and facts == {"x": 2.5}
+
+
+def test_a_header_announcing_more_than_the_cap_is_refused_at_once(pipe):
+    read_end, write_end = pipe
+    os.write(write_end, struct.pack("!4sII", protocol.MAGIC, 10, 200 << 20))
+    started = time.monotonic()
+    with pytest.raises(protocol.ProtocolError, match="larger than its limit"):
+        protocol.Reader(read_end).read(time.monotonic() + 5)
+    assert time.monotonic() - started < 1
+
+
+def test_a_partial_frame_times_out_at_the_deadline(pipe):
+    read_end, write_end = pipe
+    os.write(write_end, protocol.pack({"ev": "end"})[:-3])
+    started = time.monotonic()
+    with pytest.raises(protocol.TimedOut):
+        protocol.Reader(read_end).read(time.monotonic() + 0.3)
+    assert 0.25 < time.monotonic() - started < 2
+
+
+def test_a_trickle_cannot_stretch_the_deadline(pipe):
+    read_end, write_end = pipe
+    frame = protocol.pack({"ev": "end", "pad": "x" * 200})
+
+    def trickle():
+        for byte in frame:
+            try:
+                os.write(write_end, bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(protocol.TimedOut):
+        protocol.Reader(read_end).read(time.monotonic() + 0.5)
+    assert time.monotonic() - started < 1.5
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"XXXX" + struct.pack("!II", 2, 0) + b"{}", "header"),
+    (struct.pack("!4sII", protocol.MAGIC, 5, 0) + b"{nope", "does not parse"),
+    (struct.pack("!4sII", protocol.MAGIC, 2, 0) + b"[]", "not a JSON object"),
+])
+def test_malformed_frames_are_protocol_errors(pipe, data, message):
+    read_end, write_end = pipe
+    os.write(write_end, data)
+    with pytest.raises(protocol.ProtocolError, match=message):
+        protocol.Reader(read_end).read(time.monotonic() + 1)
+
+
+def test_a_closed_channel_is_reported_as_closed(pipe):
+    read_end, write_end = pipe
+    os.close(write_end)
+    with pytest.raises(protocol.Closed):
+        protocol.Reader(read_end).read(time.monotonic() + 1)
+
+
+@pytest.mark.parametrize("value, blob_len", [
+    ({"t": "array", "dtype": "<f8", "shape": [1000, 1000], "n": 8_000_000}, 16),  # more than the blob
+    ({"t": "array", "dtype": "<f8", "shape": [2, 2], "n": 8}, 64),  # n does not match the shape
+    ({"t": "array", "dtype": "|O", "shape": [1], "n": 8}, 8),  # objects never cross
+    ({"t": "array", "dtype": "<f8", "shape": [-1], "n": 8}, 8),
+    ({"t": "list", "items": [{"t": "none"}] * (protocol.MAX_ITEMS + 1)}, 0),
+    ({"t": "int", "v": 2**70}, 0),
+    ({"t": "float", "v": "1e5"}, 0),
+    ({"t": "dict", "items": {"k": {"t": "nope"}}}, 0),
+    ({"t": "bad", "type": "x" * (protocol.MAX_TEXT + 1)}, 0),
+    ({"t": "none", "extra": 1}, 0),
+])
+def test_value_descriptions_are_checked_strictly(value, blob_len):
+    with pytest.raises(protocol.ProtocolError):
+        protocol.check_value(value, blob_len)
+
+
+def test_nesting_is_bounded():
+    value = {"t": "none"}
+    for _ in range(protocol.MAX_DEPTH + 2):
+        value = {"t": "list", "items": [value]}
+    with pytest.raises(protocol.ProtocolError, match="too deep"):
+        protocol.check_value(value, 0)
+
+
+def test_a_named_tuple_travels_as_a_tuple_and_a_subclass_of_ndarray_does_not():
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        o: np.ndarray
+        a: np.ndarray
+
+    parts: list[bytes] = []
+    described = protocol.encode(Pair(np.ones(2), np.zeros(2)), parts, [0])
+    assert described["t"] == "tuple" and len(described["items"]) == 2
+    assert protocol.encode(np.ones(2).view(np.matrix), [], [0])["t"] == "bad"
