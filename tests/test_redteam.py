@@ -54,6 +54,7 @@ GROUPS = {
     "kill_minus_one": lambda: _between_classmates(attacker("b", "kill_minus_one")),
     "sigio": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio"),
                                          attacker("d", "sigio_group", "sigio")),
+    "deprioritize": lambda: _between_classmates(attacker("b", "deprioritize")),
     "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
@@ -148,6 +149,11 @@ def test_a_signal_by_proxy_through_a_pipes_owner_changes_no_grade(mode):
     # The parent (the worker) must have lived on: the attack is graded exactly as the stub it is.
     got = graded_view(outcome.results["b_sigio_parent.py"], "b_sigio_parent.py")
     assert got == graded_view(baseline(mode)["stub"], "stub.py"), got
+
+
+@per_mode
+def test_lowering_the_workers_priority_cannot_slow_a_classmate(mode):
+    check(mode, "deprioritize")
 
 
 @per_mode
