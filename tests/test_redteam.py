@@ -72,6 +72,7 @@ GROUPS = {
     "shm": lambda: [victim("a", "correct"), attacker("b", "shm_writer", "collusion_writer", base="correct"),
                     attacker("c", "shm_reader", "collusion_reader"), victim("d", "colnorm"),
                     attacker("z", "shm_reader", "collusion_reader")],
+    "disk_burst": lambda: _between_classmates(attacker("b", "disk_burst")),
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
 }
 
@@ -246,6 +247,11 @@ def test_a_planted_pth_or_sitecustomize_never_lands(mode):
 @per_mode
 def test_the_instructors_home_cannot_be_changed(mode):
     check(mode, "files", "home_writes")
+
+
+@per_mode
+def test_filling_the_scratch_folder_in_short_bursts_is_stopped_at_its_quota(mode):
+    check(mode, "disk_burst")
 
 
 # ------------------------------------------------------------------ the grader's own reads -----
