@@ -55,6 +55,7 @@ GROUPS = {
     "sigio": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio"),
                                          attacker("d", "sigio_group", "sigio")),
     "deprioritize": lambda: _between_classmates(attacker("b", "deprioritize")),
+    "prlimit": lambda: _between_classmates(attacker("b", "prlimit")),
     "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
@@ -155,6 +156,11 @@ def test_a_signal_by_proxy_through_a_pipes_owner_changes_no_grade(mode):
 @per_mode
 def test_lowering_the_workers_priority_cannot_slow_a_classmate(mode):
     check(mode, "deprioritize")
+
+
+@per_mode
+def test_lowering_another_processs_limits_changes_no_grade(mode):
+    check(mode, "prlimit")
 
 
 @per_mode
