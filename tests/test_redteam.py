@@ -58,6 +58,7 @@ GROUPS = {
     "prlimit": lambda: _between_classmates(attacker("b", "prlimit")),
     "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
+    "thread_bomb": lambda: _between_classmates(attacker("b", "thread_bomb")),
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
     "presend": lambda: _between_classmates(attacker("b", "presend", base="slow"),
                                            attacker("d", "precompute", base="slow")),
@@ -171,6 +172,11 @@ def test_a_daemon_does_not_survive_into_the_next_submission(mode):
 @per_mode
 def test_a_bounded_fork_bomb_leaves_nothing_behind_and_slows_no_classmate(mode):
     check(mode, "fork_bomb")
+
+
+@per_mode
+def test_a_bounded_thread_bomb_is_held_to_a_few_hundred_tasks(mode):
+    check(mode, "thread_bomb")
 
 
 # ------------------------------------------------------------------ its own score -------------
