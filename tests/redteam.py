@@ -655,6 +655,7 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
                                                               "frames": [f.hex() for f in _attack_frames(entry)]})
         else:
             text = honest(entry.kind)
+        (folder / entry.name).parent.mkdir(parents=True, exist_ok=True)
         (folder / entry.name).write_text(text)
     for name, target in (links or {}).items():
         (folder / name).symlink_to(target)
@@ -708,7 +709,7 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
         document = json.loads(stdout)
         listed = [document] if single else document
         if isinstance(listed, list):
-            results = {Path(r["submission"]).name: r for r in listed}
+            results = {Path(r["submission"]).name if single else r["submission"]: r for r in listed}
     except (json.JSONDecodeError, TypeError, KeyError):
         pass
     return Outcome(mode, entries, process.returncode, stdout, stderr, seconds, hung, results, files,

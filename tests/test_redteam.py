@@ -21,6 +21,7 @@ the purpose: `qkvtest`), `landlock` (Landlock, seccomp and rlimits, no namespace
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 
@@ -298,6 +299,23 @@ def test_symlinked_submissions_are_unreadable_and_leak_nothing(mode):
         elif result["score"] != 0.0 or {s["status"] for s in result["steps"]} != {"error"}:
             problems.append(f"{name} was graded: {result['score']}")
     assert not problems, f"[{mode}] symlinks:\n  " + "\n  ".join(problems)
+
+
+@per_mode
+def test_a_file_named_like_a_classmates_folder_does_not_replace_their_result_file(mode):
+    """alice/attention_head.py and a file called alice__attention_head.py, side by side."""
+    require(mode)
+    entries = [Entry("alice/attention_head.py", "correct"), Entry("alice__attention_head.py", "stub")]
+    outcome = grade(mode, entries, "names")
+    problems = outcome.problems()
+    written = {}
+    for name, text in outcome.files.items():
+        if name.endswith(".json"):
+            document = json.loads(text)
+            written[document["submission"]] = document["score"]
+    if written != {"alice/attention_head.py": 100.0, "alice__attention_head.py": 0.0}:
+        problems.append(f"result files hold {written}")
+    assert not problems, f"[{mode}] " + "; ".join(problems)
 
 
 # ------------------------------------------------------------------ modes themselves ----------
