@@ -318,6 +318,17 @@ def test_a_file_named_like_a_classmates_folder_does_not_replace_their_result_fil
     assert not problems, f"[{mode}] " + "; ".join(problems)
 
 
+@per_mode
+def test_a_file_name_cannot_become_a_spreadsheet_formula_in_the_summary(mode):
+    """A cell that opens with = + - or @ is a formula to Excel and LibreOffice (CSV injection)."""
+    require(mode)
+    outcome = grade(mode, [Entry('=HYPERLINK("x";"y").py', "stub"), Entry("@SUM(1+1).py", "stub")], "formula")
+    problems = outcome.problems()
+    cells = [row.split(",", 1)[0] for row in outcome.files.get("summary.csv", "").splitlines()[1:]]
+    problems += [f"summary.csv cell {cell!r}" for cell in cells if cell.lstrip('"').startswith(("=", "+", "-", "@"))]
+    assert not problems, f"[{mode}] " + "; ".join(problems)
+
+
 # ------------------------------------------------------------------ modes themselves ----------
 
 @per_mode
