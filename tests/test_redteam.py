@@ -16,7 +16,9 @@ Attacks that cannot be confused with each other share one run; one whose success
 run (a signal to the grader, a frame that hangs it) has a run of its own, so a failure names it.
 The modes: `bwrap` (bubblewrap as root), `bwrap-userns` (bubblewrap as a normal user, created for
 the purpose: `qkvtest`), `landlock` (Landlock, seccomp and rlimits, no namespaces) as root and, as
-`landlock-user`, as that normal user.
+`landlock-user`, as that normal user. A few attacks aim past the sandbox at what the grader itself
+does with a submission: its file (a symlink, a notebook too deep to parse, its name), the frames
+its process sends, and the text of its feedback.
 """
 from __future__ import annotations
 
