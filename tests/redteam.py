@@ -490,14 +490,24 @@ def snapshot(path: Path, recursive: bool = True) -> dict[str, tuple]:
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 
 
-def dropped_files() -> list[str]:
-    """Files an attack left in the machine's shared scratch folders (their names carry RUN)."""
+def dropped_files(uid: int | None = None) -> list[str]:
+    """Files an attack left in the machine's shared scratch folders (their names carry RUN), and,
+    when the grader ran as the normal user `uid`, any of that user's entries there (its workers'
+    scratch folders included: no other process runs as that user)."""
     found = []
     for folder in SCRATCH:
         try:
-            found += [os.path.join(folder, n) for n in os.listdir(folder) if f"qkvrt-{RUN}" in n]
+            names = os.listdir(folder)
         except OSError:
-            pass
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                owner = os.lstat(path).st_uid
+            except OSError:
+                continue
+            if f"qkvrt-{RUN}" in name or (uid is not None and owner == uid):
+                found.append(path)
     return found
 
 
@@ -694,7 +704,7 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
                 changed.append(name)
                 if name not in old and path not in (home, cwd, folder):
                     _remove(name)  # never leave a planted .pth or sitecustomize in a real Python
-    for path in dropped_files():
+    for path in dropped_files(rt.uid if rt.as_user else None):
         changed.append(path)
         _remove(path)
     changed += _ipc_leftovers()
