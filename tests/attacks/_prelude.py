@@ -15,6 +15,10 @@ import os as _os
 import sys as _sys
 
 _HOLES = []
+_FUNCTIONS = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head",
+              "zero_query_mixture", "is_attention_weights", "column_normalized_counterexample",
+              "shifted_output", "output_change", "head_facts", "value_intervention")
+"""Every name the grader calls."""
 
 
 def _hole(message):
@@ -124,6 +128,19 @@ def _signal(pid, number):
         return False
     _hole("signal %d reached pid %d (%s)" % (number, pid, _cmdline(pid)[:60] or "?"))
     return True
+
+
+def _digest(name, args):
+    """A call's identity: the function's name and its arguments' bytes."""
+    import hashlib
+
+    parts = [name.encode()]
+    for arg in args:
+        if type(arg).__module__ == "numpy":
+            parts += [str(arg.shape).encode(), str(arg.dtype).encode(), np.ascontiguousarray(arg).tobytes()]
+        else:
+            parts.append(repr(arg).encode())
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
 
 
 def _open_fds():

@@ -3,18 +3,7 @@
 # run's folders; or, as `shm_writer`, in a System V shared memory segment (which no file system
 # rule covers, and which outlives its process). A later classmate's empty stub (collusion_reader,
 # shm_reader) looks the answers up there.
-import hashlib as _hashlib
 import pickle as _pickle
-
-
-def _digest(name, args):
-    parts = [name.encode()]
-    for arg in args:
-        if type(arg).__module__ == "numpy":
-            parts += [str(arg.shape).encode(), str(arg.dtype).encode(), np.ascontiguousarray(arg).tobytes()]
-        else:
-            parts.append(repr(arg).encode())
-    return _hashlib.sha256(b"\0".join(parts)).hexdigest()
 
 
 def _drops():
@@ -69,7 +58,5 @@ def _record(name, function):
     return recorded
 
 
-for _name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head",
-              "zero_query_mixture", "is_attention_weights", "column_normalized_counterexample",
-              "shifted_output", "output_change", "head_facts", "value_intervention"):
+for _name in _FUNCTIONS:
     globals()[_name] = _record(_name, globals()[_name])

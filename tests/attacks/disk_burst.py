@@ -35,7 +35,5 @@ def _filling(name):
     return filled
 
 
-for _name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head",
-              "zero_query_mixture", "is_attention_weights", "column_normalized_counterexample",
-              "shifted_output", "output_change", "head_facts", "value_intervention"):
+for _name in _FUNCTIONS:
     globals()[_name] = _filling(_name)
