@@ -59,6 +59,7 @@ GROUPS = {
                                          attacker("d", "sigio_group", "sigio")),
     "deprioritize": lambda: _between_classmates(attacker("b", "deprioritize")),
     "prlimit": lambda: _between_classmates(attacker("b", "prlimit")),
+    "prlimit_reach": lambda: _between_classmates(attacker("b", "prlimit_reach")),
     "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
     "thread_bomb": lambda: _between_classmates(attacker("b", "thread_bomb")),
@@ -165,6 +166,11 @@ def test_lowering_the_workers_priority_cannot_slow_a_classmate(mode):
 @per_mode
 def test_lowering_another_processs_limits_changes_no_grade(mode):
     check(mode, "prlimit")
+
+
+@per_mode
+def test_no_process_outside_the_run_is_within_reach_of_prlimit(mode):
+    check(mode, "prlimit_reach")
 
 
 @per_mode
