@@ -678,6 +678,8 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
     args = [str(target), "--format", "json", "--seed", str(SEED), "--timeout", str(CALL_LIMIT)]
     if not single:
         args += ["--jobs", str(jobs), "--out", str(out)]
+    if rt.as_user:  # only this suite runs as that user: anything of it still alive is an earlier run's
+        _end(strays(rt, -1))
     started = time.monotonic()
     process = subprocess.Popen(rt.argv(*args), cwd=cwd, env=rt.env(home), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -690,11 +692,7 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
         stdout, stderr = process.communicate()
     seconds = time.monotonic() - started
     left = _wait_for_strays(rt, process.pid)
-    for pid, _ in left:  # this run's own leftovers, by pid
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    _end(left)
     changed = []
     for path in watched:
         after = snapshot(path, recursive=path in (home, cwd, folder))
@@ -735,6 +733,19 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _end(processes: list[tuple[int, str]]) -> None:
+    """Kill this suite's own leftover processes, by pid, and wait until they are gone."""
+    for pid, _ in processes:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(
+            _proc_status(pid).get("State", "Z").startswith(("R", "S", "D", "T", "t")) for pid, _ in processes):
+        time.sleep(0.05)
 
 
 def _wait_for_strays(rt: Runtime, session: int, patience: float = 3.0) -> list[tuple[int, str]]:
