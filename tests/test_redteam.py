@@ -64,8 +64,7 @@ GROUPS = {
     "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
     "thread_bomb": lambda: _between_classmates(attacker("b", "thread_bomb")),
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
-    "presend": lambda: _between_classmates(attacker("b", "presend", base="slow"),
-                                           attacker("d", "precompute", base="slow")),
+    "precompute": lambda: _between_classmates(attacker("b", "precompute", base="slow")),
     "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="mutating"),
                                             attacker("d", "mutation_restored", base="mutating")),
     "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
@@ -201,10 +200,9 @@ def test_ignoring_the_alarm_gains_nothing_over_honest_slowness(mode):
 
 @per_mode
 def test_doing_every_calls_work_during_the_import_gains_nothing_over_honest_slowness(mode):
-    outcome = check(mode, "presend")
-    for name in ("b_presend.py", "d_precompute.py"):
-        attack = steps_by_id(outcome.results[name])["ex4_shapes"]
-        assert attack["status"] == "timeout" and attack["score"] == 0.0, (name, attack)
+    outcome = check(mode, "precompute")
+    attack = steps_by_id(outcome.results["b_precompute.py"])["ex4_shapes"]
+    assert attack["status"] == "timeout" and attack["score"] == 0.0, attack
 
 
 @per_mode
