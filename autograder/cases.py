@@ -4,8 +4,11 @@ Every step gets the chapter's worked example first (public: its values may appea
 then hidden cases drawn from `numpy.random.default_rng([seed, step number])`, so one seed
 reproduces every grade exactly. Hidden shapes are non-square with d_in, d_k and d_v all
 different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
-thousands. One case per comparison step has T = d_k, so that `q @ k` without the transpose runs
-and its result can be recognised; likewise one `mix` case has d_v = T, so that `v @ a` runs.
+thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
+by the global maximum underflows to 0/0). A few cases are square on purpose, so that a slip that
+would only raise elsewhere runs and its result can be recognised: one case per comparison step has
+T = d_k (`q @ k` without the transpose), one `mix` case has d_v = T (`v @ a`), and one `qkv` and
+one `head` case have T = d_in = d_k = d_v (`x * w` in place of `x @ w`).
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ class Case:
     label: str
     """How the case is named in feedback: "the chapter's example", "hidden case 3", …"""
     kind: str
-    """example, hidden, large or property."""
+    """example, hidden, large (scores in the thousands), far (rows far below the largest score) or property."""
     calls: tuple[Call, ...]
 
     @property
@@ -91,10 +94,17 @@ def _head_inputs(rng, t, d_in, d_k, d_v, batch=None, spread=1.0):
 HIDDEN = 5  # random cases per step, besides the example and any large or property cases
 
 
+def _square_last(rng, i: int, t: int) -> tuple[int, int, int]:
+    """Widths for hidden case i: all different, but T = d_in = d_k = d_v in the last, so that an
+    elementwise `x * w` in place of `x @ w` runs and its result can be recognised."""
+    widths = _widths(rng)
+    return (t, t, t) if i == HIDDEN - 1 else widths
+
+
 def _cases_qkv(rng, ex):
     yield "example", (Call("project_qkv", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
-    for t in _sizes(rng, HIDDEN):
-        yield "hidden", (Call("project_qkv", _head_inputs(rng, t, *_widths(rng))),)
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        yield "hidden", (Call("project_qkv", _head_inputs(rng, t, *_square_last(rng, i, t))),)
 
 
 def _cases_scores(rng, ex):
@@ -117,6 +127,8 @@ def _cases_softmax(rng, ex):
     t = 6
     yield "large", (Call("softmax_rows", (rng.uniform(1000.0, 3000.0, size=(t, t)),)),)
     yield "large", (Call("softmax_rows", (-rng.uniform(1000.0, 3000.0, size=(t, t)),)),)
+    far = rng.normal(scale=2.0, size=(t, t)) + rng.permutation([0.0, -850.0, -1200.0, 0.0, -2000.0, 30.0])[:, None]
+    yield "far", (Call("softmax_rows", (far,)),)
 
 
 def _cases_mix(rng, ex):
@@ -136,13 +148,24 @@ def _cases_attention(rng, ex):
     t, d_k, d_v = 5, 4, 3
     yield "large", (Call("attention", (rng.normal(scale=40.0, size=(t, d_k)), rng.normal(scale=40.0, size=(t, d_k)),
                                        rng.normal(size=(t, d_v)))),)
+    # One query aligned with key 0 so strongly that its score is 2000 after scaling; the other rows
+    # stay near 0, far below that maximum.
+    q, k = rng.normal(size=(t, d_k)), rng.normal(size=(t, d_k))
+    q[1] = k[0] * (2000.0 * np.sqrt(d_k) / (k[0] @ k[0]))
+    yield "far", (Call("attention", (q, k, rng.normal(size=(t, d_v)))),)
 
 
 def _cases_head(rng, ex):
     yield "example", (Call("self_attention_head", (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])),)
-    for t in _sizes(rng, HIDDEN):
-        yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_widths(rng))),)
+    for i, t in enumerate(_sizes(rng, HIDDEN)):
+        yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_square_last(rng, i, t))),)
     yield "large", (Call("self_attention_head", _head_inputs(rng, 7, 3, 4, 2, spread=40.0)),)
+    # Input row 1 stretched until its own score is 2000 after scaling; the other rows stay small.
+    x, w_q, w_k, w_v = _head_inputs(rng, 6, 3, 4, 2)
+    form = x[1] @ w_q @ w_k.T @ x[1]
+    w_k = w_k if form > 0 else -w_k
+    x[1] *= np.sqrt(2000.0 * np.sqrt(4) / abs(form))
+    yield "far", (Call("self_attention_head", (x, w_q, w_k, w_v)),)
 
 
 def _cases_batch(rng, ex):
@@ -228,7 +251,8 @@ def build(seed: int) -> dict[str, list[Case]]:
                 label = "the properties of your counterexample"
             else:
                 hidden += 1
-                label = f"hidden case {hidden}" + (" (scores in the thousands)" if kind == "large" else "")
+                label = f"hidden case {hidden}" + {"large": " (scores in the thousands)",
+                                                   "far": " (rows far below the largest score)"}.get(kind, "")
             built.append(Case(step_id, label, kind, calls))
         cases[step_id] = built
     return cases

@@ -1,21 +1,23 @@
-"""Misconceptions: what each diagnosis code means to a student, and the models that recognise them.
+"""Misconceptions: what each diagnosis code means to a student, and the models the judge tries.
 
-A model is a small function that computes what a submission with one particular misunderstanding
-would return, from the same inputs the student got. When the student's output matches a model
-(and not the reference), the step's feedback names that misunderstanding. A composite step also
-tries the earlier steps' diagnosed models, called the way the reference calls them
-(`through_reference`), so one mistake in `softmax_rows` is named once, the same way, everywhere
-it shows. Codes that need a probe rather than a model (faults, mutation, large scores,
-hard-coding, batches, precision) are decided in `judge.py` from the pattern of results.
+Every mistake is a composition of at most two elementary slips from the grammar in `slips.py`;
+each slip's code is explained here, once, in the chapter's words (`CODES`), and a composition's
+message is built from its slips' explanations. `MODELS` are the single slips of each contract
+function. A composite step also tries the earlier steps' diagnosed models, called the way the
+reference calls them (`through_reference`), so one mistake in `softmax_rows` is named once, the
+same way, everywhere it shows. Codes that need a probe rather than a model (faults, mutation,
+hard-coding, batches, float32 arithmetic inside a computation) are decided in `judge.py` from the
+pattern of results.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 from types import FunctionType
-from typing import Callable
 
-import numpy as np
+from . import slips
+from .cases import example_arrays
+from .slips import PIPELINES, SLIPS, Inapplicable, Model, codes_of, models  # noqa: F401 (the judge's API)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ CODES: dict[str, Diagnosis] = dict([
        "Work on a copy (`np.array(v, dtype=float)`) or build new arrays; no `-=`, `+=` or slice assignment "
        "on an argument."),
     _d("low-precision", "your numbers have the right structure but float32-sized errors (about 1e-7).",
-       "Keep every array in float64: no `astype(np.float32)`, `dtype=np.float32` or rounding.", "§15.6"),
+       "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
     _d("timeout", "this step ran past its time limit (the other steps were still graded).",
        "Look for a loop that never ends, or work that grows far faster than the input."),
     _d("exit-called", "your code called exit(), sys.exit() or os._exit(), which ends the program.",
@@ -147,179 +149,82 @@ CODES: dict[str, Diagnosis] = dict([
     _d("predicate-ignores-negatives", "you accepted a matrix with a negative entry; attention weights are "
        "never negative.",
        "Check `np.all(a >= 0)` as well as the row sums.", "§15.3"),
+    # Slips found by the search over compositions (see SLIPS below).
+    _d("global-max-subtracted", "you subtracted the largest score of the whole matrix, not each row's own "
+       "maximum; a row far below that maximum then underflows to 0/0.",
+       "Use `s.max(axis=-1, keepdims=True)`, one maximum per receiving row.", "§15.3"),
+    _d("missing-keepdims", "you reduced along the last axis without `keepdims=True`, so the row maxima or "
+       "totals were broadcast along the columns: each column was shifted or divided by another row's value.",
+       "Keep the reduced axis: `s.max(axis=-1, keepdims=True)` and `e.sum(axis=-1, keepdims=True)`.",
+       "§15.3"),
+    _d("softmax-epsilon", "you added a small constant to each row's total, so the weights no longer sum to "
+       "one; the maximum shift already keeps every total at 1 or more.",
+       "Divide by the plain row total: no `+ 1e-6` or similar.", "§15.3"),
+    _d("causal-mask", "you masked the later positions (a causal mask), which this head does not ask for: "
+       "every receiving position attends to every key.",
+       "Remove the mask (`np.tril`, `np.triu`, `-np.inf` entries) before the softmax.", "§15.2"),
+    _d("scores-as-weights", "you returned the scores as the weights; the weights are the softmax of the "
+       "scaled scores, the same matrix your output is mixed with.",
+       "Return `a = softmax_rows(s)` beside the output, not `s` or `d`.", "§15.4"),
+    _d("one-hot-weights", "your weights put everything on the best key of each row (an argmax); the "
+       "softmax gives every key a share in proportion to exp(score).",
+       "Return the normalized exponentials themselves, not an indicator of the maximum.", "§15.3"),
+    _d("elementwise-product", "you multiplied elementwise (`*`) where the step needs a matrix product "
+       "(`@`), which sums over the shared axis.",
+       "Use `@` (or `np.matmul`) for the product.", "§15.1"),
+    _d("no-projection", "you attended over the input itself: queries, keys and values are three "
+       "projections of x, by W_Q, W_K and W_V.",
+       "Compute q, k and v from x with the three matrices before attending.", "§15.1"),
+    _d("transposed-result", "your numbers are right but transposed: each receiving position must be a row "
+       "of the result.",
+       "Drop the final `.T` (or transpose); the docstring gives the shape.", "§15.4"),
+    _d("swapped-outputs", "you returned the parts of the tuple in the wrong order.",
+       "Return them in the docstring's order, for instance `(o, a)`: the output first, then the weights.",
+       "§15.4"),
+    _d("rounded-result", "you rounded the result; the grader compares to about 1e-9.",
+       "Return the values unrounded: no `np.round` or `round` on the result.", "§15.6"),
+    _d("integer-division", "you used floor division (`//`), which drops the fractional part: 1 // T is 0 "
+       "for every T above 1.",
+       "Use true division `/`.", "§15.3"),
+    _d("one-based-rows", "you shifted the row indices by one, as if they counted from 1; Python counts "
+       "rows from 0, so row 0 is the first value row.",
+       "Use the indices in `rows` as they are, without adding or subtracting 1.", "§15.5"),
+    _d("receivers-for-contributors", "you moved the receiving rows (rows of the output, or rows of the "
+       "weights) instead of the contributing value rows: a shifted value row reaches every receiver in "
+       "proportion to its weight on that row.",
+       "Shift the value rows `v[rows]`, and sum each receiver's weights over the columns `a[:, rows]`.",
+       "§15.5"),
+    _d("counterexample-row-normalized", "your counterexample is normalized over its rows, like Table 15.1; "
+       "the exercise asks for columns that sum to one and a first row that does not.",
+       "Build a matrix whose columns each sum to one, for instance with one receiver taking everything.",
+       "§15.8"),
+    _d("score-shape-d_k", "you gave the score matrix the query/key width; it compares every receiving "
+       "query with every contributing key, so it is [T, T].",
+       "The score shape is (t, t).", "§15.2"),
+    _d("intervention-not-applied", "your 'after' run still uses the old W_V, so nothing was changed: the "
+       "comparison needs the same head run once with W_V and once with the new matrix.",
+       "Pass `w_v_new` to the second run of the head.", "§15.8"),
+    _d("predicate-ignores-row-sums", "you checked only that the entries are non-negative; attention "
+       "weights also need every row to sum to one (within 1e-9).",
+       "Add the row-sum test `np.abs(a.sum(axis=1) - 1) <= 1e-9`.", "§15.3"),
+    _d("predicate-ignores-ndim", "you accepted an array that is not 2-D; attention weights are a matrix "
+       "with one row per receiving position.",
+       "Return False unless `a.ndim == 2`.", "§15.3"),
+    _d("predicate-loose-tolerance", "you compared the row sums with `np.allclose`'s default tolerance "
+       "(about 1e-5), far looser than the 1e-9 asked for.",
+       "Pass the tolerance: `np.allclose(sums, 1, rtol=0, atol=1e-9)`.", "§15.6"),
     _d("full-shift-for-partial", "you added the whole shift to every output row although only some value "
        "rows moved; each receiving row moves by the shift times its weight on the moved rows.",
        "Sum each row's weights over the shifted rows only.", "§15.5"),
 ])
 
 
-# --------------------------------------------------------------------- models --------------------
+# The grammar itself lives in slips.py; its chapter data is loaded here, where the data is.
+slips.EXAMPLE_WEIGHTS[:] = example_arrays()["A"].tolist()
 
-Model = Callable[..., object]
-
-
-def _softmax(s, axis=-1):
-    e = np.exp(s - s.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def _t(a):
-    return np.swapaxes(a, -1, -2)
-
-
-def _attention_with(weights: Callable = _softmax, scores: Callable = lambda q, k: q @ _t(k),
-                    divisor: Callable = lambda q, k, v: np.sqrt(q.shape[-1]),
-                    mix: Callable = lambda a, v: a @ v, mixed_scores: bool = False):
-    def model(q, k, v):
-        d = scores(q, k)
-        s = d / divisor(q, k, v)
-        a = weights(s)
-        o = mix(s if mixed_scores else a, v)
-        return o, a
-    return model
-
-
-def _whole(s):
-    e = np.exp(s - s.max())
-    return e / e.sum()
-
-
-def _column_sums(s, axis):
-    """Each row shifted by its own maximum, as it should be, but divided by column totals."""
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def _column_max(s):
-    e = np.exp(s - s.max(axis=0, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-# Softmax misconceptions, each as a model of softmax_rows(s). Axis 0 and axis -2 are the same
-# mistake on one matrix; on a batch, axis 0 also runs across the examples, as the student's would.
-SOFTMAX_MODELS: tuple[tuple[str, Model], ...] = (
-    ("column-normalized", lambda s: _softmax(s, axis=-2)),
-    ("column-normalized", lambda s: _softmax(s, axis=0)),
-    ("column-normalized", lambda s: _column_sums(s, axis=-2)),
-    ("column-normalized", lambda s: _column_sums(s, axis=0)),
-    ("whole-matrix-normalized", _whole),
-    ("not-exponentiated", lambda s: s / s.sum(axis=-1, keepdims=True)),
-    ("not-normalized", np.exp),
-    ("not-normalized", lambda s: np.exp(s - s.max(axis=-1, keepdims=True))),
-    ("column-max-subtracted", _column_max),
-)
-
-# Each attention-shaped misconception, as (code, model of attention(q, k, v)).
-ATTENTION_MODELS: tuple[tuple[str, Model], ...] = (
-    ("keys-not-transposed", _attention_with(scores=lambda q, k: k @ _t(q))),
-    ("keys-not-transposed", _attention_with(scores=lambda q, k: q @ k)),
-    ("no-scaling", _attention_with(divisor=lambda q, k, v: 1.0)),
-    ("scaled-by-d_k", _attention_with(divisor=lambda q, k, v: q.shape[-1])),
-    ("scaled-by-positions", _attention_with(divisor=lambda q, k, v: q.shape[-2])),
-    ("scaled-by-positions", _attention_with(divisor=lambda q, k, v: np.sqrt(q.shape[-2]))),
-    ("scaled-by-d_v", _attention_with(divisor=lambda q, k, v: np.sqrt(v.shape[-1]))),
-    *((code, _attention_with(weights)) for code, weights in SOFTMAX_MODELS),
-    ("mixed-scores", _attention_with(mixed_scores=True)),
-    ("wrong-mix-order", _attention_with(mix=lambda a, v: _t(a) @ v)),
-    ("wrong-mix-order", _attention_with(mix=lambda a, v: v @ a)),
-    ("scaled-weights", lambda q, k, v: (lambda a: (a @ v, a))(_softmax(q @ _t(k)) / np.sqrt(q.shape[-1]))),
-    ("output-divided-by-d_v", lambda q, k, v: (lambda a: (a @ v / v.shape[-1], a))(
-        _softmax(q @ _t(k) / np.sqrt(q.shape[-1])))),
-)
-
-
-def _role_swaps():
-    return [(a, b, c) for a in range(3) for b in range(3) for c in range(3) if (a, b, c) != (0, 1, 2)]
-
-
-def _head_models():
-    """The attention models behind a correct projection, plus the projection's own mistakes."""
-    models = [(code, (lambda model: lambda x, w_q, w_k, w_v: model(x @ w_q, x @ w_k, x @ w_v))(model))
-              for code, model in ATTENTION_MODELS]
-    models.append(("scaled-by-d_in", lambda x, w_q, w_k, w_v: _attention_with(
-        divisor=lambda q, k, v: np.sqrt(x.shape[-1]))(x @ w_q, x @ w_k, x @ w_v)))
-    for roles in _role_swaps():
-        models.append(("swapped-roles", (lambda roles: lambda x, *w: _attention_with()(
-            *(x @ w[i] for i in roles)))(roles)))
-    return tuple(models)
-
-
-def _weights_check(a, axis=1, exact=False, negatives=False) -> bool:
-    """is_attention_weights as a student might write it: over `axis`, with == 1, or without the sign test."""
-    a = np.asarray(a, dtype=float)
-    if a.ndim != 2:
-        return False
-    totals = a.sum(axis=axis)
-    sums_ok = np.all(totals == 1.0) if exact else np.all(np.abs(totals - 1.0) <= 1e-9)
-    return bool(sums_ok and (negatives or np.all(a >= 0)))
-
-
-MODELS: dict[str, tuple[tuple[str, Model], ...]] = {
-    "project_qkv": tuple(("swapped-roles", (lambda roles: lambda x, *w: tuple(x @ w[i] for i in roles))(roles))
-                         for roles in _role_swaps()),
-    # Each `.T` mistake twice: on one matrix `.T` is the swap of the last two axes, but on a batch
-    # it reverses all three, and a composite step given a batch shows which one was written.
-    "scores": (
-        ("keys-not-transposed", lambda q, k: k @ _t(q)),
-        ("keys-not-transposed", lambda q, k: k @ q.T),
-        ("keys-not-transposed", lambda q, k: q @ k),
-        ("scores-prescaled", lambda q, k: q @ _t(k) / np.sqrt(q.shape[-1])),
-    ),
-    "scale": (
-        ("no-scaling", lambda d, d_k: d),
-        ("scaled-by-d_k", lambda d, d_k: d / d_k),
-        ("scaled-by-positions", lambda d, d_k: d / d.shape[-1]),
-        ("scaled-by-positions", lambda d, d_k: d / np.sqrt(d.shape[-1])),
-    ),
-    "softmax_rows": SOFTMAX_MODELS,
-    "mix": (
-        ("wrong-mix-order", lambda a, v: _t(a) @ v),
-        ("wrong-mix-order", lambda a, v: a.T @ v),
-        ("wrong-mix-order", lambda a, v: v @ a),
-        ("output-divided-by-d_v", lambda a, v: a @ v / v.shape[-1]),
-    ),
-    "attention": ATTENTION_MODELS,
-    "self_attention_head": _head_models(),
-    "zero_query_mixture": (
-        ("zero-output", lambda k, v: (np.full(k.shape[0], 1.0 / k.shape[0]), np.zeros(v.shape[-1]))),
-        ("zero-output", lambda k, v: (np.zeros(k.shape[0]), np.zeros(v.shape[-1]))),
-    ),
-    "is_attention_weights": (
-        ("accepts-column-stochastic", lambda a: _weights_check(a, axis=0)),
-        ("predicate-exact-equality", lambda a: _weights_check(a, exact=True)),
-        ("predicate-ignores-negatives", lambda a: _weights_check(a, negatives=True)),
-    ),
-    "shifted_output": (
-        ("full-shift-for-partial", lambda a, v, shift, rows: a @ v + shift),
-    ),
-    "output_change": (
-        ("full-shift-for-partial", lambda a, shift, rows: np.outer(np.ones(a.shape[0]), shift)),
-    ),
-    # head_facts models give only the part they get wrong; the other parts are not compared.
-    "head_facts": (
-        ("divisor-sqrt-positions", lambda t, d_k, d_v: {"divisor": float(np.sqrt(t))}),
-        ("scaled-by-positions", lambda t, d_k, d_v: {"divisor": float(t)}),
-        ("scaled-by-d_k", lambda t, d_k, d_v: {"divisor": float(d_k)}),
-        ("scaled-by-d_v", lambda t, d_k, d_v: {"divisor": float(np.sqrt(d_v))}),
-        ("output-shape-d_k", lambda t, d_k, d_v: {"output_shape": (t, d_k)}),
-        ("column-normalized", lambda t, d_k, d_v: {"softmax_axis": 0}),
-        ("column-normalized", lambda t, d_k, d_v: {"softmax_axis": -2}),
-    ),
-}
-
-
-def _value_intervention_models():
-    models = []
-    for code, head in _head_models():
-        def model(x, w_q, w_k, w_v, w_v_new, head=head):
-            o1, a1 = head(x, w_q, w_k, w_v)
-            o2, a2 = head(x, w_q, w_k, w_v_new)
-            return {"weights_before": a1, "weights_after": a2, "output_before": o1, "output_after": o2}
-        models.append((code, model))
-    return tuple(models)
-
-
-MODELS["value_intervention"] = _value_intervention_models()
+MODELS: dict[str, tuple[tuple[tuple[str, ...], Model], ...]] = {
+    fn: tuple((codes, model) for codes, _, model in models(fn, 1)) for fn in PIPELINES}
+"""The single slips of each function, as (codes, model): what a composite step carries forward."""
 
 
 @lru_cache(maxsize=None)

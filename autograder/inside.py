@@ -4,7 +4,8 @@ The grader starts one worker per core as `python -I -S inside.py CONFIG` (inside
 there is one, see `sandbox.py`). Only this file and `protocol.py` are in its view of the grader.
 
 What the worker receives, on its standard input, from the grader only:
-  - once per plan: the planned calls, with their arguments as raw array bytes;
+  - once per plan: every planned call as a ready frame (step, call, function name, arguments as
+    raw array bytes), which the worker keeps in a mapping of its own;
   - one frame per submission: its file name, the names of the written answers to look for and the
     limits, followed by the submission's source text (never a path), which only that submission's
     own fork of the worker reads.
@@ -25,12 +26,12 @@ call that ends its process):
   - no new privileges; Landlock (where the kernel has it) lets it read only the standard library,
     numpy and the system's shared libraries, and write only its scratch folder, and (ABI 4+) opens
     no TCP port, (ABI 6+) signals nothing outside itself;
-  - seccomp refuses it sockets, new processes (threads are allowed), exec, ptrace, reading other
-    processes' memory, signals to any process but itself, System V IPC and POSIX message queues
-    (which outlive a process), namespaces and mounts;
+  - seccomp refuses it sockets, new processes and threads, exec, ptrace, reading other processes'
+    memory, signals, limits, priorities or scheduling aimed at any process but itself, System V IPC
+    and POSIX message queues (which outlive a process), namespaces and mounts;
   - arguments reach it as read-only arrays: writing into one fails where it happens.
-The worker, never the child, keeps time: each planned call's result must arrive within the call's
-limit of the previous frame, and anything that is not the next expected frame, or breaks a bound of
+The worker hands the child one call at a time, the next only once the last has answered, and keeps
+time itself: each call's result must arrive within the call's limit of its hand-over, and anything that is not the next expected frame, or breaks a bound of
 `protocol.py`, ends the child and becomes that call's fault. Nothing the child sends is forwarded
 before it has been checked field by field against the next expected call.
 
@@ -58,7 +59,7 @@ OPEN_FILES = 64
 SCRATCH_BYTES = 64 << 20
 """Bytes a submission may keep in its scratch folder; checked from outside while it runs."""
 SCRATCH_ENTRIES = 1000
-DISK_POLL = 0.05
+DISK_POLL = 0.02
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -81,7 +82,10 @@ _NR = {
                    kexec_file_load=320, syslog=103, acct=163, iopl=172, ioperm=173, modify_ldt=154,
                    shmget=29, shmat=30, shmctl=31, shmdt=67, semget=64, semop=65, semctl=66, semtimedop=220,
                    msgget=68, msgsnd=69, msgrcv=70, msgctl=71, mq_open=240, mq_unlink=241, mq_timedsend=242,
-                   mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, capset=126),
+                   mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, setpriority=141, ioprio_set=251,
+                   migrate_pages=256, move_pages=279, process_madvise=440, process_mrelease=448,
+                   prlimit64=302, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
+                   sched_setattr=314, fallocate=285, capset=126),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -94,11 +98,16 @@ _NR = {
                     delete_module=106, kexec_load=104, kexec_file_load=294, syslog=116, acct=89,
                     shmget=194, shmctl=195, shmat=196, shmdt=197, semget=190, semctl=191, semtimedop=192,
                     semop=193, msgget=186, msgctl=187, msgrcv=188, msgsnd=189, mq_open=180, mq_unlink=181,
-                    mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, capset=91),
+                    mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, setpriority=140,
+                    ioprio_set=30, migrate_pages=238, move_pages=239, process_madvise=440, process_mrelease=448,
+                    prlimit64=261, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
+                    sched_setattr=274, fallocate=47, capset=91),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
-_SELF_ONLY = ("kill", "tkill", "tgkill")  # allowed when the first argument is this process's own id
-_REFUSED = tuple(name for name in (_NR or {}) if name not in _SELF_ONLY + ("clone", "clone3", "capset"))
+# Allowed only when the first argument names this process: by its id, or (second list) also by 0.
+_SELF_ONLY = ("kill", "tkill", "tgkill")
+_SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
+_REFUSED = tuple(name for name in (_NR or {}) if name not in _SELF_ONLY + _SELF_OR_ZERO + ("clone3", "capset"))
 
 # Landlock (include/uapi/linux/landlock.h)
 _LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
@@ -175,11 +184,11 @@ def _write_layer(abi, scratch):
 
 
 def _seccomp(pid):
-    """Install the filter: refuse the listed calls with EPERM, clone3 with ENOSYS (glibc then uses
-    clone), clone unless it makes a thread, and signals unless they target this process."""
+    """Install the filter: refuse the listed calls with EPERM (clone among them: no process, no
+    thread), clone3 with ENOSYS (so glibc falls back to clone), and calls aimed at another process."""
     import struct
 
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    ld, jeq, ret = 0x20, 0x15, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
     eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
     program = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH), (ret, 0, 0, kill), (ld, 0, 0, 0)]
@@ -187,12 +196,15 @@ def _seccomp(pid):
         program += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
     for name in _REFUSED:
         program += [(jeq, 0, 1, _NR[name]), (ret, 0, 0, eperm)]
-    program += [(jeq, 0, 1, _NR["clone3"]), (ret, 0, 0, enosys),
-                (jeq, 0, 4, _NR["clone"]), (ld, 0, 0, 16), (jset, 0, 1, 0x10000), (ret, 0, 0, allow),
-                (ret, 0, 0, eperm)]
-    for name in _SELF_ONLY:  # the first argument's low word is this pid, its high word zero
-        program += [(jeq, 0, 6, _NR[name]), (ld, 0, 0, 20), (jeq, 0, 3, 0), (ld, 0, 0, 16),
-                    (jeq, 0, 1, pid), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    program += [(jeq, 0, 1, _NR["clone3"]), (ret, 0, 0, enosys)]
+    for name in _SELF_ONLY + _SELF_OR_ZERO:
+        # the first argument's high word must be zero, and its low word this pid (or 0)
+        zero = name in _SELF_OR_ZERO
+        block = [(ld, 0, 0, 20), (jeq, 0, 4 if zero else 3, 0), (ld, 0, 0, 16)]
+        if zero:
+            block += [(jeq, 1, 0, 0)]
+        block += [(jeq, 0, 1, pid), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+        program += [(jeq, 0, len(block), _NR[name])] + block
     program += [(ret, 0, 0, allow)]
     code = b"".join(struct.pack("HBBI", *op) for op in program)
     buffer = ctypes.create_string_buffer(code)
@@ -334,13 +346,14 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-def _child_main(job, start, out, scratch, seal, cpu_seconds):
+def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
     import builtins
     import resource
     import signal
 
     limits = job["limits"]
-    _seal_descriptors({out} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
+    job["arguments"].close()  # every hidden call's arguments: unmapped here, before any student code
+    _seal_descriptors({calls_in, out} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ.clear()
     os.environ.update(HOME=scratch, TMPDIR=scratch, PATH="/usr/bin:/bin", LANG="C.UTF-8")
@@ -405,42 +418,49 @@ def _child_main(job, start, out, scratch, seal, cpu_seconds):
         answers[name] = type(text) is str and bool(text.strip())
     send({"ev": "imported", "ok": True, "answers": answers})
 
-    for step_index in range(start, len(job["plan"])):
-        for call_index, call in enumerate(job["plan"][step_index]["calls"]):
-            function = getattr(module, call["fn"], None)
-            where = {"ev": "result", "step": step_index, "call": call_index}
-            if not callable(function):
-                send(dict(where, raised={"type": "MissingName", "message": call["fn"], "where": None}))
-                continue
-            # Read-only arrays backed by immutable bytes: writing into one raises where it happens.
-            args = list(job["decoded"][step_index][call_index])
-            failure = value = None
+    import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
+
+    read_exactly, head_size, decode = protocol.read_exactly, protocol._HEADER.size, protocol.decode
+    while True:  # the worker hands over one call at a time, and only once the last one has answered
+        try:
+            _, json_len, blob_len = protocol._HEADER.unpack(read_exactly(calls_in, head_size))
+            call = json.loads(read_exactly(calls_in, json_len))
+            blob = read_exactly(calls_in, blob_len)
+        except protocol.Closed:
+            real_exit(0)
+        step_index, call_index = call["step"], call["call"]
+        where = {"ev": "result", "step": step_index, "call": call_index}
+        function = getattr(module, call["fn"], None)
+        if not callable(function):
+            send(dict(where, raised={"type": "MissingName", "message": call["fn"], "where": None}))
+            continue
+        # Read-only arrays backed by immutable bytes: writing into one raises where it happens.
+        args = decode(call["args"], blob)
+        failure = value = None
+        try:
+            setitimer(timer, call_timeout)
             try:
-                setitimer(timer, call_timeout)
-                try:
-                    value = function(*args)
-                finally:
-                    setitimer(timer, 0)
-            except BaseException as exc:
-                failure = exc
-            restore_builtins()
-            if failure is not None:
-                kind = ("timeout" if isinstance(failure, CallTimeout) else
-                        "exit" if isinstance(failure, (ExitCalled, SystemExit)) else
-                        "memory" if isinstance(failure, MemoryError) else None)
-                if kind:  # the step ends here; the worker starts a fresh child for the next one
-                    send({"ev": "fault", "step": step_index, "call": call_index, "kind": kind})
-                    real_exit(0)
-                send(dict(where, raised=_raised(failure, filename)))
-                continue
-            try:
-                parts = []
-                obj = encode(value, parts, [0])
-            except BaseException:
-                obj, parts = {"t": "bad", "type": "an object that could not be read"}, []
-            send(dict(where, value=obj), b"".join(parts))
-    send({"ev": "end"})
-    real_exit(0)
+                value = function(*args)
+            finally:
+                setitimer(timer, 0)
+        except BaseException as exc:
+            failure = exc
+        restore_builtins()
+        if failure is not None:
+            kind = ("timeout" if isinstance(failure, CallTimeout) else
+                    "exit" if isinstance(failure, (ExitCalled, SystemExit)) else
+                    "memory" if isinstance(failure, MemoryError) else None)
+            if kind:  # the step ends here; the worker starts a fresh child for the next one
+                send({"ev": "fault", "step": step_index, "call": call_index, "kind": kind})
+                real_exit(0)
+            send(dict(where, raised=_raised(failure, filename)))
+            continue
+        try:
+            parts = []
+            obj = encode(value, parts, [0])
+        except BaseException:
+            obj, parts = {"t": "bad", "type": "an object that could not be read"}, []
+        send(dict(where, value=obj), b"".join(parts))
 
 
 # ---------------------------------------------------------------- the worker ------------------
@@ -465,10 +485,11 @@ def _reap(pid):
     return "exit", "exit status %d" % os.WEXITSTATUS(status)
 
 
-def _next_call(plan, position):
+def _next_call(steps, position):
+    """The (step, call) after `position` in the plan, or None after the last."""
     step, call = position
-    while step < len(plan):
-        if call + 1 < len(plan[step]["calls"]):
+    while step < len(steps):
+        if call + 1 < len(steps[step]):
             return step, call + 1
         step, call = step + 1, -1
     return None
@@ -554,9 +575,9 @@ class Worker:
             raise SystemExit(1)
 
     def run_job(self, job):
-        plan, tag, used = job["plan"], job["job"], [0]
+        steps, tag, used = job["steps"], job["job"], [0]
         start = 0
-        while start is not None and start < len(plan):
+        while start is not None and start < len(steps):
             start = self.run_child(job, start, tag, used)
         self.emit({"ev": "done", "job": tag})
         self.flush()
@@ -567,48 +588,59 @@ class Worker:
         import tempfile
 
         limits = job["limits"]
-        calls = sum(len(step["calls"]) for step in job["plan"][start:])
+        calls = sum(len(step) for step in job["steps"][start:])
         cpu = int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)
         scratch = tempfile.mkdtemp(prefix="s", dir=self.scratch_root)
         read_end, write_end = os.pipe()
+        calls_in, calls_out = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
                 os.close(read_end)
-                _child_main(job, start, write_end, scratch, self.seal, cpu)
+                os.close(calls_out)
+                _child_main(job, calls_in, write_end, scratch, self.seal, cpu)
             finally:
                 os._exit(70)
         os.close(write_end)
+        os.close(calls_in)
         try:
-            return self.supervise(job, start, tag, used, pid, read_end, scratch)
+            return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch)
         finally:
             os.close(read_end)
+            try:
+                os.close(calls_out)
+            except OSError:
+                pass
             shutil.rmtree(scratch, ignore_errors=True)
 
     @staticmethod
     def read_watching(reader, deadline, scratch):
-        """The child's next frame; meanwhile its scratch folder must stay within its quota."""
+        """The child's next frame; meanwhile, and with every frame, its scratch folder must stay
+        within its quota."""
         while True:
             wake = min(deadline, time.monotonic() + DISK_POLL)
             try:
-                return reader.read(wake)
+                frame = reader.read(wake)
             except protocol.TimedOut:
                 if time.monotonic() >= deadline:
                     raise
+                frame = None
             if _over_quota(scratch):
                 raise OverQuota("it wrote more than %d MiB or %d files" % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
+            if frame is not None:
+                return frame
 
-    def supervise(self, job, start, tag, used, pid, read_end, scratch):
-        limits, plan = job["limits"], job["plan"]
+    def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
+        limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
-        last = time.monotonic()
-        deadline = last + limits["import_timeout"]
+        deadline = time.monotonic() + limits["import_timeout"]
+        sent = None  # when the expected call was handed over
         while True:
             try:
                 obj, blob = self.read_watching(reader, deadline, scratch)
                 now = time.monotonic()
-                if isinstance(expected, tuple) and now - last > limits["call_timeout"] + TOLERANCE:
+                if sent is not None and now - sent > limits["call_timeout"] + TOLERANCE:
                     raise protocol.TimedOut("the call ran past its limit")
                 clean, blob = _check_child_frame(obj, blob, expected, used)
             except protocol.ProtocolError as exc:
@@ -624,12 +656,7 @@ class Worker:
                            "kind": kind, "detail": detail, "out": ""})
                 self.flush()
                 return None if position[0] is None else position[0] + 1
-            last = now
             event = clean["ev"]
-            if event == "end":
-                _reap(pid)
-                self.flush()
-                return None
             if event == "result":  # checked field by field above: passed on as it came
                 self.pending.append(reader.raw)
             else:
@@ -639,17 +666,23 @@ class Worker:
                 _reap(pid)
                 self.flush()
                 return clean["step"] + 1
-            if event == "imported":
-                if not clean["ok"]:
-                    _reap(pid)
-                    self.flush()
-                    return None
-                expected = _next_call(plan, (start, -1)) or "end"
-            else:
-                expected = _next_call(plan, expected) or "end"
-            deadline = now + (limits["call_timeout"] + GRACE if expected != "end" else GRACE)
-            if not reader.buffered():
+            if event == "imported" and not clean["ok"]:
+                _reap(pid)
                 self.flush()
+                return None
+            expected = _next_call(steps, (start, -1) if event == "imported" else expected)
+            if expected is None:  # every call answered: the child has nothing more to do
+                _reap(pid)
+                self.flush()
+                return None
+            self.flush()
+            offset, length = steps[expected[0]][expected[1]]
+            try:
+                protocol.write_all(calls_out, memoryview(arguments)[offset:offset + length])
+            except OSError:
+                pass  # the child is gone: its read end tells the rest
+            sent = time.monotonic()
+            deadline = sent + limits["call_timeout"] + GRACE
 
 
 class OverQuota(protocol.ProtocolError):
@@ -810,19 +843,18 @@ def main():
         "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp,
         "sealed": sealed, "user": user, "scratch": scratch_root, "problem": seal.error}))
     worker = Worker(config, stdout, seal, scratch_root)
-    plans = {}  # plan id -> (plan, its calls' arguments decoded): every submission meets the same calls
+    plans = {}  # plan id -> (per step, each call's place), and every call's frame in a mapping
     try:
         while True:
             try:
                 head, blob_len = protocol.read_head(stdin)
             except protocol.Closed:
                 return
-            if "plan" in head:  # the plan is the same for every submission: the worker keeps it
+            if "steps" in head:  # the plan is the same for every submission: the worker keeps it
                 plans.clear()
-                plans[head["plan_id"]] = (head["plan"], _decode_plan(head["plan"], protocol.read_exactly(stdin, blob_len)))
-                gc.freeze()
+                plans[head["plan_id"]] = (head["steps"], _read_mapped(stdin, blob_len))
                 continue
-            head["plan"], head["decoded"] = plans[head["plan_id"]]
+            head["steps"], head["arguments"] = plans[head["plan_id"]]
             worker.serve(head, stdin, blob_len)
     finally:
         import shutil
@@ -830,13 +862,20 @@ def main():
         shutil.rmtree(scratch_root, ignore_errors=True)
 
 
-def _decode_plan(plan, blob):
-    """Every call's arguments, decoded once: arrays are read-only views of immutable bytes."""
-    blob = bytes(blob)
-    decoded = []
-    for step in plan:
-        decoded.append([protocol.decode(call["args"], blob, [call["offset"]]) for call in step["calls"]])
-    return decoded
+def _read_mapped(fd, count):
+    """Read `count` bytes into a mapping of their own, never into the heap: a child unmaps it
+    before running student code, so no hidden call's arguments stay in memory it can read."""
+    import mmap
+
+    mapping = mmap.mmap(-1, max(count, 1))
+    view, done = memoryview(mapping), 0
+    while done < count:
+        got = os.readv(fd, [view[done:count]])
+        if not got:
+            raise protocol.Closed("the channel closed")
+        done += got
+    view.release()
+    return mapping
 
 
 if __name__ == "__main__":

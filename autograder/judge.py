@@ -11,12 +11,14 @@ and leaves its arguments unchanged. The step's status is `passed` (every case), 
 call ran past its limit) or `error` (a crash, an exit call, or a module that would not import).
 
 Diagnoses: faults and changed arguments come from the runner. Wrong values are compared with the
-misconception models in `diagnoses.py`, each run on the same inputs: a model that reproduces the
-failures and contradicts no passing call names the mistake. A step built on an earlier failing
-step first tries that step's diagnosis, passed through the reference's own calls, so a mistake is
-named the same way wherever it shows and the feedback points to where it was made. What no model
-explains is reported by its look: NaN on large scores only, right on the example only, the wrong
-shape, NaN or infinity, float32-sized errors, or an exception.
+models in `diagnoses.py`, each run on the same inputs: a model that reproduces the failures and
+contradicts no passing call names the mistake. A step built on an earlier failing step first tries
+that step's diagnosis, passed through the reference's own calls, so a mistake is named the same way
+wherever it shows and the feedback points to where it was made. Single slips are tried first; only
+when none explains the values does the search go on to compositions of two, screened on one wrong
+value and pruned by shape before they run (a correct submission never reaches the search). What no
+model explains is reported by its look: right on the example only, the wrong shape, NaN or
+infinity, float32-sized errors in numbers a float32 can hold, or an exception.
 """
 from __future__ import annotations
 
@@ -196,10 +198,14 @@ class _CallVerdict:
     actual: dict | None = None
     raised: str | None = None
     """The type name of the exception the call raised."""
+    raised_message: str = ""
+    """Its message, as the runner brought it back."""
     raised_in: str | None = None
     """The submission's function the exception came from, when the runner could tell."""
     nonfinite: bool = False
     close: bool = False
+    float32: bool = False
+    """A differing part holds only numbers a float32 can hold: the mark of a float32 computation."""
     shape: bool = False
     describe: Callable | None = None
     """Writes how the value differs, numpy-style; called only for the call the feedback shows."""
@@ -239,7 +245,8 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
                                 + ": arguments are read-only; work on a copy or build a new array.",
                                 ["mutates-input"], raised=kind, raised_in=raised_in)
         message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
-        return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in)
+        return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in,
+                            raised_message=outcome.raised.get("message", ""))
     try:
         actual = canonical(call.fn, outcome.value)
     except WrongType as exc:
@@ -253,10 +260,29 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         # Which parts differ is cheap; how they differ is written only for the call the feedback shows.
         found = differences(actual, expected, case.public, describe=False)
         verdict = _CallVerdict(not found, "ok" if not found else "mismatch", actual=actual)
-        if found:
+        if found and RETURNS[call.fn][0] == "bool":
+            verdict.describe = lambda: _predicate_reason(call.args[0], actual["value"])
+        elif found:
             verdict.describe = lambda: "\n".join(differences(actual, expected, case.public))
             _describe(verdict, actual, expected)
     return verdict
+
+
+def _predicate_reason(matrix, said: bool) -> str:
+    """Which property of valid attention weights the matrix has or lacks, without its numbers."""
+    a = np.asarray(matrix, dtype=float)
+    if not said:
+        return ("It returned False, but the matrix is valid attention weights: 2-D, every entry "
+                "non-negative, and every row summing to one within 1e-9.")
+    failed = []
+    if a.ndim != 2:
+        failed.append(f"it is {a.ndim}-D, not a 2-D matrix")
+    else:
+        if (a < 0).any():
+            failed.append("it has a negative entry")
+        if not np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9):
+            failed.append("not every row sums to one within 1e-9")
+    return f"It returned True, but the matrix is not valid attention weights: {'; '.join(failed)}."
 
 
 def _describe(verdict: _CallVerdict, actual: dict, expected: dict) -> None:
@@ -267,6 +293,9 @@ def _describe(verdict: _CallVerdict, actual: dict, expected: dict) -> None:
                             for got, want in arrays)
     verdict.close = bool(arrays) and all(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-6)
                                          for got, want in arrays)
+    verdict.float32 = any(got.shape == want.shape and not allclose(got, want, RTOL, ATOL) and np.isfinite(got).all()
+                          and np.array_equal(got.astype(np.float32).astype(np.float64), got)
+                          for got, want in arrays)
 
 
 # ------------------------------------------------------------------ misconception models ---------
@@ -277,9 +306,10 @@ def _same_part(name: str, got, want) -> bool:
     if isinstance(want, np.ndarray):
         if not isinstance(got, np.ndarray) or got.shape != want.shape:
             return False
-        if want.size:  # most models differ at the first element: reject those without array work
-            first, model_first = float(got.flat[0]), float(want.flat[0])
-            if abs(first - model_first) > MODEL_ATOL + MODEL_RTOL * abs(model_first) and first == first:
+        # Most models differ at the first, middle or last element: reject those without array work.
+        for at in {0, want.size // 2, want.size - 1} if want.size else ():
+            mine, model = float(got.flat[at]), float(want.flat[at])
+            if abs(mine - model) > MODEL_ATOL + MODEL_RTOL * abs(model) and mine == mine:
                 return False
         return allclose(got, want, MODEL_RTOL, MODEL_ATOL, equal_nan=True)
     if name == "softmax_axis":  # on a [T, T] matrix, 1 and -1 name the same axis, as do 0 and -2
@@ -297,18 +327,51 @@ def _agrees_canonical(value: dict, model: dict) -> bool:
     return all(_same_part(name, value[name], part) for name, part in model.items())
 
 
+def _effect(model: dict, want: dict) -> float:
+    """How far a model's value departs from the reference's: the largest finite difference."""
+    effect = 0.0
+    for name, part in model.items():
+        ref = want[name]
+        if isinstance(part, np.ndarray) and part.shape == ref.shape:
+            finite = np.isfinite(part) & np.isfinite(ref)
+            if finite.any():
+                effect = max(effect, float(np.max(np.abs(part - ref)[finite])))
+    return effect
+
+
+def _accounts_for(actual: dict, model: dict, want: dict) -> bool:
+    """Is the student's departure from the reference the model's, not a smaller one of its own?
+
+    The model tolerance lets rounding through; a slip whose own effect is that small (an epsilon of
+    1e-8) would also swallow float32 noise. So the student must sit much closer to the model than
+    the model sits to the reference. A large effect needs no check: agreeing within the model
+    tolerance already puts the student that close.
+    """
+    effect = _effect(model, want)
+    if effect == 0.0 or effect > 1e-3:
+        return True
+    for name, part in model.items():
+        got, ref = actual[name], want[name]
+        if isinstance(part, np.ndarray) and part.shape == ref.shape == got.shape:
+            finite = np.isfinite(part) & np.isfinite(ref) & np.isfinite(got)
+            if finite.any() and np.max(np.abs(got - part)[finite]) > 0.1 * effect:
+                return False
+    return True
+
+
 @dataclass
 class _Candidate:
     """One misconception model, and what the step's calls say about it."""
 
-    code: str
+    codes: tuple[str, ...]
+    """One code per slip in the composition."""
     model: Callable
     carried: bool
     """An earlier step's diagnosis, carried through the reference's own calls to this step's function."""
     explains: set = field(default_factory=set)
     """Failing calls (by index) that the model reproduces: the same wrong value, or the same exception."""
     values: int = 0
-    """How many of those are wrong values (not exceptions)."""
+    """How many of those are wrong values, or exceptions with the student's very message."""
     contradicted: bool = False
     """A call the student got right, where the model would not have."""
     key: tuple = ()
@@ -317,21 +380,36 @@ class _Candidate:
 
 # An earlier step with one of these (or failing with no code at all) returns values no model
 # describes; a step built on it can then match one of its own models only by coincidence.
-_UNMODELLED_VALUES = {"wrong-shape", "non-finite", "hard-coded", "low-precision"}
+_UNMODELLED_VALUES = {"wrong-shape", "non-finite", "hard-coded"}
 
 
-def _candidates(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -> list[_Candidate]:
-    """The models worth trying on this step's calls of `fn`: earlier diagnoses first, then its own."""
+def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -> list[_Candidate]:
+    """Earlier steps' diagnoses, passed through the reference's own calls to `fn`."""
     found = []
     for used in failing_uses:
-        for code in earlier[used].diagnoses:
-            for used_fn in BY_ID[used].functions:
-                found += [_Candidate(code, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
-                          for own, model in diagnoses.MODELS.get(used_fn, ()) if own == code]
-    if any(not earlier[used].diagnoses or _UNMODELLED_VALUES & set(earlier[used].diagnoses)
-           for used in failing_uses):
-        return found
-    return found + [_Candidate(code, model, False, key=(fn, id(model))) for code, model in diagnoses.MODELS.get(fn, ())]
+        named = earlier[used].diagnoses
+        for used_fn in BY_ID[used].functions:
+            # Single slips in the order the earlier step named them, then its named compositions.
+            pool = [(codes, model) for code in named for codes, model in diagnoses.MODELS.get(used_fn, ())
+                    if codes == (code,)]
+            if len(named) > 1 and used_fn in diagnoses.PIPELINES:
+                pool += [(codes, model) for codes, _, model in diagnoses.models(used_fn, 2) if set(codes) <= set(named)]
+            found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
+                      for codes, model in pool]
+    return found
+
+
+def _own_allowed(failing_uses: list[str], earlier: dict[str, StepResult]) -> bool:
+    """May the step's own models be tried? Not when an earlier failing step returns unmodelled values."""
+    return not any(not earlier[used].diagnoses or _UNMODELLED_VALUES & set(earlier[used].diagnoses)
+                   for used in failing_uses)
+
+
+def _own(fn: str, depth: int) -> list[_Candidate]:
+    if fn not in diagnoses.PIPELINES:
+        return []
+    return [_Candidate(codes, model, False, key=(fn, depth, n))
+            for n, (codes, _, model) in enumerate(diagnoses.models(fn, depth))]
 
 
 _CARRIED: dict[tuple, Callable] = {}
@@ -345,8 +423,8 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 
 
 # A model's value on a hidden call depends on nothing but the call, so across a class it is
-# computed once: (model key, id(call)) -> (call, canonical value or None, exception name or None,
-# whether it differs from the reference). The call is kept in the entry so its id stays unique.
+# computed once: (model key, id(call)) -> (call, canonical value or None, (exception name, message)
+# or None, whether it differs from the reference). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
 
@@ -358,37 +436,51 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     try:
         with np.errstate(all="ignore"):
             raw, error = candidate.model(*call.args), None
+    except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
+        _MODEL_VALUES[key] = (call, want, None, False)
+        return want, None, False
     except Exception as exc:  # the model fails where the misconception would: evidence too
-        raw, error = None, type(exc).__name__
+        message = str(exc)
+        raw, error = None, (type(exc).__name__, message[:300] + "…" if len(message) > 300 else message)
     value = None
     if error is None:
-        if RETURNS[call.fn][0] == "facts":
-            value = raw if isinstance(raw, dict) else None
+        if RETURNS[call.fn][0] == "facts":  # the facts a slip gets wrong, the reference's for the rest
+            value = {**want, **raw} if isinstance(raw, dict) else None
         else:
             try:
                 value = canonical(call.fn, raw)
             except WrongType:
                 value = None
-    differs = value is not None and not _agrees_canonical(want, value)
-    _MODEL_VALUES[key] = (call, value, error, differs)
-    return value, error, differs
+    # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
+    differs = value is not None and bool(differences(value, want, False, describe=False))
+    entry = (call, value, error, differs)
+    _MODEL_VALUES[key] = entry  # one assignment: grading threads share this cache
+    return entry[1:]
 
 
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict]) -> None:
-    """Run the model on every call of one function that returned or raised, and tally the evidence."""
-    for index, (call, verdict, want) in enumerate(zip(calls, verdicts, expected)):
+    """Run the model on every call of one function that returned or raised, and tally the evidence.
+
+    Passing calls come first: one the model gets wrong rejects it, and ends the weighing.
+    """
+    for index in sorted(range(len(calls)), key=lambda i: verdicts[i].kind != "ok"):
+        call, verdict, want = calls[index], verdicts[index], expected[index]
         if verdict.kind not in ("ok", "mismatch", "raised"):
             continue
         value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "raised":
-            if error is not None and error == verdict.raised:
+            if error is not None and error[0] == verdict.raised:
                 candidate.explains.add(index)
+                # The same message too (the same operation on the same shapes) is as good as a value.
+                candidate.values += bool(verdict.raised_message) and error[1] == verdict.raised_message
             continue
         if verdict.kind == "ok":  # the student matched the reference: the model must too
-            candidate.contradicted |= differs or error is not None
+            if differs or error is not None:
+                candidate.contradicted = True
+                return
             continue
         agrees = None if error or value is None else _agrees_canonical(verdict.actual, value)
-        if agrees and differs:
+        if agrees and differs and _accounts_for(verdict.actual, value, want):
             candidate.explains.add(index)
             candidate.values += 1
 
@@ -398,35 +490,97 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     """The misconception codes that account for the step's failing calls, and which calls they cover.
 
     A model is accepted when it reproduces at least half the failing calls and contradicts none
-    that passed; it must reproduce at least one wrong value, unless it carries an earlier step's
-    diagnosis. Of the accepted, the fewest that cover the failures are kept, earlier diagnoses
+    that passed; it must reproduce at least one wrong value (or an exception, message and all),
+    unless it carries an earlier step's diagnosis. Of the accepted, the fewest that cover the failures are kept, earlier diagnoses
     preferred: one mistake gets one explanation even where two models happen to agree.
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
     if not failing:
         return [], set()
     accepted = []
-    for fn in dict.fromkeys(call.fn for call in calls):
-        indexes = [i for i, call in enumerate(calls) if call.fn == fn]
-        to_explain = {i for i in indexes if i in failing}
-        for candidate in _candidates(fn, failing_uses, earlier):
-            if not candidate.carried and to_explain <= {i for c in accepted if c.carried for i in c.explains}:
-                break  # earlier diagnoses already explain every failure: no model of its own can win
-            _weigh(candidate, [calls[i] for i in indexes], [verdicts[i] for i in indexes],
-                   [expected[i] for i in indexes])
-            candidate.explains = {indexes[i] for i in candidate.explains}
-            if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
-                    and 2 * len(candidate.explains) >= len(failing)):
-                accepted.append(candidate)
+    own = _own_allowed(failing_uses, earlier)
+    fns = list(dict.fromkeys(call.fn for call in calls))
+    for depth in (1, 2):
+        for fn in fns:
+            indexes = [i for i, call in enumerate(calls) if call.fn == fn]
+            to_explain = {i for i in indexes if i in failing}
+            if depth == 1:
+                candidates = _carried(fn, failing_uses, earlier) + (_own(fn, 1) if own else [])
+            else:
+                candidates = _screened(fn, indexes, calls, verdicts, expected, covered) if own else []
+            for candidate in candidates:
+                if not candidate.carried and to_explain <= {i for c in accepted if c.carried for i in c.explains}:
+                    break  # earlier diagnoses already explain every failure: no model of its own can win
+                _weigh(candidate, [calls[i] for i in indexes], [verdicts[i] for i in indexes],
+                       [expected[i] for i in indexes])
+                candidate.explains = {indexes[i] for i in candidate.explains}
+                if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
+                        and 2 * len(candidate.explains) >= len(failing)):
+                    accepted.append(candidate)
+        covered = {i for c in accepted for i in c.explains}
+        if set(failing) <= covered:
+            break  # the search goes one slip deeper only for wrong values no single slip explains
+    named = {code for used in failing_uses for code in earlier[used].diagnoses}
     codes, covered = [], set()
-    while accepted:
-        best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried))
+    while accepted:  # most failures covered; then carried; then fewest slips; then most codes named earlier
+        best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried, -len(c.codes),
+                                            len(named & set(c.codes))))
         if not best.explains - covered:
             break
         covered |= best.explains
-        if best.code not in codes:
-            codes.append(best.code)
+        codes += [code for code in best.codes if code not in codes]
     return codes, covered
+
+
+def _shapes(value: dict | None) -> tuple | None:
+    if value is None:
+        return None
+    return tuple(part.shape if isinstance(part, np.ndarray) else None for part in value.values())
+
+
+def _transposed(shapes: tuple) -> tuple:
+    """The shapes with each array's last two axes swapped, as a transposing slip would leave them."""
+    return tuple(None if shape is None else shape[:-2] + shape[-2:][::-1] for shape in shapes)
+
+
+def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+              covered: set) -> list:
+    """The compositions of two slips worth weighing on every call: those that reproduce one wrong value.
+
+    The probe is the first call with a wrong value that no single slip explained. A composition is
+    pruned before it is run: when neither of its slips alone changes the probe's value; by shape,
+    when the student's shapes are the reference's and exactly one of its slips changes them, or
+    when they are not and neither slip alone gives them (or their transpose). Single slips' values
+    on the probe come from the depth-1 pass, and every value is cached per call.
+    """
+    probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
+    if probe is None:
+        return []
+    call, want, got = calls[probe], expected[probe], verdicts[probe].actual
+    reference, student = _shapes(want), _shapes(got)
+    choice_shape, shows = {}, set()
+    for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
+        value, error, differs = _model_value(candidate, call, want)
+        choice_shape[choice[0]] = _shapes(value) if error is None else None
+        if differs or error is not None:
+            shows.add(choice[0])
+    survivors = []
+    for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
+        if not shows.intersection(choice):
+            continue  # neither slip changes this call alone: together they would not either
+        shapes = [choice_shape.get(part) for part in choice]
+        changed = [shape for shape in shapes if shape != reference]
+        # A slip that raises here alone says nothing of the pair's shape: such pairs are run.
+        if None not in shapes and student == reference and len(changed) == 1:
+            continue
+        if None not in shapes and student != reference \
+                and student not in changed + [_transposed(shape) for shape in changed]:
+            continue
+        candidate = _Candidate(codes, model, False, key=(fn, 2, n))
+        value, error, differs = _model_value(candidate, call, want)
+        if error is None and value is not None and differs and _agrees_canonical(got, value):
+            survivors.append(candidate)
+    return survivors
 
 
 def _counterexample_problems(matrix: np.ndarray) -> list[str]:
@@ -477,7 +631,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
 
     failing_uses = _failing_uses(step, status, flat, earlier)
     codes = [] if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses, earlier)
-    first = _first_failure(cases, verdicts)
+    first = _first_failure(cases, verdicts, "wrong-shape" in codes)
     shown, detail = (None, "")
     if first is not None:
         case, index, verdict = first
@@ -529,18 +683,15 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     codes += [code for code in models if code not in codes]
     unexplained = [v for i, v in enumerate(flat) if v.kind in ("mismatch", "raised") and i not in explained]
 
-    where = [c for c, case in enumerate(cases) for _ in case.calls]
-    large = {i for i, c in enumerate(where) if cases[c].kind == "large"}
-    normal_fine = all(v.kind == "ok" or i in explained for i, v in enumerate(flat) if i not in large)
     hidden = [c for c, case in enumerate(cases) if not case.public]
     hidden_wrong = [c for c in hidden if any(v.kind in ("mismatch", "wrong-type") for v in verdicts[c])]
     example_right = all(ok for case, ok in zip(cases, passed) if case.public)
     mismatched = [v for v in flat if v.kind == "mismatch"]
     derived = []
-    if any(flat[i].nonfinite and i not in explained for i in large) and normal_fine:
-        derived.append("unstable-softmax")
-    elif mismatched and not models and all(v.close for v in mismatched) and not any(v.kind == "raised" for v in flat):
-        derived.append("low-precision")  # every wrong value is right to about float32 precision
+    if (mismatched and not models and all(v.close for v in mismatched) and (any(v.float32 for v in mismatched)
+                 or any("low-precision" in earlier[used].diagnoses for used in failing_uses))
+            and not any(v.kind == "raised" for v in flat)):
+        derived.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
     elif example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1:
         derived.append("hard-coded")  # right on the example, wrong almost everywhere else
     else:
@@ -562,14 +713,19 @@ def _all_uses(step: Step) -> list[str]:
     return seen
 
 
-def _first_failure(cases, verdicts):
-    """The failing call to show: the public example first, then the first hidden one."""
+def _first_failure(cases, verdicts, wrong_shape: bool = False):
+    """The failing call to show: the public example first, then the first hidden one.
+
+    When the step is diagnosed `wrong-shape`, the call shown is one whose shape is wrong, so the
+    message never says "wrong shape" beside a call that returned the right one.
+    """
     order = sorted(range(len(cases)), key=lambda c: not cases[c].public)
     for c in order:
         for i, verdict in enumerate(verdicts[c]):
-            if not verdict.ok and verdict.kind not in ("skipped", "not-implemented"):
+            if (not verdict.ok and verdict.kind not in ("skipped", "not-implemented")
+                    and (verdict.shape or not wrong_shape)):
                 return cases[c], i, verdict
-    return None
+    return _first_failure(cases, verdicts) if wrong_shape else None
 
 
 def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]]) -> list[StepResult]:

@@ -276,11 +276,14 @@ def check_value(obj, blob_len, offset=0, depth=0):
         dtype, shape, n = obj.get("dtype"), obj.get("shape"), obj.get("n")
         if dtype not in DTYPES or type(shape) is not list or len(shape) > 32 or type(n) is not int:
             _fail("an array with an unsupported description")
-        count = 1
+        count = volume = 1
         for size in shape:
-            if type(size) is not int or size < 0:
+            if type(size) is not int or not 0 <= size < 1 << 31:
                 _fail("an array with an invalid shape")
             count *= size
+            volume *= max(size, 1)  # numpy refuses a shape whose other sides are vast, even when empty
+        if volume > MAX_VALUE_BYTES:
+            _fail("an array with an invalid shape")
         if count * int(dtype[2:]) != n or n > blob_len - offset:
             _fail("an array whose data does not match its shape")
         return offset + n

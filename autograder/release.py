@@ -29,6 +29,7 @@ from functools import cached_property
 from pathlib import Path
 
 import nbformat
+import numpy as np
 from nbformat import v4
 
 from autograder.steps import ANSWERS, STEPS, Step
@@ -111,7 +112,7 @@ each step against the chapter's worked example (Example 15.1: the positions red,
 | `attention_head.ipynb` | the notebook: a short lesson per step, your code, a check after each step, and a heatmap of your weights |
 | `attention_head.py` | the same functions as a plain module, for working in an editor; the written answers are the strings `ANSWER_1` to `ANSWER_5` at its end |
 | `test_attention_head.py`, `conftest.py`, `public_checks.py`, `pytest.ini` | the local self-check |
-| `chapter_example.json`, `steps.json` | the example's values and the list of steps the self-check reads |
+| `chapter_example.json`, `steps.json` | the example's values, what each known mistake returns on it, and the list of steps the self-check reads |
 
 Work in either the notebook or the module. Leave the self-check files as they are.
 
@@ -487,10 +488,11 @@ def build_release(sources: Sources | None = None) -> dict[str, bytes]:
         "answers": [{"name": name, "question": question} for name, question in ANSWERS],
     }
     rows = "\n".join(f"| `{s.id}` | {s.title} | {s.section} | {s.points:g} |" for s in STEPS)
+    example = {key: sources.data[key] for key in EXAMPLE_KEYS}
     texts = {
         "attention_head.py": sources.stub,
         "attention_head.ipynb": notebook_text(notebook_cells("student", sources)),
-        "chapter_example.json": _json({key: sources.data[key] for key in EXAMPLE_KEYS}),
+        "chapter_example.json": _json({**example, "slips": example_slips(example, step_table)}),
         "steps.json": _json(step_table),
         "README.md": README.format(steps=rows),
         "pytest.ini": PYTEST_INI,
@@ -498,6 +500,131 @@ def build_release(sources: Sources | None = None) -> dict[str, bytes]:
     for name in PUBLIC_FILES:
         texts[name] = (PUBLIC / name).read_text(encoding="utf-8")
     return {name: text.encode("utf-8") for name, text in sorted(texts.items())}
+
+
+def _plain(value):
+    """A model's value as JSON data: arrays as nested lists, tuples as lists, numbers to 10 digits
+    (the self-check matches them to 1e-6)."""
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    return float(f"{float(value):.10g}") if isinstance(value, (np.floating, float)) else value
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    try:
+        x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    except (TypeError, ValueError):
+        return isinstance(b, list) and len(a) == len(b) and all(_same(p, q) for p, q in zip(a, b))
+    return x.shape == y.shape and bool(np.allclose(x, y, rtol=1e-9, atol=1e-9, equal_nan=True))
+
+
+def _public_calls(example: dict, step_table: dict) -> dict[str, list[tuple[str, tuple]]]:
+    """Every call the public checks make, step by step, when the functions are the reference's."""
+    import copy
+    import importlib.util
+    import inspect
+    import tempfile
+
+    from solutions import attention_head as reference
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "chapter_example.json").write_text(_json(example), encoding="utf-8")
+        (Path(folder) / "steps.json").write_text(_json(step_table), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location("qkv_release_public_checks", PUBLIC / "public_checks.py")
+        checks = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = checks  # dataclasses look their module up there
+        try:
+            spec.loader.exec_module(checks)
+        finally:
+            del sys.modules[spec.name]
+        checks.HERE = Path(folder)
+        calls: dict[str, list] = {}
+
+        def recorded(step_id, name, function):
+            def call(*args, **kwargs):
+                bound = inspect.signature(function).bind(*args, **kwargs)
+                bound.apply_defaults()
+                calls[step_id].append((name, copy.deepcopy(tuple(bound.args))))
+                return function(*args, **kwargs)
+            return call
+
+        for step in STEPS:
+            calls[step.id] = []
+            names = {name for name, value in vars(reference).items() if inspect.isfunction(value)}
+            outcome = checks.run_step(step.id, {name: recorded(step.id, name, getattr(reference, name))
+                                                for name in names})
+            if outcome.status != "passed":
+                raise ReleaseError(f"the reference fails its own public check {step.id}: {outcome.message}")
+    return calls
+
+
+def _single_slips(step: Step, name: str):
+    """The single slips a check's call of `name` can show: its own, and those of the earlier steps it
+    builds on, reached through the reference's own calls as the hidden grader carries them."""
+    from autograder import diagnoses
+    from autograder.steps import BY_ID
+
+    yield from diagnoses.MODELS.get(name, ())
+    used, seen = list(step.uses), set()
+    while used:
+        earlier = BY_ID[used.pop(0)]
+        if earlier.id in seen:
+            continue
+        seen.add(earlier.id)
+        used += earlier.uses
+        for function in earlier.functions:
+            if function != name:
+                for codes, model in diagnoses.MODELS.get(function, ()):
+                    yield codes, diagnoses.through_reference(name, function, model)
+
+
+def example_slips(example: dict, step_table: dict) -> dict:
+    """For every call each public check makes, what each single slip returns (or raises) there,
+    where that differs from the reference; with each code's explanation in the hidden grader's
+    words. The self-check names a mistake by matching these, so no model ships with it."""
+    import warnings
+
+    from autograder import diagnoses, feedback
+    from solutions import attention_head as reference
+
+    found, calls = {}, _public_calls(example, step_table)
+    for step in STEPS:
+        entries, codes = [], []
+        for name, args in calls[step.id]:
+            want = _plain(getattr(reference, name)(*args))
+            slips = []
+            for model_codes, model in _single_slips(step, name):
+                try:
+                    with np.errstate(all="ignore"), warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        value = model(*args)
+                except diagnoses.Inapplicable:
+                    continue
+                except Exception as error:  # the slip raises here: its exception is what to match
+                    slip = {"codes": list(model_codes), "raises": f"{type(error).__name__}: {error}"}
+                else:
+                    value = _plain({**want, **value} if isinstance(want, dict) and isinstance(value, dict) else value)
+                    if _same(value, want):
+                        continue
+                    slip = {"codes": list(model_codes), "value": value}
+                if not any(old["codes"] == slip["codes"] and old.get("raises") == slip.get("raises")
+                           and ("value" not in slip or _same(old.get("value"), slip["value"])) for old in slips):
+                    slips.append(slip)
+                    codes += [code for code in model_codes if code not in codes]
+            entries.append({"function": name, "slips": slips})
+        found[step.id] = {"calls": entries,
+                          "explanations": {code: "\n".join(feedback.diagnosis_lines([code], step)) for code in codes}}
+    return found
 
 
 def drift(files: dict[str, bytes], folder: Path) -> list[str]:

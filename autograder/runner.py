@@ -70,26 +70,30 @@ class Run:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A plan encoded once, to be sent to many submissions."""
+    """A plan encoded once, to be sent to many submissions: each call as a ready frame."""
 
     plan_json: bytes
+    """Per step, the (offset, length) of each call's frame in `blob`: no argument values."""
     blob: bytes
+    """Every call's frame, one after another: its step, call, function name and arguments."""
     counts: tuple[int, ...]
     id: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Prepared:
-    job_plan, blobs, offset = [], [], 0
-    for step_id, calls in plan:
-        encoded_calls = []
-        for name, args in calls:
+    steps, frames, offset = [], [], 0
+    for step_index, (_step_id, calls) in enumerate(plan):
+        places = []
+        for call_index, (name, args) in enumerate(calls):
             parts: list[bytes] = []
             encoded = protocol.encode(list(args), parts, [0])
-            encoded_calls.append({"fn": name, "args": encoded, "offset": offset})
-            blobs.extend(parts)
-            offset += sum(len(part) for part in parts)
-        job_plan.append({"step": step_id, "calls": encoded_calls})
-    return Prepared(json.dumps(job_plan, separators=(",", ":")).encode(), b"".join(blobs),
+            frame = protocol.pack({"step": step_index, "call": call_index, "fn": name, "args": encoded},
+                                  b"".join(parts))
+            places.append([offset, len(frame)])
+            frames.append(frame)
+            offset += len(frame)
+        steps.append(places)
+    return Prepared(json.dumps(steps, separators=(",", ":")).encode(), b"".join(frames),
                     tuple(len(calls) for _, calls in plan))
 
 
@@ -197,7 +201,7 @@ class Worker:
         job = next(_jobs)
         frames = []
         if self._plan_id != prepared.id:  # the worker keeps the plan it was last sent, decoded
-            frames.append(protocol.pack_raw(b'{"plan_id":"%s","plan":' % prepared.id.encode() + prepared.plan_json
+            frames.append(protocol.pack_raw(b'{"plan_id":"%s","steps":' % prepared.id.encode() + prepared.plan_json
                                             + b"}", prepared.blob))
             self._plan_id = prepared.id
         head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
@@ -273,7 +277,11 @@ class Worker:
             used += len(blob)
             if used > protocol.MAX_JOB_BYTES:
                 raise protocol.ProtocolError("more array data than a submission may return")
-            run.outcomes[step][call] = Outcome(value=protocol.decode(obj["value"], blob), output=output)
+            try:
+                value = protocol.decode(obj["value"], blob)
+            except (ValueError, TypeError, MemoryError):
+                raise protocol.ProtocolError("an array numpy cannot build")
+            run.outcomes[step][call] = Outcome(value=value, output=output)
 
 
 def default_jobs() -> int:

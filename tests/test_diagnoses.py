@@ -1,16 +1,21 @@
 """Every diagnosis code is found on the right steps, and nowhere else, from real graded runs.
 
-Each submission in tests/submissions is the reference with one misconception or fault; the whole
+Each submission in tests/submissions is the reference with one misconception or fault, or a
+realistic mistake or unusual correct solution written as a student would (realistic.py); the whole
 set is graded in one real `qkv-grade FOLDER --format json` run per seed (sandboxed workers, real
 processes), and every step of every result is checked: the listed steps carry exactly the listed
 codes, every other step passes with none. Correct variants of the reference get full marks.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from autograder.diagnoses import CODES
 from autograder.steps import STEP_IDS
+from submissions.realistic import MISTAKES, UNNAMED, UNUSUAL
 from submissions.variants import CORRECT, WRONG, graded
 
 SEEDS = (7, 2024)
@@ -34,19 +39,29 @@ def test_every_contract_code_is_still_defined():
     assert set(CONTRACT_CODES) <= set(CODES)
 
 
+def test_the_readme_table_lists_every_code():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z0-9_-]+)` \|", readme, flags=re.M))
+    assert set(CODES) <= listed
+
+
 # Codes no module can show, with the test that shows them instead.
 NOT_FROM_A_MODULE = {"unreadable"}  # a file that is not a submission at all: tests/test_cli.py
 
 
+ALL_WRONG = {**WRONG, **MISTAKES}
+ALL_CORRECT = {**CORRECT, **UNUSUAL}
+
+
 def test_every_code_has_a_test_submission_that_shows_it():
-    shown = {code for submission in WRONG.values() for codes in submission.expected.values() for code in codes}
+    shown = {code for submission in ALL_WRONG.values() for codes in submission.expected.values() for code in codes}
     assert shown | NOT_FROM_A_MODULE == set(CODES)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", sorted(WRONG))
+@pytest.mark.parametrize("name", sorted(ALL_WRONG))
 def test_a_wrong_submission_gets_exactly_its_codes_on_exactly_its_steps(name, seed):
-    submission = WRONG[name]
+    submission = ALL_WRONG[name]
     steps = _steps(graded(seed)[name])
     assert list(steps) == list(STEP_IDS)
     got = {sid: step["diagnoses"] for sid, step in steps.items() if step["diagnoses"] or step["status"] != "passed"}
@@ -61,7 +76,7 @@ def test_a_wrong_submission_gets_exactly_its_codes_on_exactly_its_steps(name, se
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", sorted(CORRECT))
+@pytest.mark.parametrize("name", sorted(ALL_CORRECT))
 def test_a_correct_variant_gets_full_marks_and_no_code(name, seed):
     result = graded(seed)[name]
     failing = {step["id"]: step["feedback"] for step in result["steps"] if step["status"] != "passed"}
@@ -85,3 +100,62 @@ def test_an_exception_the_misconception_explains_is_not_reported_as_a_crash():
     for name in ("keys_not_transposed", "values_first", "batch_keys_dot_T"):
         steps = _steps(graded(SEEDS[0])[name])
         assert not any("crashed" in step["diagnoses"] for step in steps.values()), name
+
+
+def test_the_realistic_mistakes_cover_every_step_and_nine_in_ten_are_named():
+    assert len(MISTAKES) >= 40
+    assert {step for submission in MISTAKES.values() for step in submission.expected} == set(STEP_IDS)
+    shown = [(name, step) for name, submission in MISTAKES.items() for step in submission.expected]
+    named = [(name, step) for name, step in shown if MISTAKES[name].expected[step]]
+    assert len(named) >= 0.9 * len(shown), sorted(set(shown) - set(named))
+    assert len(UNNAMED) <= 0.1 * len(MISTAKES)
+    assert len(ALL_CORRECT) - len(CORRECT) >= 15
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_wrong_shape_is_said_only_beside_a_call_whose_shape_is_wrong(seed):
+    results = graded(seed)
+    flagged = 0
+    for name, result in results.items():
+        for step in result["steps"]:
+            shape_wrong_shown = " has shape " in step["feedback"]
+            if "wrong-shape" in step["diagnoses"]:
+                flagged += 1
+                assert shape_wrong_shown, (name, step["feedback"])
+            # a misconception that transposes or reorders is named for what it is, not as a shape
+            if name in MISTAKES and MISTAKES[name].expected.get(step["id"]):
+                assert "wrong-shape" not in step["diagnoses"], (name, step["id"])
+    assert flagged, "no submission is diagnosed wrong-shape: the assertion above would be vacuous"
+
+
+def test_a_wrong_predicate_is_told_which_property_failed_without_the_hidden_matrix():
+    feedback = _steps(graded(SEEDS[0])["predicate_only_non_negative"])["ex2_row_normalization"]["feedback"]
+    assert "It returned True, but the matrix is not valid attention weights: not every row sums to one " \
+           "within 1e-9." in feedback
+    assert "value is" not in feedback
+    feedback = _steps(graded(SEEDS[0])["predicate_any_ndim"])["ex2_row_normalization"]["feedback"]
+    assert "not a 2-D matrix" in feedback
+
+
+def test_a_softmax_epsilon_is_not_called_low_precision():
+    for step in graded(SEEDS[0])["softmax_epsilon"]["steps"]:
+        assert "low-precision" not in step["diagnoses"]
+        assert "float32" not in step["feedback"]
+
+
+def test_a_global_max_softmax_fails_its_own_step_and_is_not_called_overflow():
+    steps = _steps(graded(SEEDS[0])["softmax_global_max"])
+    assert steps["softmax"]["status"] == "partial"
+    for sid in ("softmax", "attention", "head"):
+        assert steps[sid]["diagnoses"] == ["global-max-subtracted"]
+        assert "overflow" not in steps[sid]["feedback"]
+
+
+def test_every_single_slip_and_a_sample_of_pairs_from_the_grammar_is_named_wherever_it_shows():
+    from submissions import grammar
+
+    choices = grammar.singles() + grammar.sample(grammar.pairs(), 40, seed=SEEDS[0])
+    verdicts = grammar.judge(choices, SEEDS[0])
+    assert {v.step for v in verdicts} == set(STEP_IDS)  # the corpus reaches every step
+    assert [v for v in verdicts if v.kind == "missed"] == []
+    assert sum(v.kind == "exact" for v in verdicts) >= 0.9 * len(verdicts)

@@ -44,7 +44,7 @@ contributing keys, so every receiving position gets a unit-total mixture.
 
 def test_a_column_normalized_softmax_is_explained_on_the_example():
     assert step_feedback("column_normalized", "softmax") == """\
-Normalize each receiving row: 1 of 8 cases pass.
+Normalize each receiving row: 1 of 9 cases pass.
 Called softmax_rows(s [3, 3]) on the chapter's example.
 """ + COLUMN_NORMALIZED_WEIGHTS + """\
   Where to look: The softmax runs along the last axis: `axis=-1, keepdims=True` for the maximum and \
@@ -56,7 +56,7 @@ finite even for scores in the thousands. Reread §15.3."""
 def test_a_composite_step_names_the_earlier_wrong_step_first_and_does_not_repeat_its_advice():
     assert step_feedback("column_normalized", "attention") == """\
 Your `softmax` step is wrong (see above); this step uses it, so fix that first.
-Scaled dot-product attention: 1 of 7 cases pass.
+Scaled dot-product attention: 1 of 8 cases pass.
 Called attention(q [3, 2], k [3, 2], v [3, 2]) on the chapter's example.
 o: mismatched elements: 6 / 6 (100%)
   at [0, 0]: got 0.726089, expected 1.40111
@@ -107,7 +107,7 @@ The task: Divide every score by the square root of the query/key width d_k. Rere
 def test_a_step_built_on_an_unwritten_step_says_to_write_that_first():
     assert step_feedback("scores_not_written", "attention") == """\
 Your `scores` step is not implemented yet; this step uses it, so write that first.
-Scaled dot-product attention: 0 of 7 cases pass.
+Scaled dot-product attention: 0 of 8 cases pass.
 The task: Chain the score, scale, softmax and mix steps, reading d_k from the queries. Reread §15.4."""
 
 
@@ -213,3 +213,54 @@ def test_a_composite_step_whose_earlier_step_is_wrong_says_so_first():
             assert first.startswith("Your `") and "this step uses" in first, (name, step["id"], first)
         elif not built_on:
             assert not first.startswith("Your `"), (name, step["id"], first)
+
+
+# ------------------------------------------------------------------ the self-check ---------------
+
+def _public_checks():
+    """The released self-check module, loaded from assignments/attention_head/ as students have it."""
+    import importlib.util
+    import sys
+
+    path = AUTOGRADER.parent / "assignments" / "attention_head" / "public_checks.py"
+    spec = importlib.util.spec_from_file_location("released_public_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example():
+    """Wherever the hidden grader names a misconception on a step whose example case fails, the
+    student's own check of that step, on the same submission, names it in the same words."""
+    from autograder.diagnoses import SLIPS
+    from submissions.variants import everything
+
+    checks = _public_checks()
+    slip_codes = {slip.code for slip in SLIPS}
+    compared, missed = 0, []
+    for name, submission in everything().items():
+        codes = {code for step_codes in submission.expected.values() for code in step_codes}
+        if not codes or not codes <= slip_codes:
+            continue  # faults and probes: no module of ours to run in this process
+        namespace = {"__name__": "attention_head"}
+        exec(compile(submission.text(), f"{name}.py", "exec"), namespace)
+        for step in graded(SEED)[name]["steps"]:
+            # One slip, shown on the example; low-precision is judged from float32-sized errors,
+            # which the example's few numbers cannot show reliably.
+            named = set(step["diagnoses"]) & slip_codes - {"low-precision"}
+            if len(step["diagnoses"]) != 1 or not named or "on the chapter's example" not in step["feedback"]:
+                continue
+            outcome = checks.run_step(step["id"], namespace)
+            if outcome.status == "passed":
+                continue  # the self-check's calls differ from the grader's here (batch: X and 2X)
+            compared += 1
+            message = outcome.message
+            said = {code for code in named if f"[{code}] " in message}
+            if not said:
+                missed.append((name, step["id"], sorted(named)))
+                continue
+            explanation = "\n".join(feedback.diagnosis_lines(sorted(said)[:1], BY_ID[step["id"]]))
+            assert explanation in message, (name, step["id"])
+    assert compared > 100
+    assert missed == [], "\n".join(map(str, missed))

@@ -320,3 +320,31 @@ def test_writing_outside_the_scratch_folder_is_refused(tmp_path):
     feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
     assert "wrote=[] cwd_is_scratch=True" in feedback, feedback
     assert not target.exists()
+
+
+def test_a_submission_cannot_start_threads_or_touch_other_processes_limits_or_priority(tmp_path):
+    require_sandbox()
+    probe = '''    import os, resource, threading
+    tried = []
+    try:
+        threading.Thread(target=lambda: None).start()
+        tried.append("thread started")
+    except RuntimeError:
+        tried.append("thread refused")
+    for name, attempt in (("prlimit", lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (3, 3))),
+                          ("renice", lambda: os.setpriority(os.PRIO_PGRP, 0, 19)),
+                          ("idle", lambda: os.sched_setscheduler(os.getppid(), os.SCHED_IDLE, os.sched_param(0)))):
+        try:
+            attempt()
+            tried.append(name + " done")
+        except OSError:
+            tried.append(name + " refused")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))  # its own limits stay its own business
+    raise RuntimeError("tried: " + ", ".join(tried))
+'''
+    (tmp_path / "a.py").write_text(in_facts(probe))
+    (tmp_path / "b.py").write_text(reference_source())
+    results = grade_json(tmp_path, *FAST, "--jobs", "1", "--out", str(tmp_path / "out"))
+    feedback = steps_by_id(results[0])["ex4_shapes"]["feedback"]
+    assert "tried: thread refused, prlimit refused, renice refused, idle refused" in feedback, feedback
+    assert results[1]["score"] == 100.0

@@ -20,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import release
-from autograder.steps import ANSWERS, STEP_IDS, STEPS
+from autograder import feedback, release
+from autograder.steps import ANSWERS, BY_ID, STEP_IDS, STEPS
 
 ROOT, RELEASE, REFERENCE, DATA = release.ROOT, release.RELEASE, release.REFERENCE, release.DATA
 ANSWER_NAMES = [name for name, _ in ANSWERS]
@@ -354,6 +354,23 @@ def test_a_column_normalized_softmax_fails_with_the_call_the_expected_weights_an
     assert "shape (3, 3)" in message.splitlines()[1]  # and the shape first
     assert run.steps()["scores"][0] == "passed"
     assert re.search(r"attention .*it builds on softmax", run.summary)
+    # The mistake is named as the hidden grader names it, in the same words.
+    named = "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"]))
+    assert named in message
+    assert named in run.steps()["attention"][1]  # the code cites its own section, §15.3
+
+
+def test_a_check_cell_names_the_mistake_in_the_hidden_graders_words(tmp_path):
+    folder = released_copy(tmp_path)
+    notebook = json.loads((folder / "attention_head.ipynb").read_text(encoding="utf-8"))
+    cells = {cell["id"]: "".join(cell["source"]) for cell in notebook["cells"]}
+    script = "\n\n".join([cells["setup"], cells["check"], COLUMN_NORMALIZED, cells["check-softmax"]])
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=folder, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "AssertionError: softmax: Called softmax_rows(S)" in result.stderr
+    assert "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"])) in result.stderr
 
 
 def test_a_wrong_type_or_a_changed_argument_is_explained_as_such(tmp_path):

@@ -7,7 +7,9 @@ is no attention_head.py; the notebook's check cells call `check` directly. Passi
 sign, not a grade: the hidden graders try other shapes, large scores, batches and other situations.
 
 The step list (ids, titles, chapter sections, functions) comes from steps.json and the example's
-values from chapter_example.json, both next to this file.
+values from chapter_example.json, both next to this file. That file also holds, for each call a
+check makes, what each known mistake returns on the example; when a wrong value matches one, the
+message names the mistake in the same words as the hidden graders.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ NOTEBOOK = "attention_head.ipynb"
 GRADED_CELL_ROLES = ("setup", "solution")  # the notebook cells a grader runs; the others it skips
 ATOL = 1e-9  # absolute tolerance of every comparison
 SHOWN_MISMATCHES = 5  # how many differing elements a message lists
+SLIP_RTOL, SLIP_ATOL = 1e-6, 1e-8  # how closely a wrong value must match a known mistake's
 
 
 # --- what the checks read -----------------------------------------------------------------------
@@ -65,6 +68,13 @@ def answer_names() -> tuple[str, ...]:
     """The module-level strings that hold the written answers in a .py submission."""
     table = json.loads((HERE / "steps.json").read_text(encoding="utf-8"))
     return tuple(row["name"] for row in table["answers"])
+
+
+@functools.cache
+def known_mistakes() -> dict:
+    """For each step: per call of its check, what each known mistake returns; and their explanations."""
+    data = json.loads((HERE / "chapter_example.json").read_text(encoding="utf-8"))
+    return data.get("slips", {})
 
 
 @functools.cache
@@ -104,6 +114,16 @@ class _NotImplemented(_Problem):
     status = "not_implemented"
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """Stands for a call that raised instead of returning."""
+    error: str
+    """"Type: message", as a known mistake's entry gives it."""
+
+
+_returned: list = []  # what each call of the running check returned (or raised), in order
+
+
 # --- calling the student's code -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -133,10 +153,13 @@ def _call(namespace: dict, name: str, *args: _Arg):
     try:
         result = function(*positional, **keywords)
     except NotImplementedError:
+        _returned.append(_Raised("NotImplementedError"))
         raise _NotImplemented(f"calling {call} raised NotImplementedError: {name}, or a function "
                               f"it calls, is still a stub.") from None
     except (Exception, SystemExit) as error:
+        _returned.append(_Raised(f"{type(error).__name__}: {error}"))
         raise _Problem(f"Called {call}; it raised {_error_text(error)}.") from None
+    _returned.append(result)
     for arg, value in zip(args, given):
         if not _unchanged(arg.value, value):
             raise _Problem(f"Called {call}; it changed its argument {arg.label.split('=')[0]}. "
@@ -465,14 +488,54 @@ def run_step(step_id: str, namespace: dict) -> Outcome:
     if step_id not in CHECKS:
         return Outcome(step_id, "failed", f"{step_id}: the public checks have no check for this "
                                           f"step.")
+    _returned.clear()
     try:
         CHECKS[step_id](namespace, example())
     except _NotImplemented as problem:
         return Outcome(step_id, problem.status,
                        f"{step_id}: not implemented yet: {problem}\n{reread}")
     except _Problem as problem:
-        return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{reread}")
+        named = _named_mistake(step_id)
+        return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{named}{reread}")
     return Outcome(step_id, "passed", "")
+
+
+def _named_mistake(step_id: str) -> str:
+    """The known mistakes whose value on the example the last call returned, explained; or ""."""
+    known = known_mistakes().get(step_id)
+    if not known or not _returned or len(_returned) > len(known["calls"]):
+        return ""
+    returned = _returned[-1]
+    codes = []
+    for slip in known["calls"][len(_returned) - 1]["slips"]:
+        if isinstance(returned, _Raised):  # the same exception, message and all
+            same = slip.get("raises") == returned.error
+        else:
+            same = "value" in slip and _agrees(returned, slip["value"])
+        if same:
+            codes += [code for code in slip["codes"] if code not in codes]
+    if not codes:
+        return ""
+    lines = ["This is a known mistake; the hidden graders call it:"]
+    lines += [known["explanations"][code] for code in codes]
+    return "\n".join(lines) + "\n"
+
+
+def _agrees(returned, value) -> bool:
+    """Does what the student returned equal a known mistake's value (JSON data) closely?"""
+    if isinstance(value, dict):
+        return isinstance(returned, dict) and all(key in returned and _agrees(returned[key], item)
+                                                  for key, item in value.items())
+    if isinstance(value, bool):
+        return isinstance(returned, (bool, np.bool_)) and bool(returned) == value
+    numeric = not (isinstance(returned, (bool, np.bool_, str, bytes)) or returned is None)
+    try:
+        got, want = np.asarray(returned, dtype=np.float64), np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):  # parts of different shapes: compare them one by one
+        return (isinstance(returned, (tuple, list)) and isinstance(value, list) and len(returned) == len(value)
+                and all(_agrees(part, item) for part, item in zip(returned, value)))
+    return numeric and got.shape == want.shape and bool(np.allclose(got, want, rtol=SLIP_RTOL, atol=SLIP_ATOL,
+                                                                    equal_nan=True))
 
 
 def empty_answers(namespace: dict) -> list[str]:

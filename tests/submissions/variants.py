@@ -187,7 +187,8 @@ WRONG: dict[str, Submission] = {
                               "wrong-shape"),
     "zero_output": _one("output = weights @ v", "output = np.zeros(v.shape[-1])", "ex1_zero_query", "zero-output"),
     "zero_query_divides_by_zero": _one("weights = softmax_rows(scale(k @ q, k.shape[-1]))",
-                                       "weights = (k @ q) / (k @ q).sum()", "ex1_zero_query", "non-finite"),
+                                       "weights = (k @ q) / (k @ q).sum()", "ex1_zero_query",
+                                       "not-exponentiated"),
     "accepts_column_stochastic": _one("a.sum(axis=1)", "a.sum(axis=0)", "ex2_row_normalization",
                                       "accepts-column-stochastic"),
     "predicate_exact_equality": _one("np.abs(a.sum(axis=1) - 1.0) <= 1e-9", "a.sum(axis=1) == 1.0",
@@ -263,11 +264,20 @@ CORRECT: dict[str, Submission] = {
 }
 
 
+def everything() -> dict[str, Submission]:
+    """Every submission here and in realistic.py, by name."""
+    from submissions.realistic import MISTAKES, UNUSUAL
+
+    found = {**WRONG, **CORRECT, **MISTAKES, **UNUSUAL}
+    assert len(found) == len(WRONG) + len(CORRECT) + len(MISTAKES) + len(UNUSUAL), "a name is used twice"
+    return found
+
+
 def write_all(folder: Path) -> dict[str, Submission]:
     """Write every submission as `<name>.py` into `folder`; returns them by file name."""
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
-    for name, submission in {**WRONG, **CORRECT}.items():
+    for name, submission in everything().items():
         (folder / f"{name}.py").write_text(submission.text())
         written[f"{name}.py"] = submission
     return written
@@ -287,5 +297,4 @@ def graded(seed: int) -> dict[str, dict]:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "qkv-test-submissions")
-    write_all(out)
-    print(f"{len(WRONG) + len(CORRECT)} submissions written to {out}/")
+    print(f"{len(write_all(out))} submissions written to {out}/")

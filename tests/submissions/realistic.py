@@ -1,0 +1,211 @@
+"""Realistic submissions: mistakes and unusual correct solutions as students write them.
+
+The one-misconception set in variants.py was written to match the models; these were written the
+other way round, as a student might type them, each a few lines changed in the reference. Each
+mistake lists the codes every affected step must carry; where the grader cannot name a mistake,
+the step's list is empty (`UNNAMED` collects those), and the coverage script counts it as missed. Each correct solution must get full marks on every step.
+"""
+from __future__ import annotations
+
+from submissions.variants import (ATTENTION_BODY, ATTENTION_ON, EXAMPLE, HEAD_RETURN, MIX_ON, QKV_ON, SCALE_ON, SCORES_ON,
+                      SOFTMAX_MAX, SOFTMAX_ON, SOFTMAX_SUM, Submission, _literal, _on, _one)
+
+Q_LINE = "    q = x @ w_q  # [T, d_in] @ [d_in, d_k] -> [T, d_k]\n"
+K_LINE = "    k = x @ w_k  # [T, d_in] @ [d_in, d_k] -> [T, d_k]\n"
+V_LINE = "    v = x @ w_v  # [T, d_in] @ [d_in, d_v] -> [T, d_v]\n"
+QKV_RETURN = "    return q, k, v\n"
+SCALE_LINE = "s = d / np.sqrt(d_k)  # [T, T]"
+MIX_LINE = "o = a @ v  #"
+ZERO_WEIGHTS = "weights = softmax_rows(scale(k @ q, k.shape[-1]))"
+ZERO_RETURN = "    return weights, output\n"
+PREDICATE_SUMS = "rows_sum_to_one = np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)"
+PREDICATE_RETURN = "return bool(np.all(a >= 0) and rows_sum_to_one)"
+PREDICATE_NDIM = "    if a.ndim != 2:\n        return False\n"
+COUNTER = ("    return np.array([[1.0, 1.0, 1.0],\n                     [0.0, 0.0, 0.0],\n"
+           "                     [0.0, 0.0, 0.0]])\n")
+SHIFT_ROWS = "v_new[list(rows)] += shift"
+CHANGE_ROWS = "moved = a[:, list(rows)].sum(axis=-1)"
+HEAD_ON = ("head", "batch", "ex5_intervention")
+
+MISTAKES: dict[str, Submission] = {
+    # -- §15.1 -------------------------------------------------------------------------------
+    "qkv_elementwise": Submission(((Q_LINE, "    q = x * w_q\n"), (K_LINE, "    k = x * w_k\n"),
+                                   (V_LINE, "    v = x * w_v\n")), _on(QKV_ON, "elementwise-product")),
+    "qkv_values_from_keys": _one(V_LINE, "    v = x @ w_k\n", QKV_ON, "swapped-roles"),
+    "qkv_rounded": _one(QKV_RETURN, "    return np.round(q, 4), np.round(k, 4), np.round(v, 4)\n", QKV_ON,
+                        "rounded-result"),
+    "head_without_projection": _one(HEAD_RETURN, "    return attention(x, x, x)\n", HEAD_ON, "no-projection"),
+    "head_values_from_queries": _one("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
+                                     "    q, k, v = project_qkv(x, w_q, w_k, w_q)", HEAD_ON, "swapped-roles"),
+    # -- §15.2 -------------------------------------------------------------------------------
+    "scores_np_dot_without_transpose": _one("d = q @ k_t  #", "d = np.dot(q, k)  #", SCORES_ON,
+                                            "keys-not-transposed"),
+    "scores_elementwise": _one("d = q @ k_t  #", "d = q * k  #", SCORES_ON, "elementwise-product"),
+    "attention_causal_mask": _one(
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
+        "    s = scale(scores(q, k), d_k)\n"
+        "    s = np.where(np.tril(np.ones(s.shape[-2:])) == 1, s, -np.inf)  # no peeking ahead\n"
+        "    a = softmax_rows(s)\n", ATTENTION_ON, "causal-mask"),
+    # -- §15.3: the divisor ------------------------------------------------------------------
+    "scale_floor_division": _one(SCALE_LINE, "s = d // np.sqrt(d_k)", SCALE_ON, "integer-division"),
+    "scale_by_len": _one(SCALE_LINE, "s = d / np.sqrt(len(d))", SCALE_ON, "scaled-by-positions"),
+    "scale_by_float_d_k": _one(SCALE_LINE, "s = d / float(d_k)", SCALE_ON, "scaled-by-d_k"),
+    "attention_d_k_from_rows": _one("d_k = q.shape[-1]", "d_k = k.shape[0]", ATTENTION_ON, "scaled-by-positions"),
+    # -- §15.3: the softmax ------------------------------------------------------------------
+    "softmax_global_max": _one(SOFTMAX_MAX, "shifted = s - np.max(s)", ("softmax", "attention", "head"),
+                               "global-max-subtracted"),
+    "softmax_epsilon": _one(SOFTMAX_SUM, "a = e / (e.sum(axis=-1, keepdims=True) + 1e-6)",
+                            SOFTMAX_ON + ("ex1_zero_query",), "softmax-epsilon"),
+    "softmax_no_keepdims": _one(SOFTMAX_SUM, "a = e / e.sum(axis=-1)", SOFTMAX_ON, "missing-keepdims"),
+    "softmax_one_hot": _one(SOFTMAX_SUM, "a = (s == s.max(axis=-1, keepdims=True)).astype(float)",
+                            SOFTMAX_ON + ("ex1_zero_query",), "one-hot-weights"),
+    "softmax_sum_axis_0": _one(SOFTMAX_SUM, "a = e / e.sum(axis=0)", SOFTMAX_ON, "column-normalized"),
+    # After the shift each row's largest exponential is 1: dividing by it normalizes nothing.
+    # A log-sum-exp without the maximum: inf - inf on large scores, -inf in the log on far rows.
+    # Through the head the values are finite but wrong, which no model describes.
+    "softmax_log_sum_exp_unshifted": Submission(((SOFTMAX_SUM, "a = np.exp(s - np.log(np.exp(s).sum(axis=-1, "
+                                                               "keepdims=True)))"),),
+                                                {"softmax": ["non-finite"], "attention": [], "head": []}),
+    "softmax_divides_by_row_max": _one(SOFTMAX_SUM, "a = e / e.max(axis=-1, keepdims=True)",
+                                       SOFTMAX_ON + ("ex1_zero_query",), "not-normalized"),
+    # -- §15.4 -------------------------------------------------------------------------------
+    "mix_values_transposed_first": _one(MIX_LINE, "o = v.T @ a  #", MIX_ON, "wrong-mix-order"),
+    "mix_result_transposed": _one(MIX_LINE, "o = (a @ v).T  #", MIX_ON, "transposed-result"),
+    "mix_elementwise": _one(MIX_LINE, "o = a * v  #", MIX_ON, "elementwise-product"),
+    "attention_rounded": _one("    return o, a\n", "    return np.round(o, 4), np.round(a, 4)\n", ATTENTION_ON,
+                              "rounded-result"),
+    "attention_returns_scores": _one(ATTENTION_BODY, "    s = scale(scores(q, k), d_k)\n    a = softmax_rows(s)\n"
+                                     "    o = mix(a, v)\n    a = s  # the attention pattern\n",
+                                     ATTENTION_ON, "scores-as-weights"),
+    "attention_weights_first": _one("    return o, a\n", "    return a, o\n", ATTENTION_ON, "swapped-outputs"),
+    "head_weights_first": _one(HEAD_RETURN, "    o, a = attention(q, k, v)\n    return a, o\n", HEAD_ON,
+                               "swapped-outputs"),
+    "head_output_transposed": _one(HEAD_RETURN, "    o, a = attention(q, k, v)\n"
+                                   "    return np.swapaxes(o, -1, -2), a\n", HEAD_ON, "transposed-result"),
+    "batch_only_first_example": _one(HEAD_RETURN, "    if x.ndim == 3:\n"
+                                     "        return self_attention_head(x[0], w_q, w_k, w_v)\n" + HEAD_RETURN,
+                                     "batch", "batch-axes-mixed"),
+    # -- two slips at once -------------------------------------------------------------------
+    "scale_d_k_and_columns": Submission(((SCALE_LINE, "s = d / d_k"),
+                                         (SOFTMAX_SUM, "a = e / e.sum(axis=0, keepdims=True)")),
+                                        {"scale": ["scaled-by-d_k"], "softmax": ["column-normalized"],
+                                         **{step: ["scaled-by-d_k", "column-normalized"] for step in ATTENTION_ON}}),
+    "attention_unscaled_weights_first": Submission(((ATTENTION_BODY, "    a = softmax_rows(scores(q, k))\n"
+                                                     "    o = mix(a, v)\n"), ("    return o, a\n", "    return a, o\n")),
+                                                   {step: ["no-scaling", "swapped-outputs"] for step in ATTENTION_ON}),
+    # -- exercise 1 --------------------------------------------------------------------------
+    "zero_query_weights_not_divided": _one(ZERO_WEIGHTS, "weights = np.exp(k @ q / np.sqrt(k.shape[-1]))",
+                                           "ex1_zero_query", "not-normalized"),
+    "zero_query_floor_division": _one(ZERO_WEIGHTS, "weights = np.ones(k.shape[0]) * (1 // k.shape[0])",
+                                      "ex1_zero_query", "integer-division"),
+    "zero_query_rounded": _one(ZERO_RETURN, "    return np.round(weights, 4), np.round(output, 4)\n",
+                               "ex1_zero_query", "rounded-result"),
+    "zero_query_sum_of_values": _one("output = weights @ v", "output = v.sum(axis=0)", "ex1_zero_query",
+                                     "not-normalized"),
+    # -- exercise 2 --------------------------------------------------------------------------
+    "predicate_only_non_negative": _one(PREDICATE_RETURN, "return bool(np.all(a >= 0))", "ex2_row_normalization",
+                                        "predicate-ignores-row-sums"),
+    "predicate_any_ndim": Submission(((PREDICATE_NDIM, ""), (PREDICATE_SUMS,
+                                      "rows_sum_to_one = np.all(np.abs(a.sum(axis=-1) - 1.0) <= 1e-9)")),
+                                     _on(("ex2_row_normalization",), "predicate-ignores-ndim")),
+    "predicate_allclose_default": _one(PREDICATE_SUMS, "rows_sum_to_one = np.allclose(a.sum(axis=1), 1.0)",
+                                       "ex2_row_normalization", "predicate-loose-tolerance"),
+    "counterexample_table_15_1": _one(COUNTER, f"    return np.array({_literal(EXAMPLE['values']['A'])})\n",
+                                      "ex2_row_normalization", "counterexample-row-normalized"),
+    "counterexample_identity": _one(COUNTER, "    return np.eye(3)\n", "ex2_row_normalization",
+                                    "counterexample-row-normalized"),
+    # -- exercise 3 --------------------------------------------------------------------------
+    "value_shift_one_based": Submission(((SHIFT_ROWS, "v_new[[r - 1 for r in rows]] += shift"),
+                                         (CHANGE_ROWS, "moved = a[:, [r - 1 for r in rows]].sum(axis=-1)")),
+                                        _on(("ex3_value_shift",), "one-based-rows")),
+    # Off by one the other way: row r taken as the (r + 1)-th after the first.
+    "value_change_rows_plus_one": _one(CHANGE_ROWS, "moved = a[:, [r + 1 for r in rows]].sum(axis=-1)",
+                                       "ex3_value_shift", "one-based-rows"),
+    "value_shift_receiving_rows": _one("    return a @ v_new  #", "    if rows is not None:\n"
+                                       "        o = a @ v\n        o[list(rows)] += shift\n        return o\n"
+                                       "    return a @ v_new  #", "ex3_value_shift", "receivers-for-contributors"),
+    "value_change_receiving_weights": _one(CHANGE_ROWS, "moved = a[list(rows), :].sum(axis=0)", "ex3_value_shift",
+                                           "receivers-for-contributors"),
+    # -- exercise 4 --------------------------------------------------------------------------
+    "facts_positions_everywhere": Submission((('"divisor": float(np.sqrt(d_k))', '"divisor": float(np.sqrt(t))'),
+                                              ('"output_shape": (t, d_v)', '"output_shape": (t, d_k)')),
+                                             {"ex4_shapes": ["divisor-sqrt-positions", "output-shape-d_k"]}),
+    "facts_score_shape_by_width": _one('"score_shape": (t, t)', '"score_shape": (t, d_k)', "ex4_shapes",
+                                       "score-shape-d_k"),
+    # -- exercise 5 --------------------------------------------------------------------------
+    "intervention_keeps_old_w_v": _one("self_attention_head(x, w_q, w_k, w_v_new)",
+                                       "self_attention_head(x, w_q, w_k, w_v)", "ex5_intervention", "intervention-not-applied"),
+}
+
+# Mistakes the grader does not name on some step (an empty code list there): the coverage script
+# counts those steps as missed.
+UNNAMED = {name for name, submission in MISTAKES.items() if any(not codes for codes in submission.expected.values())}
+
+SOFTMAX_BODY = ("    shifted = s - s.max(axis=-1, keepdims=True)  # largest score of each row becomes 0\n"
+                "    e = np.exp(shifted)  # [..., T, T], every entry in (0, 1]\n"
+                "    a = e / e.sum(axis=-1, keepdims=True)  # each row divided by its own total\n"
+                "    return a\n")
+
+UNUSUAL: dict[str, Submission] = {
+    "tensordot_scores": Submission((("    d = q @ k_t  #", "    if q.ndim == 2:\n"
+                                     "        return np.tensordot(q, k, axes=([1], [1]))\n    d = q @ k_t  #"),)),
+    "dot_method_and_np_dot": Submission((
+        ("    d = q @ k_t  #", "    if q.ndim == 2:\n        return q.dot(k.T)\n    d = q @ k_t  #"),
+        ("    o = a @ v  #", "    if a.ndim == 2:\n        return np.dot(a, v)\n    o = a @ v  #"))),
+    "math_exp_loops": Submission(((SOFTMAX_BODY,
+        "    if s.ndim > 2:\n        return np.stack([softmax_rows(block) for block in s])\n"
+        "    if s.ndim == 1:\n        return softmax_rows(s[None])[0]\n"
+        "    import math\n    a = np.zeros(s.shape)\n    for i, row in enumerate(s):\n"
+        "        top = max(row)\n        e = [math.exp(value - top) for value in row]\n"
+        "        total = math.fsum(e)\n        a[i] = [value / total for value in e]\n    return a\n"),)),
+    "apply_along_axis_softmax": Submission(((SOFTMAX_BODY,
+        "    def one_row(row):\n        e = np.exp(row - row.max())\n        return e / e.sum()\n"
+        "    return np.apply_along_axis(one_row, -1, s)\n"),)),
+    "power_divisor": Submission(((SCALE_LINE, "s = d * d_k ** -0.5"),)),
+    "np_divide_math_sqrt": Submission(((SCALE_LINE, "s = np.divide(d, __import__('math').sqrt(d_k))"),)),
+    "max_with_none_index": Submission(((SOFTMAX_MAX, "shifted = s - s.max(-1)[..., None]"),
+                                       (SOFTMAX_SUM, "a = e / e.sum(-1)[..., None]"))),
+    "zero_query_mean": Submission(((ZERO_WEIGHTS, "weights = np.full(k.shape[0], 1 / k.shape[0])"),
+                                   ("output = weights @ v", "output = v.mean(axis=0)"))),
+    "predicate_loops": Submission(((PREDICATE_SUMS,
+        "import math\n    rows_sum_to_one = all(math.isclose(sum(row), 1.0, rel_tol=0.0, abs_tol=1e-9) for row in a)"),)),
+    "change_by_broadcast": Submission(((
+        "    return np.outer(moved, shift)  #", "    return moved[:, None] * shift[None, :]\n    return np.outer(moved, shift)  #"),)),
+    "facts_with_math": Submission((('"divisor": float(np.sqrt(d_k))', '"divisor": __import__("math").sqrt(d_k)'),
+                                   ('"score_shape": (t, t)', '"score_shape": [t, t]'),
+                                   ('"softmax_axis": -1', '"softmax_axis": 1'))),
+    "intervention_weights_once": Submission(((
+        "    output_after, weights_after = self_attention_head(x, w_q, w_k, w_v_new)",
+        "    weights_after = weights_before.copy()\n    output_after = weights_after @ (x @ w_v_new)"),)),
+    "shift_by_outer_product": Submission(((
+        "    return a @ v_new  #", "    change = output_change(a, shift, rows)\n    return a @ v + change\n"
+        "    return a @ v_new  #"),)),
+    "counterexample_halves": Submission(((COUNTER, "    return np.array([[0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "
+                                                   "[0.0, 0.0, 0.0]])\n"),)),
+    "qkv_one_product_split": Submission(((Q_LINE + K_LINE + V_LINE,
+        "    w = np.concatenate([w_q, w_k, w_v], axis=1)  # [d_in, 2 d_k + d_v]\n    qkv = x @ w\n"
+        "    d_k = w_q.shape[1]\n    q, k, v = qkv[..., :d_k], qkv[..., d_k:2 * d_k], qkv[..., 2 * d_k:]\n"),)),
+    "scores_via_einsum_and_swap": Submission((("    k_t = np.swapaxes(k, -1, -2)  #", "    k_t = np.moveaxis(k, -1, -2)  #"),)),
+}
+
+# A NamedTuple is a tuple (CONTRACT.md §1).
+NAMEDTUPLE_HEAD = '''
+from typing import NamedTuple
+
+
+class Projections(NamedTuple):
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+
+
+class Attended(NamedTuple):
+    o: np.ndarray
+    a: np.ndarray
+'''
+
+UNUSUAL["namedtuples"] = Submission((
+    ("import numpy as np\n", "import numpy as np\n" + NAMEDTUPLE_HEAD),
+    (QKV_RETURN, "    return Projections(q, k, v)\n"),
+    ("    return o, a\n", "    return Attended(o, a)\n"),
+    (HEAD_RETURN, "    return Attended(*attention(q, k, v))\n")))
