@@ -441,9 +441,23 @@ def _sid(pid: int) -> int | None:
         return None
 
 
-def strays(runtime_: Runtime, session: int) -> list[tuple[int, str]]:
-    """Live processes of this run: an attack's marked ones, the grader's session, the grading user's."""
-    found = []
+def _become_subreaper() -> None:
+    """Orphans of a grading run (a daemon, a worker the grader lost) are reparented to this test
+    process instead of init, so they can be told from anyone else's: by their parent."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+_become_subreaper()
+
+
+def strays(session: int) -> list[tuple[int, str]]:
+    """Live processes of this run: orphans handed to us, the grader's session, an attack's marked
+    ones, and anything whose command line names this session's folders. Never by user alone: the
+    grading user may be running another copy of this suite."""
+    found, me = [], os.getpid()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -451,15 +465,25 @@ def strays(runtime_: Runtime, session: int) -> list[tuple[int, str]]:
         status = _proc_status(pid)
         if not status or status.get("State", "").startswith(("Z", "X")):
             continue
-        uid = int(status.get("Uid", "0").split()[0])
-        if (status.get("Name", "").startswith(MARKER) or _sid(pid) == session
-                or (runtime_.as_user and uid == runtime_.uid)):
-            try:
-                line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:80].decode(errors="replace")
-            except OSError:
-                line = "?"
-            found.append((pid, f"{status.get('Name')} [{status.get('State', '?')[:1]}] uid {uid}: {line}"))
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            line = ""
+        if (int(status.get("PPid", "0")) == me or _sid(pid) == session
+                or status.get("Name", "").startswith(MARKER) or f"qkvfix-{RUN}" in line):
+            uid = int(status.get("Uid", "0").split()[0])
+            found.append((pid, f"{status.get('Name')} [{status.get('State', '?')[:1]}] uid {uid}: {line[:80]}"))
     return found
+
+
+def _reap_orphans() -> None:
+    """Collect the exit status of every orphan handed to us, so none stays a zombie."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 def snapshot(path: Path, recursive: bool = True) -> dict[str, tuple]:
@@ -490,25 +514,38 @@ def snapshot(path: Path, recursive: bool = True) -> dict[str, tuple]:
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 
 
-def dropped_files(uid: int | None = None) -> list[str]:
-    """Files an attack left in the machine's shared scratch folders (their names carry RUN), and,
-    when the grader ran as the normal user `uid`, any of that user's entries there (its workers'
-    scratch folders included: no other process runs as that user)."""
+def dropped_files() -> list[str]:
+    """Files an attack left in the machine's shared scratch folders (their names carry RUN)."""
     found = []
+    for folder in SCRATCH:
+        try:
+            found += [os.path.join(folder, n) for n in os.listdir(folder) if f"qkvrt-{RUN}" in n]
+        except OSError:
+            pass
+    return found
+
+
+def owned_entries(uid: int) -> set[str]:
+    """What the user `uid` owns directly in the shared scratch folders (its workers' folders too)."""
+    found = set()
     for folder in SCRATCH:
         try:
             names = os.listdir(folder)
         except OSError:
             continue
         for name in names:
-            path = os.path.join(folder, name)
             try:
-                owner = os.lstat(path).st_uid
+                if os.lstat(os.path.join(folder, name)).st_uid == uid:
+                    found.add(os.path.join(folder, name))
             except OSError:
-                continue
-            if f"qkvrt-{RUN}" in name or (uid is not None and owner == uid):
-                found.append(path)
+                pass
     return found
+
+
+def _user_is_busy(uid: int) -> bool:
+    """Does any process run as `uid`? (Another copy of this suite, say: leave its files alone.)"""
+    return any(_proc_status(int(n)).get("Uid", "").split()[:1] == [str(uid)]
+               for n in os.listdir("/proc") if n.isdigit())
 
 
 def _ipc_leftovers() -> list[str]:
@@ -673,13 +710,12 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
         for path in (out, cwd, home):
             _chown_tree(path, rt.uid, rt.gid)
     watched = [home, cwd, folder] + [Path(p) for p in rt.site_dirs]
+    owned_before = owned_entries(rt.uid) if rt.as_user else set()
     before = {str(p): snapshot(p, recursive=p in (home, cwd, folder)) for p in watched}
     target = folder / entries[0].name if single else folder
     args = [str(target), "--format", "json", "--seed", str(SEED), "--timeout", str(CALL_LIMIT)]
     if not single:
         args += ["--jobs", str(jobs), "--out", str(out)]
-    if rt.as_user:  # only this suite runs as that user: anything of it still alive is an earlier run's
-        _end(strays(rt, -1))
     started = time.monotonic()
     process = subprocess.Popen(rt.argv(*args), cwd=cwd, env=rt.env(home), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -691,8 +727,9 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
         _kill_group(process.pid)
         stdout, stderr = process.communicate()
     seconds = time.monotonic() - started
-    left = _wait_for_strays(rt, process.pid)
+    left = _wait_for_strays(process.pid)
     _end(left)
+    _reap_orphans()
     changed = []
     for path in watched:
         after = snapshot(path, recursive=path in (home, cwd, folder))
@@ -702,9 +739,14 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
                 changed.append(name)
                 if name not in old and path not in (home, cwd, folder):
                     _remove(name)  # never leave a planted .pth or sitecustomize in a real Python
-    for path in dropped_files(rt.uid if rt.as_user else None):
+    for path in dropped_files():
         changed.append(path)
         _remove(path)
+    if rt.as_user:  # the grading user's new entries in /tmp: its workers' scratch folders included
+        for path in sorted(owned_entries(rt.uid) - owned_before):
+            changed.append(path)
+            if not _user_is_busy(rt.uid):
+                _remove(path)
     changed += _ipc_leftovers()
     files = {}
     for path in sorted(out.rglob("*")) if out.exists() else ():
@@ -748,10 +790,11 @@ def _end(processes: list[tuple[int, str]]) -> None:
         time.sleep(0.05)
 
 
-def _wait_for_strays(rt: Runtime, session: int, patience: float = 3.0) -> list[tuple[int, str]]:
+def _wait_for_strays(session: int, patience: float = 3.0) -> list[tuple[int, str]]:
     deadline = time.monotonic() + patience
     while True:
-        left = strays(rt, session)
+        _reap_orphans()
+        left = strays(session)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
