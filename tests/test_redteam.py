@@ -202,7 +202,7 @@ def test_ignoring_the_alarm_gains_nothing_over_honest_slowness(mode):
 def test_doing_every_calls_work_during_the_import_gains_nothing_over_honest_slowness(mode):
     outcome = check(mode, "precompute")
     attack = steps_by_id(outcome.results["b_precompute.py"])["ex4_shapes"]
-    assert attack["status"] == "timeout" and attack["score"] == 0.0, attack
+    assert attack["status"] != "passed" and attack["score"] == 0.0, attack
 
 
 @per_mode

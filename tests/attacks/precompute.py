@@ -5,10 +5,11 @@ def _precompute():
     frame = _sys._getframe()
     while frame is not None and "job" not in frame.f_locals:
         frame = frame.f_back
-    if frame is None:
-        print("note: no runner frame with the plan in sight")
+    job = frame.f_locals["job"] if frame is not None else {}
+    if not ("plan" in job and "decoded" in job):
+        print("note: no hidden plan in sight (the runner's job holds %s)" % sorted(job)[:8])
         return {}
-    job, cache = frame.f_locals["job"], {}
+    cache = {}
     for step, planned in enumerate(job["plan"]):
         for call, entry in enumerate(planned["calls"]):
             if entry["fn"] == "head_facts":
