@@ -441,16 +441,13 @@ def _sid(pid: int) -> int | None:
         return None
 
 
-def _become_subreaper() -> None:
-    """Orphans of a grading run (a daemon, a worker the grader lost) are reparented to this test
-    process instead of init, so they can be told from anyone else's: by their parent."""
+def _subreaper(on: bool) -> None:
+    """While a grading run lasts, its orphans (a daemon, a worker the grader lost) are reparented
+    to this test process instead of init, so they can be told from anyone else's by their parent."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
-
-
-_become_subreaper()
 
 
 def strays(session: int) -> list[tuple[int, str]]:
@@ -477,13 +474,16 @@ def strays(session: int) -> list[tuple[int, str]]:
 
 
 def _reap_orphans() -> None:
-    """Collect the exit status of every orphan handed to us, so none stays a zombie."""
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
-        except ChildProcessError:
-            return
+    """Collect the exit status of the orphans handed to us that have died, so none stays a zombie
+    (only those: any other child of this process is someone else's business)."""
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        status = _proc_status(int(name)) if name.isdigit() else {}
+        if status.get("PPid") == str(me) and status.get("State", "").startswith("Z"):
+            try:
+                os.waitpid(int(name), os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 def snapshot(path: Path, recursive: bool = True) -> dict[str, tuple]:
@@ -717,19 +717,23 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
     if not single:
         args += ["--jobs", str(jobs), "--out", str(out)]
     started = time.monotonic()
-    process = subprocess.Popen(rt.argv(*args), cwd=cwd, env=rt.env(home), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    hung = False
+    _subreaper(True)
     try:
-        stdout, stderr = process.communicate(timeout=RUN_LIMIT)
-    except subprocess.TimeoutExpired:
-        hung = True
-        _kill_group(process.pid)
-        stdout, stderr = process.communicate()
-    seconds = time.monotonic() - started
-    left = _wait_for_strays(process.pid)
-    _end(left)
-    _reap_orphans()
+        process = subprocess.Popen(rt.argv(*args), cwd=cwd, env=rt.env(home), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        hung = False
+        try:
+            stdout, stderr = process.communicate(timeout=RUN_LIMIT)
+        except subprocess.TimeoutExpired:
+            hung = True
+            _kill_group(process.pid)
+            stdout, stderr = process.communicate()
+        seconds = time.monotonic() - started
+        left = _wait_for_strays(process.pid)
+        _end(left)
+        _reap_orphans()
+    finally:
+        _subreaper(False)
     changed = []
     for path in watched:
         after = snapshot(path, recursive=path in (home, cwd, folder))
