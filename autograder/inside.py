@@ -675,7 +675,6 @@ class Worker:
                 _reap(pid)
                 self.flush()
                 return None
-            self.flush()
             offset, length = steps[expected[0]][expected[1]]
             try:
                 protocol.write_all(calls_out, memoryview(arguments)[offset:offset + length])
@@ -683,6 +682,7 @@ class Worker:
                 pass  # the child is gone: its read end tells the rest
             sent = time.monotonic()
             deadline = sent + limits["call_timeout"] + GRACE
+            self.flush()  # while the child works on the call
 
 
 class OverQuota(protocol.ProtocolError):

@@ -57,6 +57,15 @@ class SubmissionResult:
         return document
 
 
+def from_dict(document: dict) -> SubmissionResult:
+    """A result read back from its JSON document (`to_dict`'s inverse, less the seconds)."""
+    steps = [StepResult(s["id"], s["score"], s["max_score"], s["status"], s["feedback"], list(s["diagnoses"]),
+                        s["cases_passed"], s["cases_total"]) for s in document["steps"]]
+    return SubmissionResult(document["submission"], steps, document["seed"], document["isolation"],
+                            answers=document.get("written_answers"), output=document.get("output", ""),
+                            error=document.get("error"))
+
+
 def unreadable(name: str, message: str, seed: int, isolation: str) -> SubmissionResult:
     """A submission that could not be read: every step is an error, with the reason."""
     steps = [StepResult(step.id, 0.0, step.points, "error", f"{step.title}: not graded. {message}", ["unreadable"], 0, 1)
@@ -105,14 +114,19 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
                            "isolation": result.isolation, "results_version": VERSION}}
 
 
-def to_csv(results: list[SubmissionResult]) -> str:
+def to_csv(results: list[SubmissionResult], skipped: list[tuple[str, str]] = ()) -> str:
+    """One row per graded submission, then one per file found and not graded (empty scores, the
+    reason in `skipped`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "score", "max_score"] + [step.id for step in STEPS] + ["diagnoses", "error"])
+    writer.writerow(["submission", "score", "max_score"] + [step.id for step in STEPS]
+                    + ["diagnoses", "error", "skipped"])
     for result in results:
         codes = sorted({code for step in result.steps for code in step.diagnoses})
         writer.writerow([result.submission, f"{result.score:g}", f"{result.max_score:g}"]
-                        + [f"{step.score:g}" for step in result.steps] + [" ".join(codes), result.error or ""])
+                        + [f"{step.score:g}" for step in result.steps] + [" ".join(codes), result.error or "", ""])
+    for name, reason in skipped:
+        writer.writerow([name, "", ""] + [""] * len(STEPS) + ["", "", reason])
     return buffer.getvalue()
 
 
