@@ -292,12 +292,22 @@ def test_symlinked_submissions_are_unreadable_and_leak_nothing(mode):
     token = SECRETS["instructor"]  # a module whose every failure would quote the token
     secret.write_text(f"x = {token!r}\nprint(x)\nraise ValueError(x)\nnot_defined_{token}\n")
     secret.chmod(0o600)
+    # A student's folder that is a link (nbgrader's layout: submitted/<student>/ps1/attention_head.py).
+    linked_folder = rt.base / "links" / "elsewhere" / "ps1"
+    linked_folder.mkdir(parents=True, exist_ok=True)
+    (linked_folder / "attention_head.py").write_text(secret.read_text())
+    (linked_folder / "attention_head.py").chmod(0o600)
     if rt.as_user:
-        os.chown(secret, rt.uid, rt.gid)
+        for path in (secret, linked_folder / "attention_head.py"):
+            os.chown(path, rt.uid, rt.gid)
     reference = rt.repo / "solutions" / "attention_head.py"
     outcome = grade(mode, [victim("a", "correct"), victim("c", "colnorm")], "symlinks",
-                    links={"b_link_secret.py": secret, "d_link_reference.py": reference})
+                    links={"b_link_secret.py": secret, "d_link_reference.py": reference,
+                           "eve": linked_folder.parent})
     problems = outcome.problems()
+    graded = sorted(outcome.results or {})
+    if any(name.startswith("eve") for name in graded):
+        problems.append(f"a submission was read through a linked folder: {graded}")
     for name in ("b_link_secret.py", "d_link_reference.py"):
         result = (outcome.results or {}).get(name)
         if result is None:
