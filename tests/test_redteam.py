@@ -349,8 +349,9 @@ def test_a_file_name_cannot_become_a_spreadsheet_formula_in_the_summary(mode):
 
 def test_the_harmless_attacks_succeed_without_a_sandbox():
     """The attacks have teeth: with --no-sandbox's mode, those that only read, connect and leave
-    files (never those that signal, fork or fill a disk) get what they are after, and the verdict
-    says so. An attack broken by a typo would otherwise pass everywhere, unnoticed."""
+    files get what they are after, and the signal by proxy (aimed only at this run's own process
+    group) ends the grader; never those that fork or fill a disk. An attack broken by a typo would
+    otherwise pass everywhere, unnoticed."""
     require("none")
     information, collusion = attacked("none", "information"), attacked("none", "collusion")
     stub = baseline("none")["stub"]["score"]
@@ -359,6 +360,7 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
         "import_solutions": information.results["f_import_solutions.py"]["score"] > stub,
         "network": information.network,
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
+        "sigio": attacked("none", "sigio").returncode != 0,
     }
     assert all(evidence.values()), [attack for attack, seen in evidence.items() if not seen]
 
