@@ -57,7 +57,6 @@ GROUPS = {
     "kill_minus_one": lambda: _between_classmates(attacker("b", "kill_minus_one")),
     "sigio": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio"),
                                          attacker("d", "sigio_group", "sigio")),
-    "sigio_parent": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio")),
     "deprioritize": lambda: _between_classmates(attacker("b", "deprioritize")),
     "prlimit": lambda: _between_classmates(attacker("b", "prlimit")),
     "prlimit_reach": lambda: _between_classmates(attacker("b", "prlimit_reach")),
@@ -350,9 +349,10 @@ def test_a_file_name_cannot_become_a_spreadsheet_formula_in_the_summary(mode):
 
 def test_the_harmless_attacks_succeed_without_a_sandbox():
     """The attacks have teeth: with --no-sandbox's mode, those that only read, connect and leave
-    files get what they are after, and those aimed only at this run's own processes (a signal by
-    proxy to the parent, a renice, a bounded thread bomb) take effect; never those that fork, fill
-    a disk or end the grader. An attack broken by a typo would otherwise pass everywhere, unnoticed."""
+    files get what they are after, and those aimed only at this run's own processes (a renice, a
+    bounded thread bomb) take effect; never those that fork, fill a disk or kill a worker (a dead
+    worker leaves its scratch folder in /tmp). An attack broken by a typo would otherwise pass
+    everywhere, unnoticed."""
     require("none")
     information, collusion = attacked("none", "information"), attacked("none", "collusion")
     stub = baseline("none")["stub"]["score"]
@@ -361,8 +361,6 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
         "import_solutions": information.results["f_import_solutions.py"]["score"] > stub,
         "network": information.network,
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
-        "sigio": graded_view(attacked("none", "sigio_parent").results["b_sigio_parent.py"], "b_sigio_parent.py")
-        != graded_view(baseline("none")["stub"], "stub.py"),
         "deprioritize": attacked("none", "deprioritize").holes("b_deprioritize.py"),
         "thread_bomb": attacked("none", "thread_bomb").holes("b_thread_bomb.py"),
     }

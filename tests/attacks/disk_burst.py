@@ -3,7 +3,9 @@
 # where that is refused, plain writes, then returns, so the next frame always arrives before the
 # worker would look at the folder. In the
 # landlock modes the folder is on the instructor's disk. Bounded at 2 GiB in all, to keep a
-# shared machine usable. head_facts (exercise 4) reports the total. The base is the stub.
+# shared machine usable. head_facts (exercise 4) reports the total if it passed four times the
+# quota (a quota checked from outside may be overshot by what one burst writes; not by that
+# much). The base is the stub.
 import time as _time
 
 _FILLED = [0, 0]  # bytes, files
@@ -38,7 +40,7 @@ def _burst():
 def _filling(name):
     def filled(*args):
         _burst()
-        if name == "head_facts" and _FILLED[0] > (64 << 20):
+        if name == "head_facts" and _FILLED[0] > (256 << 20):
             raise RuntimeError("QKVRT-HOLE[disk_burst]: kept %d MiB in %d files past a 64 MiB quota"
                                % (_FILLED[0] >> 20, _FILLED[1]))
         raise NotImplementedError()
