@@ -65,8 +65,10 @@ GROUPS = {
     "thread_bomb": lambda: _between_classmates(attacker("b", "thread_bomb")),
     "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
     "precompute": lambda: _between_classmates(attacker("b", "precompute", base="slow")),
-    "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="mutating"),
-                                            attacker("d", "mutation_restored", base="mutating")),
+    # A write through a raw pointer past the read-only flag returns the right values from the
+    # submission's own private copy: it is held to what correct code earns, and may touch nothing else.
+    "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="correct"),
+                                            attacker("d", "mutation_restored", base="correct")),
     "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
                                                attacker("f", "import_solutions"), attacker("h", "network")),
     "deep_notebook": lambda: _between_classmates(attacker("b", "deep_notebook", suffix=".ipynb")),
@@ -206,13 +208,15 @@ def test_doing_every_calls_work_during_the_import_gains_nothing_over_honest_slow
 
 
 @per_mode
-def test_hiding_a_mutation_gains_nothing(mode):
-    outcome = check(mode, "mutation")
+def test_a_write_into_an_argument_is_caught_where_it_happens_and_a_forced_one_touches_no_one(mode):
+    """An in-place numpy write fails on the read-only argument and is diagnosed. Code that forces a
+    write through a raw pointer works on its own process's copy: the grader cannot see that from
+    outside (README, Isolation), and the attack may gain no more than correct code, change no
+    classmate and leave nothing behind."""
+    check(mode, "mutation")
     honest = steps_by_id(baseline(mode)["mutating"])["softmax"]
     assert "mutates-input" in honest["diagnoses"], f"the honest mutating baseline: {honest}"
-    for name in ("b_mutation_forged_check.py", "d_mutation_restored.py"):
-        step = steps_by_id(outcome.results[name])["softmax"]
-        assert step["status"] != "passed" and step["score"] <= honest["score"], (name, step)
+    assert honest["status"] != "passed", honest
 
 
 # ------------------------------------------------------------------ what it may see -----------
@@ -326,7 +330,7 @@ def test_a_file_named_like_a_classmates_folder_does_not_replace_their_result_fil
     problems = outcome.problems()
     written = {}
     for name, text in outcome.files.items():
-        if name.endswith(".json"):
+        if name.endswith((".py.json", ".ipynb.json")):  # not the run's own run.json
             document = json.loads(text)
             written[document["submission"]] = document["score"]
     if written != {"alice/attention_head.py": 100.0, "alice__attention_head.py": 0.0}:
