@@ -794,7 +794,7 @@ def _end(processes: list[tuple[int, str]]) -> None:
         time.sleep(0.05)
 
 
-def _wait_for_strays(session: int, patience: float = 3.0) -> list[tuple[int, str]]:
+def _wait_for_strays(session: int, patience: float = 10.0) -> list[tuple[int, str]]:
     deadline = time.monotonic() + patience
     while True:
         _reap_orphans()
