@@ -538,25 +538,46 @@ def _agrees(returned, value) -> bool:
                                                                     equal_nan=True))
 
 
+def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
+    """The steps `step` builds on whose own checks do not pass with the functions in `namespace`."""
+    return [use for use in step.uses if run_step(use, namespace).status != "passed"]
+
+
 def empty_answers(namespace: dict) -> list[str]:
     """The written answers that are missing, not strings, or still blank."""
     return [name for name in answer_names()
             if not isinstance(namespace.get(name), str) or not namespace[name].strip()]
 
 
+class CheckFailed(AssertionError):
+    """A notebook check that did not pass. It is still an error to Jupyter, nbgrader's Validate
+    and autograde, but IPython shows only its message: the frames would be this file's, not
+    the student's, and would push the explanation off the screen."""
+
+    def _render_traceback_(self) -> list[str]:
+        first, *rest = str(self).splitlines() or [""]
+        return [f"\x1b[1;31m✗ {first}\x1b[0m", *rest]
+
+
 def check(step_id: str, *functions) -> None:
     """For the notebook: run one step's check on the given functions.
 
-    Prints one line when they reproduce the chapter; raises AssertionError with the explanation
-    when they do not.
+    Prints one line when they reproduce the chapter; raises CheckFailed with the explanation
+    when they do not. A function of an earlier step that this one builds on is looked up among
+    the notebook's names, so that the message can say which step to fix first.
     """
     step = steps()[step_id]
     if len(functions) != len(step.functions):
         raise TypeError(f"check({step_id!r}, ...) takes the step's functions, in this order: "
                         f"{', '.join(step.functions)}")
     outcome = run_step(step_id, dict(zip(step.functions, functions)))
+    if outcome.status == "failed":
+        caller = sys._getframe(1).f_globals  # the notebook's names, when a cell calls this
+        earlier = _failing_earlier_steps(step, {**caller, **dict(zip(step.functions, functions))})
+        lead = (f"{step_id} builds on {', '.join(earlier)}: fix that first.\n" if earlier else "")
+        raise CheckFailed(lead + outcome.message) from None
     if outcome.status != "passed":
-        raise AssertionError(outcome.message)
+        raise CheckFailed(outcome.message) from None
     verb = "matches" if len(functions) == 1 else "match"
     print(f"✓ {step.id}: {' and '.join(step.functions)} {verb} the chapter's example "
           f"({step.section})")
