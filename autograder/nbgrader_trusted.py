@@ -433,6 +433,11 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float) -> 
     lines.append(f"{len(graded)} notebooks of {assignment} graded with seed {seed} in "
                  f"{seconds:.1f} s; the gradebook holds these scores.")
     differing = [one for one in graded if one.differences]
+    compared = [one for one in graded if one.in_kernel is not None]
+    if compared and not differing:
+        lines.append("")
+        lines.append(f"In-kernel results (nbgrader autograde) agree with these, step by step, on all "
+                     f"{len(compared)} notebooks it graded.")
     if differing:
         lines.append("")
         lines.append("In-kernel results (nbgrader autograde) that differ from these, step by step "
