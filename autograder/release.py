@@ -40,7 +40,13 @@ LESSONS = ROOT / "solutions" / "lessons.md"
 DATA = ROOT / "data" / "part-iv" / "attention.json"
 PUBLIC = ROOT / "autograder" / "public"
 RELEASE = ROOT / "assignments" / "attention_head"
+SAMPLE = ROOT / "data" / "sample-submission"
 
+# The sample submission to try the tools on: the reference with one classic slip, the softmax
+# normalized over the receiving rows (a column) instead of over the keys, so that grading it shows
+# a diagnosis on softmax and on the steps built on it, next to steps that pass.
+SAMPLE_MISTAKE = (("s.max(axis=-1, keepdims=True)", "s.max(axis=-2, keepdims=True)"),
+                  ("e.sum(axis=-1, keepdims=True)", "e.sum(axis=-2, keepdims=True)"))
 PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py")  # copied verbatim
 EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
 IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
@@ -649,6 +655,27 @@ def example_slips(example: dict, step_table: dict) -> dict:
     return found
 
 
+def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
+    """data/sample-submission/: the same finished work (one slip, every answer written) as a
+    module and as the release notebook filled in."""
+    sources = sources or Sources.read()
+    module = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION\n", "", sources.reference, flags=re.M)
+    for old, new in SAMPLE_MISTAKE:
+        if old not in module:
+            raise ReleaseError(f"the sample's mistake no longer applies: {old!r} is not in the reference")
+        module = module.replace(old, new)
+    functions = function_sources(module)
+    cells = notebook_cells("student", sources)
+    for cell in cells:
+        role = cell.metadata.get("qkv", {}).get("role")
+        if role == "solution":
+            cell.source = functions[re.match(r"def (\w+)", cell.source).group(1)]
+        elif cell.id.startswith("answer-"):
+            cell.source = sources.answers[cell.id.removeprefix("answer-")]
+    return {"attention_head.py": module.encode("utf-8"),
+            "attention_head.ipynb": notebook_text(cells).encode("utf-8")}
+
+
 def drift(files: dict[str, bytes], folder: Path) -> list[str]:
     """How `folder` differs from the generated files, one line per file."""
     lines = []
@@ -686,25 +713,31 @@ def main(argv: list[str] | None = None) -> int:
                              "would be generated")
     args = parser.parse_args(argv)
     try:
-        files = build_release()
+        sources = Sources.read()
+        outputs = {args.out: build_release(sources)}
+        if args.out == RELEASE:  # the sample submission goes with the project's own release
+            outputs[SAMPLE] = sample_submission(sources)
     except ReleaseError as error:
         print(f"qkv-release: {error}", file=sys.stderr)
         return 2
-    if args.check:
-        problems = drift(files, args.out)
-        if problems:
-            print(f"qkv-release --check: {args.out} is not what the sources generate:")
-            print("\n".join(f"  {line}" for line in problems))
-            print("Run qkv-release to regenerate it (and delete unexpected files).")
-            return 1
-        print(f"qkv-release --check: {args.out} is up to date ({len(files)} files).")
-        return 0
-    write_release(files, args.out)
-    print(f"qkv-release: wrote {len(files)} files to {args.out}")
-    stale = [line for line in drift(files, args.out) if line.startswith("unexpected")]
-    if stale:
-        print("\n".join(f"  {line} (not generated; delete it)" for line in stale))
-    return 0
+    status = 0
+    for folder, files in outputs.items():
+        if args.check:
+            problems = drift(files, folder)
+            if problems:
+                print(f"qkv-release --check: {folder} is not what the sources generate:")
+                print("\n".join(f"  {line}" for line in problems))
+                print("Run qkv-release to regenerate it (and delete unexpected files).")
+                status = 1
+            else:
+                print(f"qkv-release --check: {folder} is up to date ({len(files)} files).")
+            continue
+        write_release(files, folder)
+        print(f"qkv-release: wrote {len(files)} files to {folder}")
+        stale = [line for line in drift(files, folder) if line.startswith("unexpected")]
+        if stale:
+            print("\n".join(f"  {line} (not generated; delete it)" for line in stale))
+    return status
 
 
 if __name__ == "__main__":
