@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from nbconvert import HTMLExporter
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -75,6 +76,11 @@ def _ungraded(info: dict) -> set[str]:
         return {grade.name for grade in submission.grades if grade.needs_manual_grade}
 
 
+class FeedbackExporter(HTMLExporter):
+    """generate_feedback's exporter, so that the course's template is its alone: formgrader
+    renders with nbgrader's HTMLExporter settings, which must stay nbgrader's."""
+
+
 def configure(c) -> None:
     """Set the course's nbgrader configuration `c` to use the reader's view and template."""
     import nbgrader
@@ -87,6 +93,7 @@ def configure(c) -> None:
     c.Autograde.autograde_preprocessors = steps
     c.GenerateFeedback.preprocessors = [GetGrades, ReaderView, CSSHTMLHeaderPreprocessor]
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
-    c.HTMLExporter.template_name = TEMPLATE
-    c.HTMLExporter.template_file = f"{TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
-    c.HTMLExporter.extra_template_basedirs = [str(formgrader), str(TEMPLATES)]
+    c.GenerateFeedback.exporter_class = FeedbackExporter
+    c.FeedbackExporter.template_name = TEMPLATE
+    c.FeedbackExporter.template_file = f"{TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
+    c.FeedbackExporter.extra_template_basedirs = [str(formgrader), str(TEMPLATES)]

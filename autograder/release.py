@@ -657,7 +657,7 @@ def example_slips(example: dict, step_table: dict) -> dict:
 
 def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
     """data/sample-submission/: the same finished work (one slip, every answer written) as a
-    module and as the release notebook filled in."""
+    module and as the notebook filled in."""
     sources = sources or Sources.read()
     module = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION\n", "", sources.reference, flags=re.M)
     for old, new in SAMPLE_MISTAKE:
@@ -666,7 +666,12 @@ def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
         module = module.replace(old, new)
     functions = function_sources(module)
     cells = notebook_cells("student", sources)
+    # As a course's student hands it in: nbgrader's cell metadata too, so Validate, autograde and
+    # a course's submitted/ folder all know its grade cells.
+    graded = {cell.id: cell.metadata.get("nbgrader") for cell in notebook_cells("nbgrader", sources)}
     for cell in cells:
+        if graded.get(cell.id):
+            cell.metadata["nbgrader"] = graded[cell.id]
         role = cell.metadata.get("qkv", {}).get("role")
         if role == "solution":
             cell.source = functions[re.match(r"def (\w+)", cell.source).group(1)]
