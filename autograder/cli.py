@@ -5,6 +5,7 @@ Imports stay inside functions: `qkv-grade --help` and a bad path answer without 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import sys
@@ -12,6 +13,8 @@ import sysconfig
 from pathlib import Path
 
 EXIT_USAGE = 2
+EXIT_UNWRITTEN = 3
+"""Grading finished, but its results (or report) could not all be written; every grade is on stdout."""
 
 
 def use_own_tools() -> None:
@@ -39,8 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the hidden cases (default: a fresh one, recorded in the results)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="folder mode: where to write one JSON result per submission and summary.csv "
-                             "(default: ./qkv-results)")
+                        help="folder mode: where each run writes its own folder, run-<time>-seed<N>/, "
+                             "holding one JSON result per submission and summary.csv; `latest` "
+                             "points at the last one finished (default: ./qkv-results)")
+    parser.add_argument("--resume", action="store_true",
+                        help="folder mode: finish the newest unfinished run of this folder in --out "
+                             "(same seed and time limit), grading only what it has not saved")
     parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core, plus one)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
@@ -60,7 +67,48 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold back Ctrl-C (and SIGTERM) until the block is done, then raise KeyboardInterrupt.
+
+    For the imports: an interrupt that lands inside numpy's own import surfaces as an ImportError
+    with a page of advice, not as an interrupt.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {number: signal.signal(number, lambda number, _: caught.append(number))
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def speak_utf8() -> None:
+    """Write stdout and stderr in UTF-8 whatever the locale (LC_ALL=C included): the JSON views
+    are UTF-8 by definition, and feedback quotes the chapter's √d_k."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            stream.reconfigure(encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
+    speak_utf8()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     use_own_tools()
     if args.no_sandbox:
@@ -91,17 +139,19 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("--report needs a folder of submissions")
         if importlib.util.find_spec("matplotlib") is None:
             return _fail("--report needs matplotlib: pip install 'qkv-attention[report]'")
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    if args.resume and not path.is_dir():
+        return _fail("--resume finishes an interrupted folder run: give that folder")
 
-    from .runner import Limits, Worker, WorkerFailed
-    from .sandbox import SandboxUnavailable
+    with interrupts_deferred():
+        from . import grading, results, store  # noqa: F401 (loaded whole before any ^C can land)
+        from .runner import Limits, Worker, WorkerFailed
+        from .sandbox import SandboxUnavailable
 
     limits = Limits(call_timeout=args.timeout)
     try:
         if path.is_dir():
-            from .grading import Grader
-
-            return _grade_folder(Grader(seed, limits), path, args)
+            return _grade_folder(path, args, limits)
+        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         with Worker(limits) as worker:  # picks the sandbox, or raises SandboxUnavailable
             worker.start()  # the sandbox starts and loads numpy while the hidden cases are built
             from .grading import Grader
@@ -128,47 +178,159 @@ def _grade_file(grader, worker, path: Path, args) -> int:
     return 0
 
 
-def _grade_folder(grader, folder: Path, args) -> int:
+def _grade_folder(folder: Path, args, limits) -> int:
+    """Grade a folder into a run folder of its own (see store.py); print every grade computed,
+    whatever happens to the writing."""
+    import signal
+
+    from . import results, store
+    from .submission import discover
+
+    try:
+        found = discover(folder)
+    except OSError as exc:
+        return _fail(f"{exc.filename or folder}: cannot be read ({exc.strerror})")
+    if not found.items:
+        return _fail(f"{folder}: no .py or .ipynb submissions found"
+                     + (f" ({len(found.skipped)} files skipped: {found.skipped[0][0]}: {found.skipped[0][1]}"
+                        + (", ..." if len(found.skipped) > 1 else "") + ")" if found.skipped else ""))
+    out = args.out or Path("qkv-results")
+    try:
+        if args.report is not None:
+            args.report.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _fail(f"{args.report}: cannot create the report folder ({exc.strerror})", EXIT_UNWRITTEN)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    try:
+        with interrupts_deferred():  # a run folder is made (or taken over) whole, or not at all
+            run = (store.Run.resume(out, folder) if args.resume
+                   else store.Run.start(out, folder, seed, {"timeout": limits.call_timeout}))
+    except (store.RunBusy, store.NothingToResume) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"{exc.filename or out}: cannot write the results there ({exc.strerror})", EXIT_UNWRITTEN)
+    if args.resume:
+        if args.seed is not None and args.seed != run.seed:
+            run.close()
+            return _fail(f"--seed {args.seed}: the run to resume, {run.folder}, uses seed {run.seed}")
+        import dataclasses
+
+        limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
+    kept = {}
+    for name, document in run.kept(found.items).items():
+        try:
+            kept[name] = results.from_dict(document)
+        except (KeyError, TypeError, ValueError):  # not a result this grader wrote: grade it again
+            run.saved.discard(name)
+    saver = _Saver(run, len(found.items) - len(kept))
+    failure = None
+    try:
+        from .grading import Grader
+
+        todo = [(path, name) for path, name in found.items if name not in kept]
+        if todo:
+            Grader(run.seed, limits).grade_many(todo, jobs=args.jobs, progress=saver.add)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
+        failure = ("interrupted", 130)
+    except Exception as exc:
+        from .runner import WorkerFailed
+        from .sandbox import SandboxUnavailable
+
+        if not isinstance(exc, (SandboxUnavailable, WorkerFailed)):
+            raise
+        failure = (str(exc), EXIT_USAGE)
+    saver.close()
+    graded = [kept.get(name) or saver.results.get(name) for _, name in found.items]
+    graded = [result for result in graded if result is not None]
+    if failure is None and saver.error is None:
+        try:
+            run.finish(results.to_csv(graded, found.skipped), found.skipped)
+        except OSError as exc:
+            saver.error = exc
+    run.close()
+    page = None
+    if failure is None and saver.error is None and args.report is not None:
+        from .report import write
+
+        try:
+            page = write(graded, args.report)
+        except OSError as exc:
+            failure = (f"{args.report}: could not write the class report ({exc.strerror}); the results "
+                       f"are in {run.folder}/", EXIT_UNWRITTEN)
+    _print_folder(graded, found.skipped, run, args, page)
+    if failure is not None and failure[1] == 130:
+        run.mark("interrupted")
+        return _fail(f"interrupted: {len(run.saved)} of {len(found.items)} results are kept in {run.folder}/; "
+                     f"finish the run with --resume", 130)
+    if failure is not None:
+        run.mark("failed")
+        return _fail(failure[0], failure[1])
+    if saver.error is not None:
+        run.mark("could not write")
+        return _fail(f"{saver.error.filename or run.folder}: could not write the results "
+                     f"({saver.error.strerror}); {len(run.saved)} of {len(found.items)} are kept in "
+                     f"{run.folder}/, and every grade is printed above", EXIT_UNWRITTEN)
+    return 0
+
+
+class _Saver:
+    """Saves each result the moment it is graded, and shows progress.
+
+    The first write that fails stops the writing (the disk is full, or the folder went away);
+    grading goes on, and every grade still reaches stdout.
+    """
+
+    def __init__(self, run, total: int):
+        import threading
+
+        self.run, self.results, self.error = run, {}, None
+        self.progress = _Progress(total)
+        self.lock, self.closed = threading.Lock(), False
+
+    def add(self, result) -> None:
+        from . import results
+
+        with self.lock:
+            self.results[result.submission] = result
+            self.progress.update(result)
+            if self.closed or self.error is not None:
+                return
+            try:
+                self.run.save(result.submission, results.to_json([result], single=True))
+            except OSError as exc:
+                self.error = exc
+
+    def close(self) -> None:
+        """No write after this one returns: a write under way is finished first."""
+        with self.lock:
+            self.closed = True
+            self.progress.finish()
+
+
+def _print_folder(graded, skipped, run, args, page) -> None:
     import json
 
     from . import results
-    from .submission import discover
 
-    items = discover(folder)
-    if not items:
-        return _fail(f"{folder}: no .py or .ipynb submissions found")
-    out = args.out or Path("qkv-results")
-    for made, what in ((out, "results"), (args.report, "report")):
-        try:
-            if made is not None:
-                made.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            return _fail(f"{made}: cannot create the {what} folder ({exc.strerror})")
-    progress = _Progress(len(items))
-    graded = grader.grade_many(items, jobs=args.jobs, progress=progress.update)
-    progress.finish()
-    for result in graded:
-        target = out / (_safe_name(result.submission) + ".json")
-        target.write_text(results.to_json([result], single=True), encoding="utf-8")
-    (out / "summary.csv").write_text(results.to_csv(graded), encoding="utf-8")
-    if args.report is not None:
-        from .report import write
-
-        page = write(graded, args.report)
     if args.format == "json":
         sys.stdout.write(results.to_json(graded, single=False))
     elif args.format == "gradescope":
         sys.stdout.write(json.dumps([results.to_gradescope(r) for r in graded], indent=2, ensure_ascii=False) + "\n")
     else:
-        width = max(len(r.submission) for r in graded)
+        names = {name: results.printable(name) for name in [r.submission for r in graded] + [n for n, _ in skipped]}
+        width = max([len(shown) for shown in names.values()] + [1])
         for result in graded:
             flags = sorted({code for step in result.steps for code in step.diagnoses})
-            sys.stdout.write(f"{result.submission:<{width}}  {result.score:>6g} / {result.max_score:g}"
+            sys.stdout.write(f"{names[result.submission]:<{width}}  {result.score:>6g} / {result.max_score:g}"
                              + (f"  {', '.join(flags)}" if flags else "") + "\n")
-        sys.stdout.write(f"\n{len(graded)} submissions graded with seed {grader.seed}; "
-                         f"results in {out}/ (one JSON each, summary.csv)"
-                         + (f"; class report in {page}" if args.report is not None else "") + ".\n")
-    return 0
+        for name, reason in skipped:
+            sys.stdout.write(f"{names[name]:<{width}}  not graded: {results.printable(reason)}\n")
+        where = (f"results in {run.folder}/ (one JSON each, summary.csv)" if run.finished
+                 else f"results not complete in {run.folder}/")
+        sys.stdout.write(f"\n{len(graded)} submissions graded with seed {run.seed}; {where}"
+                         + (f"; class report in {page}" if page is not None else "") + ".\n")
+    sys.stdout.flush()
 
 
 def _gradescope_bundle(args) -> int:
@@ -190,10 +352,6 @@ def _gradescope_bundle(args) -> int:
                      f"call, Python {config['python_minimum']} or newer). Upload it on the assignment's "
                      "Configure Autograder page.\n")
     return 0
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.replace(os.sep, "__"))
 
 
 class _Progress:

@@ -168,16 +168,23 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
-    candidates = []
-    for path in sorted(folder.rglob("*"), key=lambda p: (len(p.relative_to(folder).parts), str(p))):
-        relative = path.relative_to(folder)
-        if not path.is_file() or path.suffix not in SUFFIXES:
-            continue
-        if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
-            continue
-        if path.name in HELPERS or path.name.startswith("test_"):
-            continue
-        candidates.append(path)
+    # No symbolic link is followed: a linked folder is not looked into, and a linked file is a
+    # candidate like any other, which reading then refuses (its target is never opened).
+    found: list[tuple[Path, int]] = []
+
+    def walk(directory: Path, depth: int) -> None:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or entry.name == "__pycache__":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    walk(Path(entry.path), depth + 1)
+                elif entry.name.endswith(SUFFIXES) and entry.name not in HELPERS \
+                        and not entry.name.startswith("test_"):
+                    found.append((Path(entry.path), depth))
+
+    walk(folder, 1)
+    candidates = [path for path, _ in sorted(found, key=lambda item: (item[1], str(item[0])))]
     for suffix in SUFFIXES:
         named = [path for path in candidates if path.name == "attention_head" + suffix]
         if named:
@@ -199,7 +206,7 @@ def grade(root: Path, log=print) -> dict:
     from .runner import Limits, Worker
     from .submission import SubmissionError, load
 
-    config = json.loads((root / "source" / CONFIG).read_text())
+    config = json.loads((root / "source" / CONFIG).read_text(encoding="utf-8"))
     seed, visibility = int(config["seed"]), config.get("visibility", "visible")
     limits = Limits(call_timeout=float(config.get("call_timeout", 1.0)))
     folder = root / "submission"
@@ -229,6 +236,9 @@ def grade(root: Path, log=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """run_autograder's entry point: grade, and write results.json whatever happens."""
+    from .cli import speak_utf8
+
+    speak_utf8()
     argv = sys.argv[1:] if argv is None else argv
     root = Path(argv[0] if argv else os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT)
     target = root / "results" / "results.json"

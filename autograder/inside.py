@@ -4,22 +4,23 @@ The grader starts one worker per core as `python -I -S inside.py CONFIG` (inside
 there is one, see `sandbox.py`). Only this file and `protocol.py` are in its view of the grader.
 
 What the worker receives, on its standard input, from the grader only:
-  - once per plan: every planned call as a ready frame (step, call, function name, arguments as
-    raw array bytes), which the worker keeps in a mapping of its own;
+  - once (a worker grades one plan): every planned call as a ready frame (step, call, function
+    name, arguments as raw array bytes), which the worker keeps in a mapping of its own;
   - one frame per submission: its file name, the names of the written answers to look for and the
-    limits, followed by the submission's source text (never a path), which only that submission's
-    own fork of the worker reads.
+    limits, followed by the submission's source text (never a path).
 What the worker sends, on its standard output, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
-    `done`; all but the results (which only ever belong to the job in hand) carry its job id. Values are plain data (arrays as dtype,
-    shape and bytes); an exception is its type name, message and line in the submission.
+    `done`; all but the results (which only ever belong to the job in hand) carry its job id.
 
-Per submission the worker forks a process that reads the source and keeps the submission's time,
-and that forks the child which seals itself before running any student code (once more after a
-call that ends its process):
-  - it keeps one descriptor, the write end of a pipe made for it alone (standard input and output
-    become /dev/null; every other inherited descriptor is closed);
+Right after loading numpy and the plan, before it reads any submission, the worker forks a fork
+server, and every child is forked from that: no child inherits memory that ever held a
+classmate's source or results. A child reads its own source from a pipe of its own, then seals
+itself before running any student code (and a fresh child takes over after a call that ends its
+process):
+  - it keeps three descriptors, pipes made for it alone: its source, its calls, its results
+    (standard input and output become /dev/null; every other inherited descriptor is closed);
+  - it unmaps the plan's arguments: it holds only the calls handed to it;
   - its working directory, HOME and TMPDIR are a scratch folder made empty for it and removed whole
     after it;
   - hard resource limits it cannot raise: address space, CPU seconds, file size, open files;
@@ -27,17 +28,20 @@ call that ends its process):
     numpy and the system's shared libraries, and write only its scratch folder, and (ABI 4+) opens
     no TCP port, (ABI 6+) signals nothing outside itself;
   - seccomp refuses it sockets, new processes and threads, exec, ptrace, reading other processes'
-    memory, signals, limits, priorities or scheduling aimed at any process but itself, System V IPC
-    and POSIX message queues (which outlive a process), namespaces and mounts;
+    memory, signals, limits, priorities or scheduling aimed at any process but itself (signals the
+    kernel would send on its behalf too), System V IPC and POSIX message queues (which outlive a
+    process), namespaces and mounts;
   - arguments reach it as read-only arrays: writing into one fails where it happens.
-The worker hands the child one call at a time, the next only once the last has answered, and keeps
-time itself: each call's result must arrive within the call's limit of its hand-over, and anything that is not the next expected frame, or breaks a bound of
+The worker hands the child one step's calls at a time, the next step's only once the last call has
+answered, and keeps time itself: each call's result must arrive within the call's limit of the
+previous result (or of the hand-over), and anything that is not the next expected frame, or breaks a bound of
 `protocol.py`, ends the child and becomes that call's fault. Nothing the child sends is forwarded
 before it has been checked field by field against the next expected call.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -60,6 +64,10 @@ SCRATCH_BYTES = 64 << 20
 """Bytes a submission may keep in its scratch folder; checked from outside while it runs."""
 SCRATCH_ENTRIES = 1000
 DISK_POLL = 0.02
+PENDING_BYTES = 256 << 10
+CALLS_PIPE = 1 << 16
+"""Bytes of calls handed to a child at once: a pipe holds at least this much, so no write waits."""
+F_SETPIPE_SZ = 1031
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -85,7 +93,7 @@ _NR = {
                    mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, setpriority=141, ioprio_set=251,
                    migrate_pages=256, move_pages=279, process_madvise=440, process_mrelease=448,
                    prlimit64=302, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
-                   sched_setattr=314, fallocate=285, capset=126),
+                   sched_setattr=314, fallocate=285, fcntl=72, ioctl=16, capset=126),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -101,13 +109,18 @@ _NR = {
                     mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, setpriority=140,
                     ioprio_set=30, migrate_pages=238, move_pages=239, process_madvise=440, process_mrelease=448,
                     prlimit64=261, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
-                    sched_setattr=274, fallocate=47, capset=91),
+                    sched_setattr=274, fallocate=47, fcntl=25, ioctl=29, capset=91),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
 _SELF_ONLY = ("kill", "tkill", "tgkill")
 _SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
-_REFUSED = tuple(name for name in (_NR or {}) if name not in _SELF_ONLY + _SELF_OR_ZERO + ("clone3", "capset"))
+# Commands refused by their second argument: whatever makes the kernel signal a process on the
+# child's behalf (a descriptor's owner, its signal, a lease, a folder notice) or types into a terminal.
+_COMMANDS = {"fcntl": (8, 10, 15, 1024, 1026),  # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY
+             "ioctl": (0x8901, 0x8902, 0x5412)}  # FIOSETOWN, SIOCSPGRP, TIOCSTI
+_REFUSED = tuple(name for name in (_NR or {})
+                 if name not in _SELF_ONLY + _SELF_OR_ZERO + tuple(_COMMANDS) + ("clone3", "capset"))
 
 # Landlock (include/uapi/linux/landlock.h)
 _LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
@@ -204,6 +217,11 @@ def _seccomp(pid):
         if zero:
             block += [(jeq, 1, 0, 0)]
         block += [(jeq, 0, 1, pid), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+        program += [(jeq, 0, len(block), _NR[name])] + block
+    for name, commands in _COMMANDS.items():
+        block = [(ld, 0, 0, 24)]  # the second argument's low word
+        block += [(jeq, len(commands) - index, 0, command) for index, command in enumerate(commands)]
+        block += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
         program += [(jeq, 0, len(block), _NR[name])] + block
     program += [(ret, 0, 0, allow)]
     code = b"".join(struct.pack("HBBI", *op) for op in program)
@@ -346,13 +364,20 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
+def _child_main(job, source_in, calls_in, out, seal, arguments):
     import builtins
     import resource
     import signal
 
-    limits = job["limits"]
-    job["arguments"].close()  # every hidden call's arguments: unmapped here, before any student code
+    limits, scratch, cpu_seconds = job["limits"], job["scratch"], job["cpu"]
+    arguments.close()  # every hidden call's arguments: unmapped here, before any student code
+    chunks = []
+    while True:  # its own source, from the worker, on a pipe of its own
+        chunk = os.read(source_in, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    job["cells"] = json.loads(b"".join(chunks))
     _seal_descriptors({calls_in, out} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ.clear()
@@ -420,13 +445,11 @@ def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
-    read_exactly, head_size, decode = protocol.read_exactly, protocol._HEADER.size, protocol.decode
-    while True:  # the worker hands over one call at a time, and only once the last one has answered
+    decode, calls = protocol.decode, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
+    while True:  # the worker hands over a step's calls at a time, the next only once these have answered
         try:
-            _, json_len, blob_len = protocol._HEADER.unpack(read_exactly(calls_in, head_size))
-            call = json.loads(read_exactly(calls_in, json_len))
-            blob = read_exactly(calls_in, blob_len)
-        except protocol.Closed:
+            call, blob = calls.read(None)
+        except protocol.ProtocolError:
             real_exit(0)
         step_index, call_index = call["step"], call["call"]
         where = {"ev": "result", "step": step_index, "call": call_index}
@@ -466,15 +489,21 @@ def _child_main(job, calls_in, out, scratch, seal, cpu_seconds):
 # ---------------------------------------------------------------- the worker ------------------
 
 
-def _reap(pid):
-    """End the child and wait for it; returns ('crashed', signal name) or ('exit', status)."""
+def _end(pid):
+    """Kill a child and go on: once SIGKILL is sent it runs no more code, and its exit, which takes
+    a few milliseconds of the kernel's time, finishes on its own (the fork server collects it)."""
     import signal
 
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
-    _, status = os.waitpid(pid, 0)
+
+
+def _how_it_ended(status):
+    """('crashed', signal name) or ('exit', status) for a wait status."""
+    import signal
+
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         try:
@@ -483,6 +512,100 @@ def _reap(pid):
             name = "signal %d" % number
         return "crashed", name
     return "exit", "exit status %d" % os.WEXITSTATUS(status)
+
+
+class ForkServer:
+    """Forks the children, from a copy of the worker made before it read any submission.
+
+    The worker reads every submission's source and every result, so a child forked from it could
+    find a classmate's code or answers in memory it inherited. The fork server is forked once,
+    right after numpy and the plan are loaded, and learns nothing afterwards but each child's file
+    name, limits and scratch folder: the child reads its own source from a pipe of its own.
+    """
+
+    def __init__(self, seal, arguments):
+        import socket
+
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pid = os.fork()
+        if self.pid == 0:
+            status = 70
+            try:
+                self.sock.close()
+                _serve_forks(theirs, seal, arguments)
+                status = 0
+            finally:
+                os._exit(status)
+        theirs.close()
+
+    def spawn(self, meta):
+        """A new child: its pid, and the worker's ends of its result, call and source pipes."""
+        import socket
+
+        self.sock.send(json.dumps(meta).encode())
+        data, fds, _, _ = socket.recv_fds(self.sock, 1024, 3)
+        if not data or len(fds) != 3:
+            raise SystemExit("the fork server failed")
+        return (json.loads(data)["pid"], *fds)
+
+    def ended(self, pid):
+        """How a child that closed its end of the result pipe ended."""
+        self.sock.send(json.dumps({"wait": pid}).encode())
+        data = self.sock.recv(1024)
+        if not data:
+            raise SystemExit("the fork server failed")
+        return tuple(json.loads(data))
+
+
+def _serve_forks(sock, seal, arguments):
+    import socket
+
+    ended = {}  # pid -> wait status, for the children collected before the worker asked
+    while True:
+        data = sock.recv(1 << 16)
+        if not data:
+            return
+        request = json.loads(data)
+        while True:  # collect every child that has ended, without waiting for the others
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            ended[pid] = status
+        if len(ended) > 256:
+            ended.clear()
+        if "wait" in request:
+            status = ended.pop(request["wait"], None)
+            if status is None:
+                try:
+                    status = os.waitpid(request["wait"], 0)[1]
+                except ChildProcessError:
+                    status = 0
+            sock.send(json.dumps(_how_it_ended(status)).encode())
+            continue
+        results_in, results_out = os.pipe()
+        calls_in, calls_out = os.pipe()
+        source_in, source_out = os.pipe()
+        try:
+            fcntl.fcntl(calls_out, F_SETPIPE_SZ, CALLS_PIPE)
+        except OSError:
+            pass
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                for fd in (results_in, calls_out, source_out):
+                    os.close(fd)
+                _child_main(request, source_in, calls_in, results_out, seal, arguments)
+            finally:
+                os._exit(70)
+        for fd in (results_out, calls_in, source_in):
+            os.close(fd)
+        socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [results_in, calls_out, source_out])
+        for fd in (results_in, calls_out, source_out):
+            os.close(fd)
 
 
 def _next_call(steps, position):
@@ -538,12 +661,18 @@ def _check_child_frame(obj, blob, expected, used):
 
 
 class Worker:
-    def __init__(self, config, out, seal, scratch_root):
-        self.config, self.out, self.seal, self.scratch_root = config, out, seal, scratch_root
+    def __init__(self, config, out, seal, scratch_root, forks):
+        self.config, self.out, self.seal, self.scratch_root, self.forks = config, out, seal, scratch_root, forks
         self.pending = []
+        self.checked = 0.0  # when the scratch folder's quota was last checked
 
     def emit(self, obj, blob=b""):
         self.pending.append(protocol.pack(obj, blob))
+
+    def flush_some(self):
+        """Pass results on only in bulk: the grader judges a submission once all of it is in."""
+        if sum(len(frame) for frame in self.pending) > PENDING_BYTES:
+            self.flush()
 
     def flush(self):
         if self.pending:
@@ -551,28 +680,8 @@ class Worker:
             self.pending.clear()
 
     def serve(self, job, stdin, cells_len):
-        """Run one submission in a process of its own (a fork of this worker) that reads the
-        submission's source and sees its results: no classmate's code or results ever pass through
-        the worker, so no later child can find them in memory it inherited."""
-        pid = os.fork()
-        if pid == 0:
-            status = 70
-            try:
-                job["cells"] = json.loads(protocol.read_exactly(stdin, cells_len))
-                os.close(stdin)
-                self.run_job(job)
-                status = 0
-            finally:
-                os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        if self.config.get("own_pid_namespace"):
-            _kill_strays()
-        if status != 0:  # only a fault of this file can get here: say so, then start afresh
-            self.emit({"ev": "fault", "job": job["job"], "step": None, "call": None, "kind": "crashed",
-                       "detail": "the grading worker failed", "out": ""})
-            self.emit({"ev": "done", "job": job["job"]})
-            self.flush()
-            raise SystemExit(1)
+        job["cells"] = protocol.read_exactly(stdin, cells_len)  # JSON text, passed on as it is
+        self.run_job(job)
 
     def run_job(self, job):
         steps, tag, used = job["steps"], job["job"], [0]
@@ -589,21 +698,16 @@ class Worker:
 
         limits = job["limits"]
         calls = sum(len(step) for step in job["steps"][start:])
-        cpu = int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)
         scratch = tempfile.mkdtemp(prefix="s", dir=self.scratch_root)
-        read_end, write_end = os.pipe()
-        calls_in, calls_out = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(read_end)
-                os.close(calls_out)
-                _child_main(job, calls_in, write_end, scratch, self.seal, cpu)
-            finally:
-                os._exit(70)
-        os.close(write_end)
-        os.close(calls_in)
+        meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
+                "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
+        pid, read_end, calls_out, source_out = self.forks.spawn(meta)
         try:
+            try:
+                protocol.write_all(source_out, job["cells"])
+            except OSError:
+                pass  # the child is gone: its read end tells the rest
+            os.close(source_out)
             return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch)
         finally:
             os.close(read_end)
@@ -613,29 +717,47 @@ class Worker:
                 pass
             shutil.rmtree(scratch, ignore_errors=True)
 
-    @staticmethod
-    def read_watching(reader, deadline, scratch):
-        """The child's next frame; meanwhile, and with every frame, its scratch folder must stay
-        within its quota."""
+    def read_watching(self, reader, deadline, scratch):
+        """The child's next frame; meanwhile, every DISK_POLL seconds, its scratch folder must
+        stay within its quota."""
         while True:
-            wake = min(deadline, time.monotonic() + DISK_POLL)
+            now = time.monotonic()
             try:
-                frame = reader.read(wake)
+                frame = reader.read(min(deadline, now + DISK_POLL))
             except protocol.TimedOut:
                 if time.monotonic() >= deadline:
                     raise
                 frame = None
-            if _over_quota(scratch):
-                raise OverQuota("it wrote more than %d MiB or %d files" % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
+            if frame is None or time.monotonic() - self.checked > DISK_POLL:
+                self.checked = time.monotonic()
+                if _over_quota(scratch):
+                    raise OverQuota("it wrote more than %d MiB or %d files"
+                                    % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
             if frame is not None:
                 return frame
+
+    @staticmethod
+    def hand_over(calls_out, places, arguments):
+        """Write as many of a step's remaining calls to the child's pipe as fit in it whole (at
+        least one), so this never waits on the child; returns how many were written."""
+        room = CALLS_PIPE
+        count = 1
+        while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room:
+            count += 1
+        start, end = places[0][0], places[count - 1][0] + places[count - 1][1]
+        try:
+            protocol.write_all(calls_out, memoryview(arguments)[start:end])
+        except OSError:
+            pass  # the child is gone: its read end tells the rest
+        return count
 
     def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
         limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
         deadline = time.monotonic() + limits["import_timeout"]
-        sent = None  # when the expected call was handed over
+        sent = None  # when the expected call's time began: its hand-over, or the last result
+        handed = None  # (step, last call) of the calls the child holds
         while True:
             try:
                 obj, blob = self.read_watching(reader, deadline, scratch)
@@ -644,10 +766,11 @@ class Worker:
                     raise protocol.TimedOut("the call ran past its limit")
                 clean, blob = _check_child_frame(obj, blob, expected, used)
             except protocol.ProtocolError as exc:
-                ended = _reap(pid)
-                kind, detail = (("timeout", None) if isinstance(exc, protocol.TimedOut) else
-                                ("disk", str(exc)) if isinstance(exc, OverQuota) else
-                                ended if isinstance(exc, protocol.Closed) else ("protocol", str(exc)))
+                # a child that closed its end has exited: how it did is the diagnosis
+                kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
+                                ("timeout", None) if isinstance(exc, protocol.TimedOut) else
+                                ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
+                _end(pid)
                 position = expected if isinstance(expected, tuple) else (None, None)
                 if expected == "end":
                     self.flush()
@@ -663,26 +786,25 @@ class Worker:
                 clean["job"] = tag
                 self.emit(clean, blob)
             if event == "fault":
-                _reap(pid)
+                _end(pid)
                 self.flush()
                 return clean["step"] + 1
             if event == "imported" and not clean["ok"]:
-                _reap(pid)
+                _end(pid)
                 self.flush()
                 return None
             expected = _next_call(steps, (start, -1) if event == "imported" else expected)
             if expected is None:  # every call answered: the child has nothing more to do
-                _reap(pid)
+                _end(pid)
                 self.flush()
                 return None
-            self.flush()
-            offset, length = steps[expected[0]][expected[1]]
-            try:
-                protocol.write_all(calls_out, memoryview(arguments)[offset:offset + length])
-            except OSError:
-                pass  # the child is gone: its read end tells the rest
+            if handed is None or expected[0] != handed[0] or expected[1] > handed[1]:
+                # the child holds no more calls: hand over the rest of this step, never a later step's
+                handed = (expected[0], expected[1] + self.hand_over(calls_out, steps[expected[0]][expected[1]:],
+                                                                    arguments) - 1)
             sent = time.monotonic()
             deadline = sent + limits["call_timeout"] + GRACE
+            self.flush_some()  # while the child works on the call
 
 
 class OverQuota(protocol.ProtocolError):
@@ -708,23 +830,6 @@ def _over_quota(scratch):
         except OSError:
             pass
     return False
-
-
-def _kill_strays():
-    """In the sandbox's own PID namespace, end anything left running (belt and braces: a child
-    cannot start processes)."""
-    import signal
-
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
 
 
 def _load_numpy(folder):
@@ -842,19 +947,22 @@ def main():
     protocol.write_all(stdout, protocol.pack({
         "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp,
         "sealed": sealed, "user": user, "scratch": scratch_root, "problem": seal.error}))
-    worker = Worker(config, stdout, seal, scratch_root)
-    plans = {}  # plan id -> (per step, each call's place), and every call's frame in a mapping
+    worker = None
     try:
         while True:
             try:
                 head, blob_len = protocol.read_head(stdin)
             except protocol.Closed:
                 return
-            if "steps" in head:  # the plan is the same for every submission: the worker keeps it
-                plans.clear()
-                plans[head["plan_id"]] = (head["steps"], _read_mapped(stdin, blob_len))
+            if "steps" in head:  # once: the plan is the same for every submission this worker grades
+                if worker is not None:
+                    raise SystemExit("a worker grades one plan")
+                steps, arguments = head["steps"], _read_mapped(stdin, blob_len)
+                gc.collect()
+                gc.freeze()
+                worker = Worker(config, stdout, seal, scratch_root, ForkServer(seal, arguments))
                 continue
-            head["steps"], head["arguments"] = plans[head["plan_id"]]
+            head["steps"], head["arguments"] = steps, arguments
             worker.serve(head, stdin, blob_len)
     finally:
         import shutil

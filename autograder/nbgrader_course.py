@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     except (CourseError, ReleaseError) as error:
         print(f"qkv-course: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a read-only or full disk: nothing half-written is left to trust
+        print(f"qkv-course: error: cannot write {error.filename or args.course} ({error.strerror})",
+              file=sys.stderr)
+        return 3
     print("\n".join(f"qkv-course: {line}" for line in done))
     print(f"Next, in {args.course}: nbgrader generate_assignment {args.assignment}")
     return 0

@@ -27,10 +27,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,10 +39,13 @@ if TYPE_CHECKING:
     from .results import SubmissionResult
 
 from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_seed
+from .store import write_atomically
 
 NOTEBOOK_ID = Path(NOTEBOOK).stem
 TOLERANCE = 0.005  # scores are kept to two decimals
 READ_ONLY = 0o444  # what nbgrader autograde leaves on an autograded notebook
+PENDING = ".qkv-pending"
+LOCK_FILE = ".qkv-grade.lock"
 
 
 @dataclass
@@ -110,10 +113,26 @@ def step_cells(coursedir, assignment: str) -> dict[str, str]:
 
 
 def submissions(coursedir, assignment: str) -> list[tuple[Path, str]]:
-    """(notebook path, student id) for every submission, sorted by student."""
+    """(notebook path, student id) for every submission, sorted by student.
+
+    No symbolic link is followed: a student folder, assignment folder or notebook that is a link
+    is still that student's submission, which reading then finds unreadable.
+    """
     pattern = Path(coursedir.format_path(coursedir.submitted_directory, "*", assignment))
-    found = sorted(Path(pattern.parent.parent).glob(f"*/{pattern.name}/{NOTEBOOK}"))
-    return [(path, path.parent.parent.name) for path in found]
+    submitted = pattern.parent.parent
+    found = []
+    try:
+        entries = sorted(os.scandir(submitted), key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        notebook = Path(entry.path) / pattern.name / NOTEBOOK
+        if entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and (
+                os.path.islink(notebook.parent) or os.path.lexists(notebook))):
+            found.append((notebook, entry.name))
+    return found
 
 
 # --- grading ------------------------------------------------------------------------------------
@@ -159,7 +178,11 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         OverwriteCells, OverwriteKernelspec)
 
-    notebook = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
+    from .submission import read_bytes
+
+    # The bytes graded, read as grading read them: never through a link.
+    notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
+                              as_version=nbformat.NO_CONVERT)
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
@@ -190,14 +213,31 @@ def _pictures(cell) -> list:
 
 
 def _copy_files(folders: list[Path], target: Path) -> None:
-    """What autograde puts beside the notebook: the submission's files, then the source's."""
+    """What autograde puts beside the notebook: the submission's files, then the source's.
+
+    Only regular files are copied, each read without following a link; a linked file or folder
+    is left behind (its target is never opened).
+    """
+    from .submission import SubmissionError, read_bytes
+
+    def walk(folder: Path, parts: tuple[str, ...]):
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda entry: entry.name):
+                if entry.is_symlink() or entry.name in ("__pycache__", ".ipynb_checkpoints"):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    yield from walk(Path(entry.path), parts + (entry.name,))
+                elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb"):
+                    yield Path(entry.path), parts + (entry.name,)
+
     for folder in folders:
-        for path in folder.rglob("*"):
-            relative = path.relative_to(folder)
-            if path.is_file() and path.suffix != ".ipynb" and not any(
-                    part in ("__pycache__", ".ipynb_checkpoints") for part in relative.parts):
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target / relative)
+        for path, parts in list(walk(folder, ())):
+            try:
+                data = read_bytes(path, "/".join(parts))
+            except SubmissionError:
+                continue  # replaced by a link or a FIFO meanwhile: not copied
+            (target / Path(*parts)).parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(target / Path(*parts), data)
 
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
@@ -236,12 +276,64 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
                         else _pictures(cell))
         cell.execution_count = None
     reader_view(notebook)
-    notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed}
-    if target.exists():
-        os.chmod(target, 0o644)
-    nbformat.write(notebook, str(target))
-    os.chmod(target, READ_ONLY)
+    notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed,
+                                "trusted_scores": {step.id: step.score for step in graded.result.steps}}
+    pending = _pending(target)
+    write_atomically(pending, nbformat.writes(notebook))
+    os.chmod(pending, READ_ONLY)
     return notebook
+
+
+def _timestamp(graded: Graded):
+    """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
+    notebook (None without one); read as submissions are, never through a link."""
+    from nbgrader import utils
+
+    from .submission import SubmissionError, read_bytes
+
+    path = graded.path.parent / "timestamp.txt"
+    try:
+        return utils.parse_utc(read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
+                               .decode("utf-8").strip())
+    except (SubmissionError, UnicodeDecodeError, ValueError, TypeError):
+        return None
+
+
+def _pending(target: Path) -> Path:
+    """Where a run leaves an autograded notebook until the gradebook holds its scores."""
+    return target.with_name(f".{target.name}{PENDING}")
+
+
+def settle_pending(coursedir, assignment: str, step_ids: dict[str, str]) -> list[str]:
+    """Finish what a killed run left: each pending autograded notebook replaces the old one if the
+    gradebook holds its scores (the run committed), and is removed if not. Returns the students
+    whose notebook was put in place."""
+    import nbformat
+    from nbgrader.api import Gradebook, MissingEntry
+
+    autograded = Path(coursedir.format_path(coursedir.autograded_directory, "*", assignment))
+    found = sorted(autograded.parent.parent.glob(f"*/{autograded.name}/.{NOTEBOOK}{PENDING}"))
+    if not found:
+        return []
+    settled = []
+    with Gradebook(coursedir.db_url) as gradebook:
+        for pending in found:
+            student = pending.parent.parent.name
+            try:
+                wanted = nbformat.reads(pending.read_text(encoding="utf-8"), as_version=nbformat.NO_CONVERT) \
+                    .metadata["qkv"]["trusted_scores"]
+                recorded = {step: gradebook.find_grade(grade_id, NOTEBOOK_ID, assignment, student).auto_score
+                            for step, grade_id in step_ids.items()}
+            except (OSError, ValueError, KeyError, MissingEntry):
+                recorded, wanted = None, {}
+            if recorded is not None and all(recorded[step] is not None
+                                            and abs(recorded[step] - wanted.get(step, -1)) <= TOLERANCE
+                                            for step in step_ids):
+                os.replace(pending, pending.with_name(NOTEBOOK))
+                settled.append(student)
+            else:
+                pending.unlink()
+    return settled
 
 
 class GradebookWriter:
@@ -277,7 +369,7 @@ class GradebookWriter:
         """Do what `update_or_create_student` and `update_or_create_submission` do for each
         student, then load every submitted notebook of the run with its grades and comments."""
         from nbgrader import utils
-        from nbgrader.api import SubmittedNotebook
+        from nbgrader.api import Student, SubmittedNotebook
         from sqlalchemy.exc import SAWarning
         from sqlalchemy.orm import selectinload
 
@@ -290,13 +382,11 @@ class GradebookWriter:
             warnings.simplefilter("ignore", SAWarning)
             for one in graded:
                 if one.student not in known:
-                    gradebook.add_student(one.student)
+                    gradebook.db.add(Student(id=one.student))
                     known.add(one.student)
-                timestamp = self.coursedir.get_existing_timestamp(str(one.path.parent))
+                timestamp = _timestamp(one)
                 if one.student not in submissions:
-                    extra = {"timestamp": timestamp} if timestamp else {}
-                    submissions[one.student] = gradebook.add_submission(self.assignment, one.student,
-                                                                        **extra)
+                    submissions[one.student] = self._new_submission(one.student, timestamp)
                 elif timestamp:
                     submissions[one.student].timestamp = utils.parse_utc(timestamp)
         self.submissions = submissions
@@ -310,6 +400,29 @@ class GradebookWriter:
             .options(selectinload(SubmittedNotebook.grades), selectinload(SubmittedNotebook.comments))
         self.notebooks = {student_of[row.assignment_id]: row for row in rows
                           if row.assignment_id in student_of}
+
+    def _new_submission(self, student: str, timestamp: str | None):
+        """What nbgrader's `add_submission` builds (the submission, its notebooks, an empty grade
+        and comment per cell), without its commit: nothing reaches the gradebook until `commit`."""
+        from nbgrader import utils
+        from nbgrader.api import Comment, Grade, Student, SubmittedAssignment, SubmittedNotebook
+
+        extra = {"timestamp": utils.parse_utc(timestamp)} if timestamp else {}
+        gradebook = self.gradebook
+        assignment = gradebook.find_assignment(self.assignment)
+        row = gradebook.db.query(Student).filter(Student.id == student).one()
+        submission = SubmittedAssignment(assignment=assignment, student=row, **extra)
+        for notebook in assignment.notebooks:
+            submitted = SubmittedNotebook(notebook=notebook, assignment=submission)
+            for cell in notebook.grade_cells:
+                Grade(cell_id=cell.id, notebook=submitted)
+            for cell in notebook.solution_cells:
+                Comment(cell_id=cell.id, notebook=submitted)
+            for cell in notebook.task_cells:
+                Comment(cell_id=cell.id, notebook=submitted)
+                Grade(cell_id=cell.id, notebook=submitted)
+        gradebook.db.add(submission)
+        return submission
 
     def record(self, graded: Graded, notebook) -> None:
         """One student's scores; `notebook` is their autograded notebook (None when there is none)."""
@@ -375,13 +488,20 @@ class GradebookWriter:
 
 
 def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: int | None = None,
-                 limits=None, progress=None) -> tuple[list[Graded], int]:
+                 limits=None, progress=None, waiting=None) -> tuple[list[Graded], int]:
     """Grade every submitted notebook of `assignment` and record the results; returns them and
-    the seed used."""
+    the seed used. One run at a time per course: `waiting(pid)` is called if another holds it.
+    Raises NotRecorded, holding the results, when the course could not be written."""
+    coursedir, config = course_directory(course)
+    with course_lock(course, waiting):
+        return _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress)
+
+
+def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress):
     from .grading import Grader
 
-    coursedir, config = course_directory(course)
     step_ids = step_cells(coursedir, assignment)
+    settle_pending(coursedir, assignment, step_ids)
     items = submissions(coursedir, assignment)
     if not items:
         raise TrustedError(f"no submitted notebooks: expected "
@@ -397,32 +517,121 @@ def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: i
                                  for path, student in items], jobs=jobs, progress=progress)
     graded = [Graded(student, path, result, None, "")
               for (path, student), result in zip(items, results)]
-    with GradebookWriter(coursedir, config, assignment, step_ids) as writer:
-        writer.prepare(graded)
-        for one in graded:
-            try:
-                notebook = update_autograded(one, coursedir, config, assignment, step_ids, seed)
-            except Exception as error:  # nbgrader refuses the notebook: the scores still count
-                one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
-                notebook = None
-            if notebook is None:
-                notebook = _autograded(coursedir, assignment, one.student)
-            writer.record(one, notebook)
-        writer.commit()
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        record(graded, coursedir, config, assignment, step_ids, seed)
+    except OSError as error:
+        raise NotRecorded(graded, seed, f"{error.filename or course}: {error.strerror}") from None
+    except SQLAlchemyError as error:
+        reason = str(getattr(error, "orig", None) or error).splitlines()[0]
+        raise NotRecorded(graded, seed, f"{coursedir.db_url}: {reason}") from None
     return graded, seed
+
+
+class NotRecorded(Exception):
+    """Grading finished but the course could not be written; the grades are here all the same."""
+
+    def __init__(self, graded: list[Graded], seed: int, reason: str):
+        super().__init__(reason)
+        self.graded, self.seed = graded, seed
+
+
+@contextmanager
+def course_lock(course: Path, waiting=None):
+    """Hold the course's lock file (LOCK_FILE) for a whole run: a second run on the same course
+    waits here, after calling `waiting` with the holder's process id."""
+    import errno
+    import fcntl
+
+    try:
+        descriptor = os.open(course / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        try:  # flock needs no write access
+            descriptor = os.open(course / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            # Nothing can write this course, this run included: it grades, then reports that
+            # it could not record the grades.
+            yield
+            return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting(os.pread(descriptor, 32, 0).decode("ascii", "replace").strip() or "unknown")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError:
+            pass  # the pid only makes the waiting message clearer
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: dict[str, str],
+           seed: int) -> None:
+    """Write the run into the course as one transaction.
+
+    Each new autograded notebook is written beside the old one under a pending name; then the
+    gradebook's single commit makes every student's new grade count at once; then the pending
+    notebooks replace the old ones. A kill before the commit changes no grade (the next run
+    removes the pending notebooks); a kill after it leaves notebooks the next run puts in place
+    (`settle_pending`). Ctrl-C or SIGTERM during the commit and the renames takes effect after them.
+    """
+    from .cli import interrupts_deferred
+
+    written, committed = [], False
+    try:
+        with GradebookWriter(coursedir, config, assignment, step_ids) as writer:
+            writer.prepare(graded)
+            for one in graded:
+                try:
+                    notebook = update_autograded(one, coursedir, config, assignment, step_ids, seed)
+                except OSError:
+                    raise
+                except Exception as error:  # nbgrader refuses the notebook: the scores still count
+                    one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
+                    notebook = None
+                if notebook is None:
+                    notebook = _autograded(coursedir, assignment, one.student)
+                else:
+                    written.append(_autograded_path(coursedir, assignment, one.student))
+                writer.record(one, notebook)
+            with interrupts_deferred():  # Ctrl-C lands once the run is whole
+                writer.commit()
+                committed = True
+                for target in written:
+                    os.replace(_pending(target), target)
+    except BaseException:
+        if not committed:  # the old grades stand: so do the old notebooks
+            for target in written:
+                try:
+                    os.unlink(_pending(target))
+                except OSError:
+                    pass
+        raise  # committed, with renames left undone: the next run's settle_pending does them
+
+
+def _autograded_path(coursedir, assignment: str, student: str) -> Path:
+    return Path(coursedir.format_path(coursedir.autograded_directory, student, assignment)) / NOTEBOOK
 
 
 def _autograded(coursedir, assignment: str, student: str):
     """The autograded notebook as it is on disk, or None when there is none."""
     import nbformat
 
-    path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment)) / NOTEBOOK
+    path = _autograded_path(coursedir, assignment, student)
     return nbformat.read(str(path), as_version=nbformat.NO_CONVERT) if path.is_file() else None
 
 
 # --- the command --------------------------------------------------------------------------------
 
-def report(graded: list[Graded], assignment: str, seed: int, seconds: float) -> str:
+def report(graded: list[Graded], assignment: str, seed: int, seconds: float, recorded: bool = True) -> str:
     width = max(len(one.student) for one in graded)
     lines = []
     for one in graded:
@@ -430,8 +639,9 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float) -> 
         lines.append(f"{one.student:<{width}}  {one.result.score:>6g} / {one.result.max_score:g}"
                      + (f"  {', '.join(flags)}" if flags else ""))
     lines.append("")
-    lines.append(f"{len(graded)} notebooks of {assignment} graded with seed {seed} in "
-                 f"{seconds:.1f} s; the gradebook holds these scores.")
+    lines.append(f"{len(graded)} notebooks of {assignment} graded with seed {seed} in {seconds:.1f} s; "
+                 + ("the gradebook holds these scores." if recorded else
+                    "the gradebook and the autograded notebooks were left as they were."))
     differing = [one for one in graded if one.differences]
     compared = [one for one in graded if one.in_kernel is not None]
     if compared and not differing:
@@ -474,8 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     args = parser.parse_args(argv)
-    from .cli import use_own_tools
+    from .cli import EXIT_UNWRITTEN, interrupts_deferred, speak_utf8, use_own_tools
 
+    speak_utf8()
     use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
@@ -484,21 +695,37 @@ def main(argv: list[str] | None = None) -> int:
     if not args.course.is_dir():
         return _fail(f"{args.course}: no such folder")
     try:
-        import nbgrader  # noqa: F401
-    except ImportError:
-        return _fail("nbgrader is not installed (pip install 'qkv-attention[nbgrader]')")
+        with interrupts_deferred():
+            try:
+                import nbgrader.api  # noqa: F401
+            except ImportError:
+                return _fail("nbgrader is not installed (pip install 'qkv-attention[nbgrader]')")
+            from . import grading  # noqa: F401
+            from .runner import Limits, WorkerFailed
+            from .sandbox import SandboxUnavailable
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
 
-    from .runner import Limits, WorkerFailed
-    from .sandbox import SandboxUnavailable
+    def waiting(pid: str) -> None:
+        sys.stderr.write(f"qkv-grade --nbgrader: waiting for another run on {args.course} "
+                         f"(process {pid}) to finish\n")
+        sys.stderr.flush()
 
     started = time.perf_counter()
     try:
         graded, seed = grade_course(args.course, args.assignment, args.seed, args.jobs,
-                                    Limits(call_timeout=args.timeout))
+                                    Limits(call_timeout=args.timeout), waiting=waiting)
     except (TrustedError, CourseError, SandboxUnavailable, WorkerFailed) as error:
         return _fail(str(error))
+    except NotRecorded as error:
+        sys.stdout.write(report(error.graded, args.assignment, error.seed, time.perf_counter() - started,
+                                recorded=False))
+        return _fail(f"could not write the course: {error}; no grade changed", EXIT_UNWRITTEN)
+    except OSError as error:
+        return _fail(f"could not write the course: {error.filename or args.course}: {error.strerror}",
+                     EXIT_UNWRITTEN)
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted (each student's grade is the one before this run, or this run's)", 130)
     sys.stdout.write(report(graded, args.assignment, seed, time.perf_counter() - started))
     return 0
 

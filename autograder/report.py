@@ -18,7 +18,7 @@ from html import escape
 from pathlib import Path
 
 from .diagnoses import CODES
-from .results import SubmissionResult
+from .results import SubmissionResult, spreadsheet_cell
 from .steps import STEPS
 
 # Diagnoses that say the code did not run to an answer, rather than which idea went wrong.
@@ -49,7 +49,7 @@ def scores_csv(results: list[SubmissionResult]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["submission", "total", "max"] + [step.id for step in STEPS])
     for result in results:
-        writer.writerow([result.submission, f"{result.score:g}", f"{result.max_score:g}"]
+        writer.writerow([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
                         + [f"{step.score:g}" for step in result.steps])
     return buffer.getvalue()
 

@@ -57,6 +57,15 @@ class SubmissionResult:
         return document
 
 
+def from_dict(document: dict) -> SubmissionResult:
+    """A result read back from its JSON document (`to_dict`'s inverse, less the seconds)."""
+    steps = [StepResult(s["id"], s["score"], s["max_score"], s["status"], s["feedback"], list(s["diagnoses"]),
+                        s["cases_passed"], s["cases_total"]) for s in document["steps"]]
+    return SubmissionResult(document["submission"], steps, document["seed"], document["isolation"],
+                            answers=document.get("written_answers"), output=document.get("output", ""),
+                            error=document.get("error"))
+
+
 def unreadable(name: str, message: str, seed: int, isolation: str) -> SubmissionResult:
     """A submission that could not be read: every step is an error, with the reason."""
     steps = [StepResult(step.id, 0.0, step.points, "error", f"{step.title}: not graded. {message}", ["unreadable"], 0, 1)
@@ -105,14 +114,37 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
                            "isolation": result.isolation, "results_version": VERSION}}
 
 
-def to_csv(results: list[SubmissionResult]) -> str:
+_INVISIBLE = {0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control characters (ESC, BEL, carriage returns, …) and the
+    invisible direction marks that reorder a line are shown escaped, never sent as they are.
+    Submission names, messages and output come from students."""
+    return "".join(char if char in "\n\t" or (" " <= char < "\x7f") or (
+        ord(char) > 0x9f and ord(char) not in _INVISIBLE) else "\\x%02x" % ord(char) if ord(char) < 0x100
+        else "\\u%04x" % ord(char) for char in text)
+
+
+def spreadsheet_cell(text: str) -> str:
+    """`text` as a CSV cell that a spreadsheet shows as text, never runs as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def to_csv(results: list[SubmissionResult], skipped: list[tuple[str, str]] = ()) -> str:
+    """One row per graded submission, then one per file found and not graded (empty scores, the
+    reason in `skipped`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "score", "max_score"] + [step.id for step in STEPS] + ["diagnoses", "error"])
+    writer.writerow(["submission", "score", "max_score"] + [step.id for step in STEPS]
+                    + ["diagnoses", "error", "skipped"])
     for result in results:
         codes = sorted({code for step in result.steps for code in step.diagnoses})
-        writer.writerow([result.submission, f"{result.score:g}", f"{result.max_score:g}"]
-                        + [f"{step.score:g}" for step in result.steps] + [" ".join(codes), result.error or ""])
+        writer.writerow([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
+                        + [f"{step.score:g}" for step in result.steps]
+                        + [" ".join(codes), spreadsheet_cell(result.error or ""), ""])
+    for name, reason in skipped:
+        writer.writerow([spreadsheet_cell(name), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
     return buffer.getvalue()
 
 
@@ -124,7 +156,7 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
         return f"\x1b[{_COLOURS[status]}m{text}\x1b[0m" if colour else text
 
     width = max(len(step.id) for step in result.steps)
-    lines = [f"{result.submission}: {result.score:g} / {result.max_score:g}", ""]
+    lines = [f"{printable(result.submission)}: {result.score:g} / {result.max_score:g}", ""]
     lines.append(f"  {'step':<{width}}  {'score':>11}  status")
     for step in result.steps:
         score = f"{step.score:g} / {step.max_score:g}"
@@ -142,7 +174,7 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
         for step in failing:
             lines.append("")
             lines.append(paint(f"── {step.id} ", step.status) + f"({step.score:g} / {step.max_score:g})")
-            lines.extend("  " + line for line in step.feedback.splitlines())
+            lines.extend("  " + line for line in printable(step.feedback).splitlines())
     lines.append("")
     lines.append(f"Grading seed {result.seed} (rerun with --seed {result.seed}); isolation: {result.isolation}.")
     return "\n".join(lines) + "\n"

@@ -191,12 +191,13 @@ class Worker:
 
     def send(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = ()) -> Run:
         """Start a submission's run; `receive` collects it. The worker runs one job at a time."""
-        if self._process is None or self._process.poll() is not None:
-            self.close()
+        prepared = plan if isinstance(plan, Prepared) else prepare(plan)
+        if self._process is None or self._process.poll() is not None or (
+                self._plan_id is not None and self._plan_id != prepared.id):
+            self.close()  # a worker grades one plan: a new plan gets a new worker
             self.start()
         if not self._ready:
             self._wait_ready()
-        prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         limits = self.limits
         job = next(_jobs)
         frames = []

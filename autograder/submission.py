@@ -5,7 +5,7 @@ view of the submissions folder.
 """
 from __future__ import annotations
 
-import re
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +13,7 @@ SUFFIXES = (".py", ".ipynb")
 # Cells the grader does not run: the notebook's own checks and plots, and nbgrader's test cells.
 SKIPPED_ROLES = {"check", "plot"}
 HELPERS = {"conftest.py", "public_checks.py", "setup.py", "nbgrader_config.py"}
-_MAGIC = re.compile(r"^(\s*)([%!?].*)$")
+MAX_BYTES = 32 * 1024 * 1024  # a notebook full of plots stays well below
 
 
 class SubmissionError(Exception):
@@ -31,42 +31,114 @@ class Submission:
 
 def load(path: Path, name: str | None = None) -> Submission:
     name = name or str(path)
+    data = read_bytes(path, name)
     if path.suffix not in SUFFIXES:
         raise SubmissionError(f"{path}: not a .py module or .ipynb notebook")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise SubmissionError(f"{path}: no such file")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise SubmissionError(f"{path}: not UTF-8 text")
-    except OSError as exc:
-        raise SubmissionError(f"{path}: cannot be read ({exc.strerror})")
     if path.suffix == ".py":
         return Submission(path, name, (text,), False)
     return Submission(path, name, tuple(notebook_cells(text, path)), True)
 
 
+def read_bytes(path: Path, name: str | None = None) -> bytes:
+    """The content of a submitted file, read without following any symbolic link.
+
+    When `name` is `path` relative to a folder (a folder run, a course, Gradescope's upload), no
+    part of it below that folder may be a link; otherwise only the file itself may not. Each part
+    is opened with O_NOFOLLOW from the one above, so nothing can be swapped for a link between the
+    check and the read, and the file must be a regular one (never a FIFO or a device, whose
+    opening alone could block or act) of at most MAX_BYTES.
+    """
+    import errno
+    import stat
+
+    parts = Path(name).parts if name else ()
+    if (name and name != str(path) and not Path(name).is_absolute() and ".." not in parts
+            and path.parts[-len(parts):] == parts):
+        root, below = Path(*path.parts[:-len(parts)]) if len(path.parts) > len(parts) else Path("."), parts
+    else:
+        root, below = path.parent, (path.name,)
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    try:
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | cloexec)
+    except OSError as exc:
+        raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        for index, part in enumerate(below):
+            last = index == len(below) - 1
+            try:
+                info = os.stat(part, dir_fd=folder, follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    raise OSError(errno.ELOOP, "a symbolic link")
+                if last and not stat.S_ISREG(info.st_mode):
+                    raise SubmissionError(f"{path}: not a regular file")
+                flags = (os.O_NONBLOCK if last else os.O_DIRECTORY) | os.O_RDONLY | os.O_NOFOLLOW | cloexec
+                opened = os.open(part, flags, dir_fd=folder)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    where = "" if last else f" ({'/'.join(below[:index + 1])} is one)"
+                    raise SubmissionError(f"{path}: a symbolic link{where}, which the grader never follows; "
+                                          f"hand in the file itself") from None
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    raise SubmissionError(f"{path}: no such file") from None
+                raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
+            os.close(folder)
+            folder = opened
+        info = os.fstat(folder)
+        if not stat.S_ISREG(info.st_mode):  # replaced between the look and the open
+            raise SubmissionError(f"{path}: not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise SubmissionError(f"{path}: too large to be a submission ({info.st_size} bytes)")
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(folder, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_BYTES:
+            raise SubmissionError(f"{path}: too large to be a submission")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(folder)
+
+
 def notebook_cells(text: str, path: Path) -> list[str]:
-    """The code cells a notebook submission is made of, with IPython magics turned into no-ops."""
+    """The code cells a notebook submission is made of, as the Python an IPython kernel would run.
+
+    Older formats (nbformat 3's worksheets) are converted by nbformat itself. Magics and shell
+    escapes are found by IPython's own input transformer, exactly where Jupyter would find them,
+    and made no-ops: the sandbox has no shell and no IPython.
+    """
     import json
 
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: line {exc.lineno})")
-    if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
-        raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
+    except RecursionError:
+        raise SubmissionError(f"{path}: corrupt notebook (nested too deeply)")
+    if not isinstance(document, dict):
+        raise SubmissionError(f"{path}: corrupt notebook (not a JSON object)")
     import nbformat
 
     try:
-        notebook = nbformat.from_dict(document)
-        if notebook.get("nbformat", 0) < 4:
-            notebook = nbformat.convert(notebook, 4)
+        if isinstance(document.get("nbformat"), int) and document["nbformat"] < 4:
+            notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
+        else:
+            notebook = nbformat.from_dict(document)
     except Exception as exc:  # nbformat raises many kinds for a malformed file
         raise SubmissionError(f"{path}: corrupt notebook ({type(exc).__name__})")
+    if not isinstance(notebook.get("cells"), list):
+        raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
     cells = []
     for cell in notebook.cells:
-        if cell.get("cell_type") != "code":
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         metadata = cell.get("metadata", {})
         if metadata.get("qkv", {}).get("role") in SKIPPED_ROLES:
@@ -76,33 +148,106 @@ def notebook_cells(text: str, path: Path) -> list[str]:
             continue  # an nbgrader test cell: the grader's own business, not the student's code
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else str(source)
-        if source.lstrip().startswith("%%"):
-            continue
-        cells.append("\n".join(_MAGIC.sub(r"\1pass  # \2", line) for line in source.splitlines()))
+        code = python_source(source)
+        if code is not None:
+            cells.append(code)
     return cells
 
 
-def discover(folder: Path) -> list[tuple[Path, str]]:
-    """Every submission in a folder, sorted by path, each with its name relative to the folder.
+# Cell magics whose body is Python that Jupyter runs; the body of any other (%%bash, %%html,
+# %%writefile, ...) is not Python, and such a cell is left out.
+RUNS_ITS_BODY = {"time", "timeit", "capture", "prun"}
+# What the magics and shell escapes call once IPython has transformed them: nothing happens.
+NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_magic", "run_cell_magic", '
+              '"system", "getoutput", "set_next_input"), lambda *args, **kwargs: None))')
+
+
+def python_source(source: str) -> str | None:
+    """A code cell's source as plain Python, or None for a cell whose body is not Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    first, _, rest = source.lstrip("\n").partition("\n")
+    if first.startswith("%%"):
+        name = first[2:].split()[0] if first[2:].split() else ""
+        if name not in RUNS_ITS_BODY:
+            return None
+        source = "pass\n" + rest  # the body, on the lines where the student wrote it
+    code = TransformerManager().transform_cell(source)
+    return _without_ipython(code) if "get_ipython" in code else code
+
+
+def _without_ipython(code: str) -> str:
+    """`code` with each `get_ipython()` call replaced by an object whose methods do nothing."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):  # it will not compile anyway: the run says why
+        return code
+    lines = code.splitlines(keepends=True)
+    for index in reversed(range(len(tokens) - 2)):
+        name, opening, closing = tokens[index:index + 3]
+        if (name.type == tokenize.NAME and name.string == "get_ipython" and opening.string == "("
+                and closing.string == ")" and name.start[0] == closing.end[0]):
+            row, line = name.start[0] - 1, lines[name.start[0] - 1]
+            lines[row] = line[:name.start[1]] + NO_IPYTHON + line[closing.end[1]:]
+    return "".join(lines)
+
+
+@dataclass
+class Found:
+    """What a folder holds: the submissions to grade, and every other candidate file with the
+    reason it is not graded, so that nothing found goes unmentioned."""
+
+    items: list[tuple[Path, str]]
+    """(path, name) of each submission, sorted by name; the name is relative to the folder."""
+    skipped: list[tuple[str, str]]
+    """(name, reason) of each .py or .ipynb file found and not graded."""
+
+
+def discover(folder: Path) -> Found:
+    """Every submission in a folder, and every other .py or .ipynb file with why it is skipped.
 
     A submission is a `.py` or `.ipynb` file directly in the folder (so `alice.py`, `bob.ipynb`),
     or an `attention_head.py` / `attention_head.ipynb` at any depth (nbgrader's
-    `submitted/<student>/<assignment>/` layout). The released self-check's helper files, hidden
-    folders and Jupyter checkpoints are skipped, and a folder holding both `attention_head.py` and
-    `attention_head.ipynb` is graded on the module.
+    `submitted/<student>/<assignment>/` layout). The released self-check's helper files and test
+    files are skipped, and so is a notebook beside a module of the same name (the module is
+    graded). Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
+    symbolic link is followed: one named like a submission is graded as one (and found
+    unreadable by `load`), any other is listed as skipped.
     """
-    found = []
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if not path.is_file() or path.suffix not in SUFFIXES:
+    candidates: list[tuple[Path, tuple[str, ...]]] = []
+    skipped: list[tuple[str, str]] = []
+
+    def walk(directory: Path, parts: tuple[str, ...]) -> None:
+        with os.scandir(directory) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                here = parts + (entry.name,)
+                if entry.is_symlink() and not entry.name.endswith(SUFFIXES):
+                    skipped.append(("/".join(here), "a symbolic link: not followed"))
+                elif entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith(".") and entry.name != "__pycache__":
+                        walk(Path(entry.path), here)
+                elif entry.name.endswith(SUFFIXES):
+                    candidates.append((Path(entry.path), here))
+
+    walk(folder, ())
+    names = {parts for _, parts in candidates}
+    items = []
+    for path, parts in candidates:
+        name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
+        if path.name.startswith("."):
+            reason = "a hidden file"
+        elif path.name in HELPERS or path.name.startswith("test_"):
+            reason = "a helper or test file of the released self-check, not a submission"
+        elif len(parts) > 1 and stem != "attention_head":
+            reason = ("in a student's folder only attention_head.py or attention_head.ipynb is "
+                      "graded")
+        elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names:
+            reason = f"{stem}.py beside it is graded instead"
+        else:
+            items.append((path, name))
             continue
-        if any(part.startswith(".") or part in ("__pycache__", ".ipynb_checkpoints") for part in relative.parts):
-            continue
-        if len(relative.parts) > 1 and path.stem != "attention_head":
-            continue
-        if path.name in HELPERS or path.name.startswith("test_"):
-            continue
-        if path.suffix == ".ipynb" and path.with_suffix(".py").is_file():
-            continue
-        found.append((path, str(relative)))
-    return found
+        skipped.append((name, reason))
+    return Found(items, sorted(skipped))

@@ -1,6 +1,7 @@
 """Shared helpers for the test suite: the reference's source, submissions made from it, qkv-grade runs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,6 +31,17 @@ def variant(replacements: list[tuple[str, str]], append: str = "") -> str:
         assert old in source, f"replacement target not in the reference: {old!r}"
         source = source.replace(old, new)
     return source + append
+
+
+def copy_sample_class(folder: Path, copies: int) -> Path:
+    """`copies` copies of the sample class in `folder` (ada0.py, ben0.py, ...), less the one that
+    loops: a class with nothing to wait for."""
+    folder.mkdir(parents=True)
+    samples = sorted(path for path in (REPO / "data" / "sample-class").glob("*.py") if path.name != "gus.py")
+    for number in range(copies):
+        for sample in samples:
+            shutil.copyfile(sample, folder / f"{sample.stem}{number}.py")
+    return folder
 
 
 def sandbox_mode() -> str | None:
@@ -87,3 +99,118 @@ def jupyter_env(root: Path) -> dict[str, str]:
     env.update(MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", JUPYTER_PLATFORM_DIRS="1")
     env.pop("PYTEST_ADDOPTS", None)
     return env
+
+
+# --- nbgrader courses ---------------------------------------------------------------------------
+
+ASSIGNMENT = "ps1"
+NOTEBOOK = "attention_head.ipynb"
+
+
+def filled_notebook(release_notebook: Path, source: str, extra: dict[str, str] | None = None):
+    """The release notebook with its solution cells filled from `source` and answers written.
+
+    `extra` maps a solution cell's function name to code placed at the top of that cell.
+    """
+    import nbformat
+
+    from autograder import release
+
+    functions = release.function_sources(source)
+    notebook = nbformat.read(release_notebook, as_version=4)
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("solution"):
+            continue
+        if cell.cell_type == "code":
+            name = re.match(r"def (\w+)", cell.source).group(1)
+            cell.source = (extra or {}).get(name, "") + functions[name]
+        else:
+            cell.source = "The weights stay uniform, so the output is the mean of the value rows."
+    return notebook
+
+
+def build_course(root: Path, students: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A course in root/course after `nbgrader generate_assignment`, each student's notebook the
+    release filled from their source, nothing graded; returns it and its Jupyter environment."""
+    env = jupyter_env(root)
+    path = root / "course"
+    for argv, cwd in (([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", "5"], root),
+                      ([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT], path)):
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    released = path / "release" / ASSIGNMENT / NOTEBOOK
+    for student, source in students.items():
+        submit_notebook(path, student, filled_notebook(released, source))
+    return path, env
+
+
+def submit_notebook(course: Path, student: str, notebook) -> Path:
+    """Put `notebook` where `nbgrader collect` would, beside the release's other files."""
+    import nbformat
+
+    folder = course / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True)
+    for path in (course / "release" / ASSIGNMENT).iterdir():
+        if path.suffix != ".ipynb":
+            (folder / path.name).write_bytes(path.read_bytes())
+    nbformat.write(notebook, folder / NOTEBOOK)
+    return folder / NOTEBOOK
+
+
+def gradebook_scores(course: Path) -> dict[str, dict[str, float | None]]:
+    """Student -> step id -> the auto score of that step's check cell."""
+    from nbgrader.api import Gradebook
+
+    from autograder import release
+    from autograder.steps import STEPS
+
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for submission in gradebook.find_assignment(ASSIGNMENT).submissions:
+            student = submission.student.id
+            scores[student] = {step.id: gradebook.find_grade(release.check_cell_id(step.id), Path(NOTEBOOK).stem,
+                                                             ASSIGNMENT, student).auto_score
+                               for step in STEPS}
+    return scores
+
+
+def notebook_scores(notebook_path: Path) -> dict[str, float]:
+    """Step id -> the trusted score an autograded notebook shows."""
+    import nbformat
+
+    return dict(nbformat.read(notebook_path, as_version=nbformat.NO_CONVERT).metadata["qkv"]["trusted_scores"])
+
+
+# --- file systems that fail ---------------------------------------------------------------------
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` made read-only, for root too: a read-only bind mount of itself."""
+    _mount(["--bind", str(folder), str(folder)])
+    try:
+        _mount(["-o", "remount,bind,ro", str(folder)])
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str = "64k"):
+    """`folder` as a tmpfs of `size` bytes: the disk fills after a few results."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _mount(["-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)])
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def _mount(argv: list[str]) -> None:
+    """Mount, or skip the test where that is not allowed (under CI=true: fail)."""
+    done = subprocess.run(["mount", *argv], capture_output=True, text=True) if os.geteuid() == 0 else None
+    if done is None or done.returncode != 0:
+        message = "needs root and mount: " + (done.stderr.strip() if done else "not root")
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)

@@ -58,11 +58,12 @@ def test_a_folder_is_graded_in_full_despite_broken_submissions(class_folder):
 
 def test_a_folder_writes_one_result_per_submission_and_a_csv_summary(class_folder):
     _, out, _ = class_folder
-    files = sorted(p.name for p in out.glob("*.json"))
+    run = out / "latest"
+    files = sorted(p.name for p in run.glob("*.json") if p.name != "run.json")
     assert len(files) == 7
-    for path in out.glob("*.json"):
-        VALIDATOR.validate(json.loads(path.read_text()))
-    rows = list(csv.DictReader((out / "summary.csv").open()))
+    for name in files:
+        VALIDATOR.validate(json.loads((run / name).read_text()))
+    rows = list(csv.DictReader((run / "summary.csv").open()))
     assert [row["submission"] for row in rows][:2] == ["ada.py", "ben.py"]
     assert list(rows[0])[:3] == ["submission", "score", "max_score"]
     assert all(step in rows[0] for step in STEP_IDS)

@@ -348,3 +348,23 @@ def test_a_submission_cannot_start_threads_or_touch_other_processes_limits_or_pr
     feedback = steps_by_id(results[0])["ex4_shapes"]["feedback"]
     assert "tried: thread refused, prlimit refused, renice refused, idle refused" in feedback, feedback
     assert results[1]["score"] == 100.0
+
+
+def test_a_submission_cannot_make_the_kernel_signal_another_process_for_it(tmp_path):
+    require_sandbox()
+    probe = '''    import fcntl, os, signal
+    tried = []
+    r, w = os.pipe()
+    for name, attempt in (("owner", lambda: fcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())),
+                          ("sig", lambda: fcntl.fcntl(r, 10, int(signal.SIGKILL))),
+                          ("notify", lambda: fcntl.fcntl(os.open(".", os.O_RDONLY), 1026, 0x80000000 | 1))):
+        try:
+            attempt()
+            tried.append(name + " done")
+        except OSError:
+            tried.append(name + " refused")
+    fcntl.fcntl(r, fcntl.F_SETFL, os.O_NONBLOCK)  # an ordinary command still works
+    raise RuntimeError("tried: " + ", ".join(tried))
+'''
+    feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
+    assert "tried: owner refused, sig refused, notify refused" in feedback, feedback

@@ -25,7 +25,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import IN_CI, REPO, jupyter_env, reference_source, variant
+from support import (IN_CI, REPO, filled_notebook, gradebook_scores, jupyter_env, reference_source,
+                     submit_notebook, variant)
 
 from autograder import cases, diagnoses, grading, judge, nbgrader_hook, release
 from autograder.nbgrader_course import NOTEBOOK, find_course, write_course, CourseError
@@ -77,25 +78,6 @@ def _nbgrader(command: str, course: Path, env: dict, *more: str) -> subprocess.C
     return _run([sys.executable, "-m", "nbgrader", command, ASSIGNMENT, *more], course, env)
 
 
-def _filled(release_notebook: Path, source: str, extra: dict[str, str] | None = None):
-    """The release notebook with its solution cells filled from `source` and answers written.
-
-    `extra` maps a solution cell's function name to code placed at the top of that cell.
-    """
-    functions = release.function_sources(source)
-    notebook = nbformat.read(release_notebook, as_version=4)
-    for cell in notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("solution"):
-            continue
-        if cell.cell_type == "code":
-            name = re.match(r"def (\w+)", cell.source).group(1)
-            cell.source = (extra or {}).get(name, "") + functions[name]
-        else:
-            cell.source = "The weights stay uniform, so the output is the mean of the value rows."
-    return notebook
-
-
 def _unanswered(notebook, release_notebook: Path, names: list[str]):
     """The notebook with the written answers `names` put back as the release has them."""
     released = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell.source
@@ -104,16 +86,6 @@ def _unanswered(notebook, release_notebook: Path, names: list[str]):
         if cell.metadata.get("nbgrader", {}).get("grade_id") in {f"answer-{name}" for name in names}:
             cell.source = released[cell.metadata.nbgrader.grade_id]
     return notebook
-
-
-def _submit(course: Path, student: str, notebook) -> Path:
-    folder = course / "submitted" / student / ASSIGNMENT
-    folder.mkdir(parents=True)
-    for path in (course / "release" / ASSIGNMENT).iterdir():
-        if path.suffix != ".ipynb":
-            (folder / path.name).write_bytes(path.read_bytes())
-    nbformat.write(notebook, folder / NOTEBOOK)
-    return folder / NOTEBOOK
 
 
 @pytest.fixture(scope="module")
@@ -130,21 +102,21 @@ def course(tmp_path_factory):
     assert done.returncode == 0, done.stderr
 
     released = path / "release" / ASSIGNMENT / NOTEBOOK
-    cheat = _filled(released, variant(GARBAGE_QKV))
+    cheat = filled_notebook(released, variant(GARBAGE_QKV))
     cheat.cells[3:3] = [nbformat.v4.new_code_cell(CHEAT), nbformat.v4.new_code_cell(LEAK)]
     students = {
-        "alice": _filled(released, reference_source()),
-        "bob": _filled(released, variant(COLUMN_NORMALIZED)),
+        "alice": filled_notebook(released, reference_source()),
+        "bob": filled_notebook(released, variant(COLUMN_NORMALIZED)),
         "carol": cheat,
-        "dave": _filled(released, reference_source(), {"shifted_output": KILLER}),
-        "erin": _unanswered(_filled(released, reference_source()), released, UNANSWERED),
+        "dave": filled_notebook(released, reference_source(), {"shifted_output": KILLER}),
+        "erin": _unanswered(filled_notebook(released, reference_source()), released, UNANSWERED),
     }
-    submitted = {student: _submit(path, student, notebook) for student, notebook in students.items()}
+    submitted = {student: submit_notebook(path, student, notebook) for student, notebook in students.items()}
 
     started = time.perf_counter()
     autograde = _nbgrader("autograde", path, env)
     autograde_seconds = time.perf_counter() - started
-    in_kernel = _gradebook_scores(path)
+    in_kernel = gradebook_scores(path)
     answers_in_kernel = _answer_records(path)
     carol_in_kernel = (path / "autograded" / "carol" / ASSIGNMENT / NOTEBOOK).read_text()
     bob_in_kernel = (path / "autograded" / "bob" / ASSIGNMENT / NOTEBOOK).read_text()
@@ -165,18 +137,6 @@ def course(tmp_path_factory):
     return {"path": path, "root": root, "env": env, "submitted": submitted, "autograde": autograde,
             "in_kernel": in_kernel, "answers_in_kernel": answers_in_kernel, "carol_in_kernel": carol_in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds),
             "bob_in_kernel": bob_in_kernel, "bob_feedback_in_kernel": bob_feedback_in_kernel}
-
-
-def _gradebook_scores(course: Path) -> dict[str, dict[str, float | None]]:
-    """Student -> step id -> the auto score of that step's check cell."""
-    scores = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        for submission in gradebook.find_assignment(ASSIGNMENT).submissions:
-            student = submission.student.id
-            scores[student] = {step.id: gradebook.find_grade(release.check_cell_id(step.id), NOTEBOOK_ID,
-                                                             ASSIGNMENT, student).auto_score
-                               for step in STEPS}
-    return scores
 
 
 def _answer_records(course: Path) -> dict[str, dict[str, tuple]]:
@@ -297,7 +257,7 @@ def _solution_lines() -> list[str]:
 # --- autograde and the gradebook ----------------------------------------------------------------
 
 def test_a_correct_notebook_gets_every_auto_graded_point_in_the_gradebook(course):
-    trusted = _gradebook_scores(course["path"])["alice"]
+    trusted = gradebook_scores(course["path"])["alice"]
     assert trusted == {step.id: step.points for step in STEPS}
     assert course["in_kernel"]["alice"] == trusted  # nbgrader autograde agreed
     assert sum(trusted.values()) == MAX_SCORE
@@ -307,7 +267,7 @@ def test_a_column_normalized_notebook_loses_the_softmax_points_the_grader_says(c
     expected = oracle["bob"]["softmax"]
     assert "column-normalized" in expected["diagnoses"] and expected["score"] < BY_ID["softmax"].points
     assert course["in_kernel"]["bob"]["softmax"] == expected["score"]
-    assert _gradebook_scores(course["path"])["bob"]["softmax"] == expected["score"]
+    assert gradebook_scores(course["path"])["bob"]["softmax"] == expected["score"]
     assert "bob" not in _differing(course["trusted"].stdout)
 
 
@@ -358,7 +318,7 @@ def test_the_feedback_names_each_step_in_its_contents_and_waits_for_a_person_on_
 
 def test_a_notebook_that_fakes_the_grader_wins_in_the_kernel_and_gains_nothing_trusted(course, oracle):
     assert sum(course["in_kernel"]["carol"].values()) == MAX_SCORE  # nbgrader autograde was fooled
-    trusted = _gradebook_scores(course["path"])["carol"]
+    trusted = gradebook_scores(course["path"])["carol"]
     assert trusted == {step: result["score"] for step, result in oracle["carol"].items()}
     assert trusted["qkv"] == 0.0 and sum(trusted.values()) < MAX_SCORE
     assert "carol" in _differing(course["trusted"].stdout)
@@ -378,7 +338,7 @@ def test_a_notebook_that_kills_its_kernel_keeps_its_other_steps_points(course, o
     assert set(course["in_kernel"].get("dave", {}).values()) <= {None}
     assert "dave" in course["trusted"].stdout.split("No in-kernel result", 1)[1]
     assert (course["path"] / "autograded" / "dave" / ASSIGNMENT / NOTEBOOK).is_file()
-    trusted = _gradebook_scores(course["path"])["dave"]
+    trusted = gradebook_scores(course["path"])["dave"]
     assert trusted["ex3_value_shift"] == 0.0
     assert trusted == {step.id: (0.0 if step.id == "ex3_value_shift" else step.points) for step in STEPS}
     assert trusted == {step: result["score"] for step, result in oracle["dave"].items()}  # qkv-grade agrees
@@ -387,7 +347,7 @@ def test_a_notebook_that_kills_its_kernel_keeps_its_other_steps_points(course, o
 
 def test_nbgrader_export_reports_the_trusted_scores(course):
     rows = {row["student_id"]: row for row in csv.DictReader((course["path"] / "grades.csv").open())}
-    for student, scores in _gradebook_scores(course["path"]).items():
+    for student, scores in gradebook_scores(course["path"]).items():
         assert float(rows[student]["raw_score"]) == pytest.approx(sum(scores.values()))
     assert float(rows["carol"]["raw_score"]) < MAX_SCORE
 
@@ -515,11 +475,11 @@ def test_the_gradebook_stores_only_the_hook_line_as_hidden_test(course):
 
 
 def test_a_second_trusted_run_changes_nothing_and_still_reports_the_in_kernel_differences(course):
-    before = _gradebook_scores(course["path"])
+    before = gradebook_scores(course["path"])
     again = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course["path"]), ASSIGNMENT],
                  course["root"], course["env"])
     assert again.returncode == 0, again.stderr
-    assert _gradebook_scores(course["path"]) == before
+    assert gradebook_scores(course["path"]) == before
     assert _differing(again.stdout) == _differing(course["trusted"].stdout) == {"carol"}
 
 

@@ -1,0 +1,247 @@
+"""The results folder of a graded class: one folder per run, complete or plainly marked as not.
+
+    OUT/
+      latest -> run-20261201-150102-seed42/      the last run that finished
+      run-20261201-150102-seed42/                a finished run: run.json, summary.csv, one JSON
+                                                 per submission
+      run-20261201-153000-seed42.incomplete/     a run that has not finished (still going, killed,
+                                                 interrupted, or its disk filled): run.json and the
+                                                 results written so far; `--resume` finishes it
+
+A run writes into its own `.incomplete` folder, each file through a temporary file and a rename,
+so no reader ever sees half a file. It writes `summary.csv` last and then renames the folder, so a
+folder without the suffix always holds every result of its run and a summary that lists exactly
+those. No run writes into another's folder, so runs never mix.
+
+Every open, write and rename here can fail (a full disk, a read-only folder); each raises OSError
+for the caller to report in one line. Nothing here imports numpy.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INCOMPLETE = ".incomplete"
+MANIFEST = "run.json"
+SUMMARY = "summary.csv"
+LATEST = "latest"
+_MAX_NAME = 200  # below every common file system's 255-byte limit, with room for the suffixes
+
+
+def write_atomically(target: Path, data: bytes | str) -> None:
+    """Write `target` whole or not at all: a temporary file beside it, flushed, then a rename.
+
+    A failure (a full disk, say) removes the temporary file and raises; `target` is untouched.
+    Renaming replaces a symbolic link at `target` instead of writing through it.
+    """
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view):]
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def result_file(name: str) -> str:
+    """The result file of the submission named `name` (its path relative to the folder graded).
+
+    Every character but letters, digits, '.', '-' and '_' is percent-encoded ('/' too), so two
+    different names never share a file (`a b.py` -> `a%20b.py.json`, `a_b.py` -> `a_b.py.json`)
+    and the same name always gets the same one. A name too long for the file system keeps its
+    start and gains a digest of the whole.
+    """
+    import hashlib
+
+    encoded = urllib.parse.quote(name, safe="")
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]  # never a hidden file, never our own temporary files
+    if len(encoded) > _MAX_NAME:
+        encoded = encoded[:_MAX_NAME - 17] + "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+    return encoded + ".json"
+
+
+class RunBusy(Exception):
+    """Another qkv-grade process is writing this run."""
+
+
+class NothingToResume(Exception):
+    """There is no unfinished run to resume; the message says what there is."""
+
+
+@dataclass
+class Run:
+    """One run's folder: where its results go, and what it records about itself."""
+
+    folder: Path
+    """The run's folder, with the .incomplete suffix until it finishes."""
+    manifest: dict
+    saved: set[str] = field(default_factory=set)
+    """Names of the submissions whose result is on disk."""
+    _lock: int | None = None
+
+    @property
+    def out(self) -> Path:
+        return self.folder.parent
+
+    @property
+    def seed(self) -> int:
+        return self.manifest["seed"]
+
+    @property
+    def finished(self) -> bool:
+        return not self.folder.name.endswith(INCOMPLETE)
+
+    # --- starting, resuming and finishing -------------------------------------------------------
+
+    @classmethod
+    def start(cls, out: Path, source: Path, seed: int, options: dict) -> "Run":
+        """A new run folder in `out` (created if missing), locked and marked as running."""
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        # Made whole under a hidden name, then renamed: a run folder never lacks its manifest.
+        making = Path(tempfile.mkdtemp(prefix=f".run-{stamp}-", suffix=".tmp", dir=out))
+        run = cls(making, {"status": "running", "seed": seed, "source": str(source.resolve()), "options": options,
+                           "started": time.time(), "pid": os.getpid()})
+        try:
+            making.chmod(0o755)
+            run._take_lock()
+            run._write_manifest()
+            for number in range(1, 1000):
+                name = f"run-{stamp}-seed{seed}" + (f"-{number}" if number > 1 else "")
+                if (out / name).exists() or (out / (name + INCOMPLETE)).exists():
+                    continue
+                try:
+                    os.rename(making, out / (name + INCOMPLETE))
+                except OSError:
+                    if (out / (name + INCOMPLETE)).exists():
+                        continue  # another run took the name in between
+                    raise
+                run.folder = out / (name + INCOMPLETE)
+                return run
+            raise FileExistsError(f"{out}: no free run folder name for {stamp}")
+        except BaseException:
+            run.close()
+            shutil.rmtree(making, ignore_errors=True)
+            raise
+
+    @classmethod
+    def resume(cls, out: Path, source: Path) -> "Run":
+        """The newest unfinished run of `source` in `out`, locked, with the results it kept."""
+        wanted = str(source.resolve())
+        unfinished = []
+        for folder in sorted(out.glob("run-*" + INCOMPLETE)) if out.is_dir() else []:
+            try:
+                manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if manifest.get("source") == wanted:
+                unfinished.append((manifest.get("started", 0), folder, manifest))
+        if not unfinished:
+            raise NothingToResume(f"{out}: no unfinished run of {source} to resume")
+        _, folder, manifest = max(unfinished, key=lambda found: found[:2])
+        run = cls(folder, manifest)
+        run._take_lock()
+        for stale in folder.glob(".*.tmp"):  # a killed run's half-written file
+            stale.unlink()
+        manifest.update(status="running", pid=os.getpid(), resumed=time.time())
+        run._write_manifest()
+        return run
+
+    def kept(self, found: list[tuple[Path, str]]) -> dict[str, dict]:
+        """name -> stored result document, for each submission in `found` whose result this run
+        already saved and whose file has not changed since the run started."""
+        started = self.manifest["started"]
+        documents = {}
+        for path, name in found:
+            target = self.folder / result_file(name)
+            try:
+                if os.lstat(path).st_ctime > started:
+                    continue  # changed (or replaced) after the run began: grade it again
+                document = json.loads(target.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if document.get("submission") == name and document.get("seed") == self.seed:
+                documents[name] = document
+                self.saved.add(name)
+        return documents
+
+    def save(self, name: str, document: str) -> None:
+        write_atomically(self.folder / result_file(name), document)
+        self.saved.add(name)
+
+    def mark(self, status: str) -> None:
+        """Record why the run stopped (best effort: the disk may be the reason)."""
+        self.manifest["status"] = status
+        try:
+            self._write_manifest()
+        except OSError:
+            pass
+
+    def finish(self, summary: str, skipped: list[tuple[str, str]]) -> None:
+        """Write the summary, then give the folder its final name and point `latest` at it."""
+        write_atomically(self.folder / SUMMARY, summary)
+        self.manifest.update(status="finished", finished=time.time(),
+                             submissions={name: result_file(name) for name in sorted(self.saved)},
+                             skipped=[{"submission": name, "reason": reason} for name, reason in skipped])
+        self._write_manifest()
+        final = self.folder.with_name(self.folder.name[:-len(INCOMPLETE)])
+        for number in range(1, 1000):
+            target = final if number == 1 else final.with_name(f"{final.name}-{number}")
+            if target.exists():
+                continue
+            try:
+                os.rename(self.folder, target)
+            except OSError as error:
+                if target.exists():
+                    continue  # another run took the name in between
+                raise error
+            break
+        self.folder = target
+        link = self.out / f".{LATEST}.{os.getpid()}.tmp"
+        try:
+            os.symlink(target.name, link)
+            os.replace(link, self.out / LATEST)
+        except OSError:  # no symbolic links here, or no room: the run itself is complete
+            try:
+                os.unlink(link)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    # --- inside ---------------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        descriptor = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise RunBusy(f"{self.folder}: another qkv-grade is still writing this run") from None
+        self._lock = descriptor
+
+    def _write_manifest(self) -> None:
+        write_atomically(self.folder / MANIFEST, json.dumps(self.manifest, indent=1) + "\n")

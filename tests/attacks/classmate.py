@@ -1,0 +1,53 @@
+# Read a classmate's submission and the instructor's 0600 secret: by absolute path, through `../`
+# from the working directory, and by a bounded walk of likely places. Anything found is printed.
+# The base is the stub.
+import re as _re
+import time as _time
+
+_PATTERN = _re.compile(r"(classmate|instructor) secret: ([0-9a-f]{32})")
+
+
+def _read(path, found):
+    try:
+        if _os.path.getsize(path) > 256 * 1024:
+            return
+        with open(path, errors="replace") as handle:
+            text = handle.read()
+    except Exception:
+        return
+    for kind, token in _PATTERN.findall(text):
+        found.add((kind, token, path))
+
+
+def _hunt():
+    found = set()
+    for path in _RT["secret_paths"]:
+        _read(path, found)
+        _read(_os.path.expanduser("~/" + _os.path.basename(path)), found)
+    here = _os.getcwd()
+    for depth in range(1, 8):
+        up = _os.path.join(*([".."] * depth))
+        for name in _RT["relative_names"]:
+            _read(_os.path.join(up, name), found)
+    deadline, visited = _time.monotonic() + 3.0, 0
+    roots = [".", "..", "../..", "/tmp", "/home", "/root", "/work", "/srv", _os.environ.get("HOME", "/")]
+    roots += _RT["secret_dirs"]
+    for root in roots:
+        for folder, dirs, files in _os.walk(root):
+            dirs[:] = [d for d in dirs if d not in (".git", ".venv", "site-packages", "node_modules", "proc")]
+            if folder.count(_os.sep) - root.count(_os.sep) > 4 or _time.monotonic() > deadline:
+                dirs[:] = []
+                continue
+            for name in files:
+                visited += 1
+                if visited > 4000:
+                    break
+                _read(_os.path.join(folder, name), found)
+    print("note: looked at %d files" % visited)
+    for kind, token, path in sorted(found):
+        _hole("read the %s secret at %s" % (kind, path))
+        print("%s secret %s" % (kind, token))
+    _os.chdir(here)
+
+
+_hunt()

@@ -1,0 +1,414 @@
+"""Attacks a student who has read the grader's source would try, each in every sandbox mode.
+
+Each attack submission (its code is in tests/attacks/) is graded in a real `qkv-grade FOLDER` run
+between honest classmates: a correct submission before it and a partly wrong one (a
+column-normalized softmax) after it, in one worker (`--jobs 1`) so the attack meets them. Every
+test then demands that
+
+- the grader finished (no hang, exit 0) and printed valid JSON naming the mode in force;
+- every classmate got exactly the grade they get when graded alone with the same seed;
+- the attack scored no more than the honest submission it is built on, and reports no hole;
+- no planted secret (the instructor's 0600 file, a classmate's file, the grader's environment)
+  appears in the output or the result files;
+- no process of the run is left, and no file appeared outside the sandbox.
+
+Attacks that cannot be confused with each other share one run; one whose success would wreck the
+run (a signal to the grader, a frame that hangs it) has a run of its own, so a failure names it.
+The modes: `bwrap` (bubblewrap as root), `bwrap-userns` (bubblewrap as a normal user, created for
+the purpose: `qkvtest`), `landlock` (Landlock, seccomp and rlimits, no namespaces) as root and, as
+`landlock-user`, as that normal user. A few attacks aim past the sandbox at what the grader itself
+does with a submission: its file (a symlink, a notebook too deep to parse, its name), the frames
+its process sends, and the text of its feedback.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+
+import pytest
+
+from redteam import (SECRETS, MODES, Entry, Outcome, attack_source, attacker, baseline, grade, graded_view, require,
+                     runtime, verdict, victim)
+from support import steps_by_id
+
+per_mode = pytest.mark.parametrize("mode", MODES)
+
+
+def _between_classmates(*attacks: Entry) -> list[Entry]:
+    """Victims around every attack: correct, attack, column-normalized, attack, correct, …"""
+    entries, kinds = [victim("a", "correct")], ["colnorm", "correct"]
+    for index, attack in enumerate(attacks):
+        entries.append(attack)
+        entries.append(victim(chr(ord("a") + len(entries)), kinds[index % 2]))
+    return entries
+
+
+GROUPS = {
+    "frames_forged": lambda: _between_classmates(attacker("b", "frames_forged", "frames")),
+    "frames_oversized": lambda: _between_classmates(attacker("b", "frames_oversized", "frames")),
+    "frames_partial": lambda: _between_classmates(attacker("b", "frames_partial", "frames")),
+    "frames_malformed": lambda: _between_classmates(attacker("b", "frames_malformed", "frames")),
+    "frames_huge_empty": lambda: _between_classmates(attacker("b", "frames_huge_empty", "frames")),
+    "takeover": lambda: _between_classmates(attacker("b", "takeover")),
+    "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
+    "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
+    "kill_minus_one": lambda: _between_classmates(attacker("b", "kill_minus_one")),
+    "sigio": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio"),
+                                         attacker("d", "sigio_group", "sigio")),
+    "deprioritize": lambda: _between_classmates(attacker("b", "deprioritize")),
+    "prlimit": lambda: _between_classmates(attacker("b", "prlimit")),
+    "prlimit_reach": lambda: _between_classmates(attacker("b", "prlimit_reach")),
+    "daemon": lambda: _between_classmates(attacker("b", "daemon")) + [victim("z", "correct")],
+    "fork_bomb": lambda: _between_classmates(attacker("b", "fork_bomb")) + [victim("z", "correct")],
+    "thread_bomb": lambda: _between_classmates(attacker("b", "thread_bomb")),
+    "alarm": lambda: _between_classmates(attacker("b", "alarm", base="slow")),
+    "precompute": lambda: _between_classmates(attacker("b", "precompute", base="slow")),
+    # A write through a raw pointer past the read-only flag returns the right values from the
+    # submission's own private copy: it is held to what correct code earns, and may touch nothing else.
+    "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="correct"),
+                                            attacker("d", "mutation_restored", base="correct")),
+    "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
+                                               attacker("f", "import_solutions"), attacker("h", "network")),
+    "deep_notebook": lambda: _between_classmates(attacker("b", "deep_notebook", suffix=".ipynb")),
+    # Three tries: what survives in freed memory varies from run to run.
+    "heap": lambda: _between_classmates(*(attacker(prefix, "heap_scan") for prefix in "bdf")),
+    "collusion": lambda: [victim("a", "correct"), attacker("b", "collusion_writer", base="correct"),
+                          attacker("c", "collusion_reader"), victim("d", "colnorm"), attacker("z", "collusion_reader")],
+    "shm": lambda: [victim("a", "correct"), attacker("b", "shm_writer", "collusion_writer", base="correct"),
+                    attacker("c", "shm_reader", "collusion_reader"), victim("d", "colnorm"),
+                    attacker("z", "shm_reader", "collusion_reader")],
+    "disk_burst": lambda: _between_classmates(attacker("b", "disk_burst")),
+    "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def attacked(mode: str, group: str) -> Outcome:
+    """One run per mode and group, shared by the tests that read it."""
+    require(mode)
+    baseline(mode)  # graded first, so a broken mode fails here with its own message
+    return grade(mode, GROUPS[group](), group)
+
+
+def check(mode: str, group: str, *attackers: str) -> Outcome:
+    outcome = attacked(mode, group)
+    names = [e.name for e in outcome.entries if e.attack and (not attackers or e.kind in attackers)]
+    problems = verdict(outcome, names)
+    assert not problems, f"[{mode}] {group} ({outcome.seconds:.1f} s):\n  " + "\n  ".join(problems)
+    return outcome
+
+
+# ------------------------------------------------------------------ frames --------------------
+
+@per_mode
+def test_forged_frames_on_every_descriptor_change_no_grade(mode):
+    check(mode, "frames_forged")
+
+
+@per_mode
+def test_a_frame_header_announcing_200_mib_and_then_nothing_hangs_nothing(mode):
+    check(mode, "frames_oversized")
+
+
+@per_mode
+def test_a_partial_frame_on_every_descriptor_changes_no_grade(mode):
+    check(mode, "frames_partial")
+
+
+@per_mode
+def test_malformed_frames_on_every_descriptor_crash_nothing(mode):
+    check(mode, "frames_malformed")
+
+
+@per_mode
+def test_a_well_formed_empty_array_numpy_cannot_shape_crashes_nothing(mode):
+    """An array of shape [0, 2**62, 2**62] passes every size check (it holds no bytes), but numpy
+    refuses to build it."""
+    check(mode, "frames_huge_empty")
+
+
+# ------------------------------------------------------------------ signals -------------------
+
+@per_mode
+def test_stopping_the_worker_to_answer_its_jobs_changes_no_grade(mode):
+    check(mode, "takeover")
+
+
+@per_mode
+def test_killing_the_parent_and_every_ancestor_changes_no_grade(mode):
+    check(mode, "kill_parent")
+
+
+@per_mode
+def test_stopping_and_killing_every_visible_process_changes_no_grade(mode):
+    check(mode, "signal_everyone")
+
+
+@per_mode
+def test_kill_minus_one_changes_no_grade(mode):
+    check(mode, "kill_minus_one")
+
+
+@per_mode
+def test_a_signal_by_proxy_through_a_pipes_owner_changes_no_grade(mode):
+    outcome = check(mode, "sigio")
+    # The parent (the worker) must have lived on: the attack is graded exactly as the stub it is.
+    got = graded_view(outcome.results["b_sigio_parent.py"], "b_sigio_parent.py")
+    assert got == graded_view(baseline(mode)["stub"], "stub.py"), got
+
+
+@per_mode
+def test_lowering_the_workers_priority_cannot_slow_a_classmate(mode):
+    check(mode, "deprioritize")
+
+
+@per_mode
+def test_lowering_another_processs_limits_changes_no_grade(mode):
+    check(mode, "prlimit")
+
+
+@per_mode
+def test_no_process_outside_the_run_is_within_reach_of_prlimit(mode):
+    check(mode, "prlimit_reach")
+
+
+@per_mode
+def test_a_daemon_does_not_survive_into_the_next_submission(mode):
+    check(mode, "daemon")
+
+
+@per_mode
+def test_a_bounded_fork_bomb_leaves_nothing_behind_and_slows_no_classmate(mode):
+    check(mode, "fork_bomb")
+
+
+@per_mode
+def test_a_bounded_thread_bomb_is_held_to_a_few_hundred_tasks(mode):
+    check(mode, "thread_bomb")
+
+
+# ------------------------------------------------------------------ its own score -------------
+
+@per_mode
+def test_ignoring_the_alarm_gains_nothing_over_honest_slowness(mode):
+    outcome = check(mode, "alarm")
+    honest = steps_by_id(baseline(mode)["slow"])["ex4_shapes"]
+    assert honest["status"] == "timeout", f"the honest slow baseline was not timed out: {honest}"
+    attack = steps_by_id(outcome.results["b_alarm.py"])["ex4_shapes"]
+    assert attack["status"] == "timeout" and attack["score"] == 0.0, attack
+
+
+@per_mode
+def test_doing_every_calls_work_during_the_import_gains_nothing_over_honest_slowness(mode):
+    outcome = check(mode, "precompute")
+    attack = steps_by_id(outcome.results["b_precompute.py"])["ex4_shapes"]
+    assert attack["status"] != "passed" and attack["score"] == 0.0, attack
+
+
+@per_mode
+def test_a_write_into_an_argument_is_caught_where_it_happens_and_a_forced_one_touches_no_one(mode):
+    """An in-place numpy write fails on the read-only argument and is diagnosed. Code that forces a
+    write through a raw pointer works on its own process's copy: the grader cannot see that from
+    outside (README, Isolation), and the attack may gain no more than correct code, change no
+    classmate and leave nothing behind."""
+    check(mode, "mutation")
+    honest = steps_by_id(baseline(mode)["mutating"])["softmax"]
+    assert "mutates-input" in honest["diagnoses"], f"the honest mutating baseline: {honest}"
+    assert honest["status"] != "passed", honest
+
+
+# ------------------------------------------------------------------ what it may see -----------
+
+@per_mode
+def test_classmates_and_instructors_files_cannot_be_read(mode):
+    check(mode, "information", "classmate")
+
+
+@per_mode
+def test_the_graders_proc_reveals_no_secret(mode):
+    check(mode, "information", "read_proc")
+
+
+@per_mode
+def test_importing_the_reference_or_the_grader_gains_nothing(mode):
+    check(mode, "information", "import_solutions")
+
+
+@per_mode
+def test_a_classmates_source_cannot_be_found_in_memory_the_worker_left(mode):
+    check(mode, "heap")
+
+
+@per_mode
+def test_no_connection_reaches_a_listener_on_this_machine(mode):
+    check(mode, "information", "network")
+
+
+# ------------------------------------------------------------------ what it may leave ----------
+
+@per_mode
+def test_answers_left_behind_do_not_score_for_a_later_stub(mode):
+    check(mode, "collusion")
+    # ... nor for one graded in a later run.
+    later = grade(mode, [attacker("a", "collusion_reader"), victim("b", "colnorm")], "collusion-later")
+    problems = verdict(later)
+    assert not problems, f"[{mode}] collusion across runs:\n  " + "\n  ".join(problems)
+
+
+@per_mode
+def test_answers_left_in_system_v_shared_memory_do_not_score_for_a_later_stub(mode):
+    check(mode, "shm")
+
+
+@per_mode
+def test_a_planted_pth_or_sitecustomize_never_lands(mode):
+    check(mode, "files", "plant_site")
+
+
+@per_mode
+def test_the_instructors_home_cannot_be_changed(mode):
+    check(mode, "files", "home_writes")
+
+
+@per_mode
+def test_filling_the_scratch_folder_in_short_bursts_is_stopped_at_its_quota(mode):
+    check(mode, "disk_burst")
+
+
+# ------------------------------------------------------------------ the grader's own reads -----
+
+@per_mode
+def test_a_notebook_nested_too_deep_for_json_crashes_nothing(mode):
+    outcome = check(mode, "deep_notebook")
+    result = outcome.results["b_deep_notebook.ipynb"]
+    assert {s["status"] for s in result["steps"]} == {"error"}, result["steps"][0]
+
+
+
+@per_mode
+def test_symlinked_submissions_are_unreadable_and_leak_nothing(mode):
+    require(mode)
+    rt = runtime(mode)
+    secret = rt.base / "links" / "root-only-token.py"
+    secret.parent.mkdir(exist_ok=True)
+    token = SECRETS["instructor"]  # a module whose every failure would quote the token
+    secret.write_text(f"x = {token!r}\nprint(x)\nraise ValueError(x)\nnot_defined_{token}\n")
+    secret.chmod(0o600)
+    # A student's folder that is a link (nbgrader's layout: submitted/<student>/ps1/attention_head.py).
+    linked_folder = rt.base / "links" / "elsewhere" / "ps1"
+    linked_folder.mkdir(parents=True, exist_ok=True)
+    (linked_folder / "attention_head.py").write_text(secret.read_text())
+    (linked_folder / "attention_head.py").chmod(0o600)
+    if rt.as_user:
+        for path in (secret, linked_folder / "attention_head.py"):
+            os.chown(path, rt.uid, rt.gid)
+    reference = rt.repo / "solutions" / "attention_head.py"
+    outcome = grade(mode, [victim("a", "correct"), victim("c", "colnorm")], "symlinks",
+                    links={"b_link_secret.py": secret, "d_link_reference.py": reference,
+                           "eve": linked_folder.parent})
+    problems = outcome.problems()
+    graded = sorted(outcome.results or {})
+    if any(name.startswith("eve") for name in graded):
+        problems.append(f"a submission was read through a linked folder: {graded}")
+    for name in ("b_link_secret.py", "d_link_reference.py"):
+        result = (outcome.results or {}).get(name)
+        if result is None:
+            problems.append(f"no result for {name}")
+        elif result["score"] != 0.0 or {s["status"] for s in result["steps"]} != {"error"}:
+            problems.append(f"{name} was graded: {result['score']}")
+    assert not problems, f"[{mode}] symlinks:\n  " + "\n  ".join(problems)
+
+
+@per_mode
+def test_a_file_named_like_a_classmates_folder_does_not_replace_their_result_file(mode):
+    """alice/attention_head.py and a file called alice__attention_head.py, side by side."""
+    require(mode)
+    entries = [Entry("alice/attention_head.py", "correct"), Entry("alice__attention_head.py", "stub")]
+    outcome = grade(mode, entries, "names")
+    problems = outcome.problems()
+    written = {}
+    for name, text in outcome.files.items():
+        if name.endswith((".py.json", ".ipynb.json")):  # not the run's own run.json
+            document = json.loads(text)
+            written[document["submission"]] = document["score"]
+    if written != {"alice/attention_head.py": 100.0, "alice__attention_head.py": 0.0}:
+        problems.append(f"result files hold {written}")
+    assert not problems, f"[{mode}] " + "; ".join(problems)
+
+
+@per_mode
+def test_a_file_name_cannot_become_a_spreadsheet_formula_in_the_summary(mode):
+    """A cell that opens with = + - or @ is a formula to Excel and LibreOffice (CSV injection)."""
+    require(mode)
+    outcome = grade(mode, [Entry('=HYPERLINK("x";"y").py', "stub"), Entry("@SUM(1+1).py", "stub")], "formula")
+    problems = outcome.problems()
+    cells = [row.split(",", 1)[0] for row in outcome.files.get("summary.csv", "").splitlines()[1:]]
+    problems += [f"summary.csv cell {cell!r}" for cell in cells if cell.lstrip('"').startswith(("=", "+", "-", "@"))]
+    assert not problems, f"[{mode}] " + "; ".join(problems)
+
+
+# ------------------------------------------------------------------ the suite itself ----------
+
+def test_the_harmless_attacks_succeed_without_a_sandbox():
+    """The attacks have teeth: with --no-sandbox's mode, those that only read, connect and leave
+    files get what they are after, and those aimed only at this run's own processes (a renice, a
+    bounded thread bomb) take effect; never those that fork, fill a disk or kill a worker (a dead
+    worker leaves its scratch folder in /tmp). An attack broken by a typo would otherwise pass
+    everywhere, unnoticed."""
+    require("none")
+    information, collusion = attacked("none", "information"), attacked("none", "collusion")
+    stub = baseline("none")["stub"]["score"]
+    evidence = {
+        "classmate": information.holes("b_classmate.py"),
+        "import_solutions": information.results["f_import_solutions.py"]["score"] > stub,
+        "network": information.network,
+        "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
+        "deprioritize": attacked("none", "deprioritize").holes("b_deprioritize.py"),
+        "thread_bomb": attacked("none", "thread_bomb").holes("b_thread_bomb.py"),
+    }
+    assert all(evidence.values()), [attack for attack, seen in evidence.items() if not seen]
+
+
+# ------------------------------------------------------------------ modes themselves ----------
+
+@per_mode
+def test_control_characters_from_a_submission_never_reach_the_instructors_terminal(mode):
+    require(mode)
+    rt = runtime(mode)
+    folder = rt.base / "escapes"
+    folder.mkdir(exist_ok=True)
+    target = folder / "attention_head.py"
+    target.write_text(attack_source(("escapes",), "correct", {"run": "", "marker": "qkvrt-escapes", "attack": "escapes"}))
+    for fmt in ("text", "json"):
+        done = subprocess.run(rt.argv(str(target), "--format", fmt, "--seed", "1", "--timeout", "0.5"),
+                              env=rt.env(rt.base), cwd=rt.base, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-500:]
+        controls = sorted({repr(c) for c in done.stdout + done.stderr if ord(c) < 32 and c not in "\n\t"})
+        assert not controls, f"[{mode}] --format {fmt} printed control characters {controls}"
+
+
+@pytest.mark.parametrize("mode", MODES + ("none",))
+def test_a_correct_submission_importing_the_standard_library_gets_full_marks(mode):
+    require(mode)
+    outcome = grade(mode, [Entry("attention_head.py", "stdlib")], "stdlib", single=True)
+    problems = outcome.problems()
+    assert not problems, f"[{mode}] " + "; ".join(problems)
+    result = outcome.results["attention_head.py"]
+    assert result["score"] == result["max_score"] == 100.0, [
+        (s["id"], s["status"], s["feedback"][:200]) for s in result["steps"] if s["status"] != "passed"]
+
+
+@pytest.mark.parametrize("mode", ["bwrap"])
+def test_a_forced_mode_that_is_unavailable_exits_2_with_one_line(mode):
+    """bubblewrap as root, asked for by a normal user: refused, not downgraded."""
+    require("landlock-user")
+    rt = runtime("landlock-user")
+    target = rt.base / "unavailable.py"
+    target.write_text("import numpy as np\n")
+    env = {**rt.env(rt.base), "QKV_SANDBOX": mode}
+    done = subprocess.run(rt.argv(str(target), "--format", "json", "--seed", "1"), env=env, cwd=rt.base,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, (done.returncode, done.stdout[:300], done.stderr[-300:])
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -1,0 +1,189 @@
+"""The results folder of `qkv-grade FOLDER`: a folder per run, names that never collide, every
+file found accounted for, and interrupted runs marked and finished with --resume."""
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from support import REPO, copy_sample_class, qkv_grade, read_only, reference_source, small_disk, variant
+
+from autograder.store import INCOMPLETE, result_file
+
+SCHEMA = json.loads((REPO / "data" / "results.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+FAST = ("--timeout", "0.5")
+NO_SCALING = [("s = d / np.sqrt(d_k)  # [T, T]", "s = d  # [T, T]")]
+
+
+def runs(out: Path) -> list[Path]:
+    return sorted(path for path in out.iterdir() if path.name.startswith("run-"))
+
+
+def check_run(folder: Path) -> dict[str, dict]:
+    """A finished run folder: its summary lists exactly the results beside it; returns them."""
+    assert not folder.name.endswith(INCOMPLETE)
+    manifest = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "finished"
+    rows = list(csv.DictReader((folder / "summary.csv").open(encoding="utf-8")))
+    graded = {row["submission"]: row for row in rows if not row["skipped"]}
+    on_disk = {path.name for path in folder.iterdir()} - {"run.json", "summary.csv"}
+    assert on_disk == {result_file(name) for name in graded} == set(manifest["submissions"].values())
+    documents = {}
+    for name, row in graded.items():
+        document = json.loads((folder / result_file(name)).read_text(encoding="utf-8"))
+        VALIDATOR.validate(document)
+        assert document["submission"] == name and document["seed"] == manifest["seed"]
+        assert f"{document['score']:g}" == row["score"]
+        documents[name] = document
+    return documents
+
+
+def test_names_that_would_collide_get_results_of_their_own(tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    folder.mkdir()
+    (folder / "a b.py").write_text(reference_source())
+    (folder / "a_b.py").write_text(variant(NO_SCALING))
+    (folder / "a%20b.py").write_text(reference_source())
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", *FAST)
+    assert done.returncode == 0, done.stderr
+    documents = check_run(out / "latest")
+    assert sorted(documents) == ["a b.py", "a%20b.py", "a_b.py"]
+    assert documents["a b.py"]["score"] == 100 and documents["a_b.py"]["score"] < 100
+
+
+def test_result_names_are_stable_and_distinct():
+    names = ["a b.py", "a_b.py", "a/b.py", "a__b.py", "a%2Fb.py", ".x.py", "x" * 400 + ".py", "x" * 401 + ".py"]
+    files = [result_file(name) for name in names]
+    assert len(set(files)) == len(names)
+    assert files == [result_file(name) for name in names]
+    assert all(len(file) < 255 and not file.startswith(".") and "/" not in file for file in files)
+
+
+def test_every_file_found_is_graded_or_listed_as_skipped_with_a_reason(tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    (folder / "submitted" / "una" / "ps1").mkdir(parents=True)
+    (folder / "zed.py").write_text(reference_source())
+    (folder / "zed.ipynb").write_text("{}")
+    (folder / "conftest.py").write_text("")
+    (folder / "submitted" / "una" / "ps1" / "attention_head-Copy1.ipynb").write_text("{}")
+    (folder / "submitted" / "una" / "ps1" / "attention_head.py").write_text(reference_source())
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", *FAST)
+    assert done.returncode == 0, done.stderr
+    check_run(out / "latest")
+    rows = {row["submission"]: row for row in csv.DictReader((out / "latest" / "summary.csv").open())}
+    assert set(rows) == {"zed.py", "zed.ipynb", "conftest.py", "submitted/una/ps1/attention_head-Copy1.ipynb",
+                         "submitted/una/ps1/attention_head.py"}
+    assert "zed.py beside it" in rows["zed.ipynb"]["skipped"]
+    assert "only attention_head.py" in rows["submitted/una/ps1/attention_head-Copy1.ipynb"]["skipped"]
+    assert rows["conftest.py"]["skipped"] and not rows["zed.py"]["skipped"]
+    for name in ("zed.ipynb", "attention_head-Copy1.ipynb", "conftest.py"):
+        assert name in done.stdout and "not graded" in done.stdout
+
+
+def test_a_second_run_never_mixes_with_the_first(tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    folder.mkdir()
+    for name in ("ann", "bea", "cal"):
+        (folder / f"{name}.py").write_text(reference_source())
+    first = qkv_grade(str(folder), "--out", str(out), "--seed", "1", *FAST)
+    (folder / "cal.py").unlink()
+    (folder / "dot.py").write_text(variant(NO_SCALING))
+    second = qkv_grade(str(folder), "--out", str(out), "--seed", "2", *FAST)
+    assert first.returncode == second.returncode == 0
+    older, newer = runs(out)
+    assert sorted(check_run(older)) == ["ann.py", "bea.py", "cal.py"]
+    assert sorted(check_run(newer)) == ["ann.py", "bea.py", "dot.py"]
+    assert (out / "latest").resolve() == newer.resolve()
+    assert {document["seed"] for document in check_run(newer).values()} == {2}
+
+
+def _copy_class(tmp_path: Path, copies: int = 5) -> Path:
+    return copy_sample_class(tmp_path / "class", copies)
+
+
+def test_an_interrupted_run_is_marked_and_resume_finishes_it(tmp_path):
+    folder, out = _copy_class(tmp_path), tmp_path / "out"
+    complete = qkv_grade(str(folder), "--out", str(tmp_path / "clean"), "--seed", "9", "--format", "json", *FAST)
+    expected = {result["submission"]: result["score"] for result in json.loads(complete.stdout)}
+    process = subprocess.Popen([sys.executable, "-m", "autograder.cli", str(folder), "--out", str(out), "--seed", "9",
+                                "--jobs", "1", "--format", "json", *FAST],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # interrupt once the first result is on disk
+        if [path for path in out.glob(f"*{INCOMPLETE}/*.py.json")]:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "--resume" in stderr and len(stderr.strip().splitlines()) == 1
+    printed = {result["submission"]: result["score"] for result in json.loads(stdout)}
+    assert printed and all(expected[name] == score for name, score in printed.items())
+    [unfinished] = runs(out)
+    assert unfinished.name.endswith(INCOMPLETE) and not (out / "latest").exists()
+    assert json.loads((unfinished / "run.json").read_text())["status"] == "interrupted"
+    kept = sorted(path.name for path in unfinished.glob("*.py.json"))
+    assert kept and len(kept) < len(expected)
+    done = qkv_grade(str(folder), "--out", str(out), "--resume", "--format", "json", *FAST)
+    assert done.returncode == 0, done.stderr
+    [finished] = runs(out)
+    documents = check_run(finished)
+    assert {name: document["score"] for name, document in documents.items()} == expected
+    assert finished.name == unfinished.name[:-len(INCOMPLETE)]
+
+
+def test_resume_without_an_unfinished_run_says_so_in_one_line(tmp_path):
+    folder = _copy_class(tmp_path)
+    done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--resume")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert "no unfinished run" in done.stderr
+
+
+def _text_grades(stdout: str) -> dict[str, str]:
+    return {line.split()[0]: line.split()[1] for line in stdout.splitlines() if " / " in line}
+
+
+def test_a_full_disk_prints_every_grade_leaves_no_partial_file_and_exits_3(tmp_path):
+    folder = _copy_class(tmp_path, copies=50)  # 300 submissions
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        done = qkv_grade(str(folder), "--out", str(disk / "results"), "--seed", "3", *FAST)
+        files = [path for path in disk.rglob("*") if path.is_file()]
+        documents = []
+        for path in files:
+            if path.suffix == ".json":
+                documents.append(json.loads(path.read_text(encoding="utf-8")))  # each one whole
+    assert done.returncode == 3, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "could not write the results (No space left on device)" in done.stderr
+    assert len(_text_grades(done.stdout)) == 300
+    assert not [path for path in files if path.name.startswith(".") or path.name == "summary.csv"]
+    assert [path.parent.name.endswith(INCOMPLETE) for path in files] == [True] * len(files)
+    results = [document for document in documents if "steps" in document]
+    assert results and len(results) < 300
+    grades = _text_grades(done.stdout)
+    assert all(f"{document['score']:g}" == grades[document["submission"]] for document in results)
+
+
+@pytest.mark.parametrize("where", ["read-only", "under a file"])
+def test_an_out_folder_that_cannot_be_written_gets_one_line_and_status_3(tmp_path, where):
+    folder = _copy_class(tmp_path, copies=1)
+    if where == "read-only":
+        out = tmp_path / "out"
+        out.mkdir()
+        with read_only(out):
+            done = qkv_grade(str(folder), "--out", str(out), *FAST)
+    else:
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "out"
+        done = qkv_grade(str(folder), "--out", str(out), *FAST)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot write the results there" in done.stderr
+    assert "Traceback" not in done.stderr
