@@ -19,6 +19,7 @@ import importlib.util
 import json
 import math
 import sys
+import textwrap
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ NOTEBOOK = "attention_head.ipynb"
 GRADED_CELL_ROLES = ("setup", "solution")  # the notebook cells a grader runs; the others it skips
 ATOL = 1e-9  # absolute tolerance of every comparison
 SHOWN_MISMATCHES = 5  # how many differing elements a message lists
+WRAP = 76  # a check cell's line length: nbgrader's Validate indents by 4 and cuts lines near 90
 SLIP_RTOL, SLIP_ATOL = 1e-6, 1e-8  # how closely a wrong value must match a known mistake's
 
 
@@ -555,8 +557,15 @@ class CheckFailed(AssertionError):
     the student's, and would push the explanation off the screen."""
 
     def _render_traceback_(self) -> list[str]:
+        # Wrapped to fit nbgrader's Validate report, which cuts longer lines off with "...".
         first, *rest = str(self).splitlines() or [""]
-        return [f"\x1b[1;31m✗ {first}\x1b[0m", *rest]
+        lines = [f"✗ {first}", *rest]
+        wrapped = [part for line in lines for part in textwrap.wrap(
+            line, width=WRAP, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2),
+            break_on_hyphens=False) or [""]]
+        first_lines = len(textwrap.wrap(lines[0], width=WRAP, subsequent_indent="  ")) or 1
+        return [f"\x1b[1;31m{line}\x1b[0m" if i < first_lines else line
+                for i, line in enumerate(wrapped)]
 
 
 def check(step_id: str, *functions) -> None:
