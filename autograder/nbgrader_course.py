@@ -37,6 +37,12 @@ c = get_config()  # noqa: F821 (nbgrader defines it while it reads this file)
 # The course is the folder holding this file, so the commands work from here without flags.
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = {course_id!r}
+
+# What students and graders read: no hidden-test line or score echo in autograded notebooks,
+# formgrader or the feedback, step names in the feedback's contents, every line wrapped.
+from autograder.nbgrader_feedback import configure  # noqa: E402
+
+configure(c)
 '''
 
 class CourseError(Exception):

@@ -190,7 +190,7 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
 
 
 def _check_outputs(step) -> list:
-    """A check cell's outputs: the step's feedback on stdout, its score as the cell's value.
+    """A check cell's output: the step's feedback on stdout (its score is in the gradebook).
 
     What nbformat's new_output builds, without checking each output against the schema on its
     own: nbformat.write checks the whole notebook.
@@ -199,9 +199,17 @@ def _check_outputs(step) -> list:
 
     codes = f" [{', '.join(step.diagnoses)}]" if step.diagnoses else ""
     text = f"{step.id}: {step.score:g} / {step.max_score:g}, {step.status}{codes}\n{step.feedback}\n"
-    return [from_dict({"output_type": "stream", "name": "stdout", "text": text}),
-            from_dict({"output_type": "execute_result", "metadata": {},
-                       "data": {"text/plain": repr(float(step.score))}, "execution_count": None})]
+    return [from_dict({"output_type": "stream", "name": "stdout", "text": text})]
+
+
+def _pictures(cell) -> list:
+    """The heatmap cell's rendered pictures, and nothing else its kernel printed."""
+    from .nbgrader_feedback import PLOT_CELL, PLOT_KEPT
+
+    if cell.get("id") != PLOT_CELL:
+        return []
+    return [output for output in cell.get("outputs", []) if output.output_type == "display_data"
+            and set(output.get("data", {})) & set(PLOT_KEPT)]
 
 
 def _copy_files(folders: list[Path], target: Path) -> None:
@@ -238,6 +246,8 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     returns the notebook as written (None when none was)."""
     import nbformat
 
+    from .nbgrader_feedback import reader_view
+
     folder = Path(coursedir.format_path(coursedir.autograded_directory, graded.student, assignment))
     target = folder / NOTEBOOK
     if target.is_file():
@@ -259,10 +269,13 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
-        # Whatever the kernel printed goes: code that ran there could print what no student may see.
+        # Whatever the kernel printed goes, but the heatmap's picture: code that ran there could
+        # print what no student may see.
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        cell.outputs = _check_outputs(results[steps_of[grade_id]]) if grade_id in steps_of else []
+        cell.outputs = (_check_outputs(results[steps_of[grade_id]]) if grade_id in steps_of
+                        else _pictures(cell))
         cell.execution_count = None
+    reader_view(notebook)
     notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed,
                                 "trusted_scores": {step.id: step.score for step in graded.result.steps}}
     pending = _pending(target)
@@ -630,6 +643,11 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
                  + ("the gradebook holds these scores." if recorded else
                     "the gradebook and the autograded notebooks were left as they were."))
     differing = [one for one in graded if one.differences]
+    compared = [one for one in graded if one.in_kernel is not None]
+    if compared and not differing:
+        lines.append("")
+        lines.append(f"In-kernel results (nbgrader autograde) agree with these, step by step, on all "
+                     f"{len(compared)} notebooks it graded.")
     if differing:
         lines.append("")
         lines.append("In-kernel results (nbgrader autograde) that differ from these, step by step "

@@ -40,7 +40,13 @@ LESSONS = ROOT / "solutions" / "lessons.md"
 DATA = ROOT / "data" / "part-iv" / "attention.json"
 PUBLIC = ROOT / "autograder" / "public"
 RELEASE = ROOT / "assignments" / "attention_head"
+SAMPLE = ROOT / "data" / "sample-submission"
 
+# The sample submission to try the tools on: the reference with one classic slip, the softmax
+# normalized over the receiving rows (a column) instead of over the keys, so that grading it shows
+# a diagnosis on softmax and on the steps built on it, next to steps that pass.
+SAMPLE_MISTAKE = (("s.max(axis=-1, keepdims=True)", "s.max(axis=-2, keepdims=True)"),
+                  ("e.sum(axis=-1, keepdims=True)", "e.sum(axis=-2, keepdims=True)"))
 PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py")  # copied verbatim
 EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
 IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
@@ -58,6 +64,7 @@ HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 HOOK_IMPORT = "from autograder.nbgrader_hook import check"
 ANSWER_POINTS = 2.0  # each written answer, graded by a person; the thirteen steps add up to 100
 RUBRIC = "**Reference answer (the grader's rubric):**"
+RUN_ON = "raises-exception"  # the cell tag that lets Run All go past a failing check
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 POSITIONS = ("red", "key", ".")  # Example 15.1's positions, in order
@@ -78,20 +85,37 @@ PLOT = """\
 import matplotlib.pyplot as plt
 
 positions = {positions}  # Example 15.1, in order
-_, weights = self_attention_head(X, W_Q, W_K, W_V)  # [T, T]: receiving rows, contributing columns
-
-fig, ax = plt.subplots(figsize=(5, 4))
-image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0)
-ax.set_xticks(range(len(positions)), labels=positions)
-ax.set_yticks(range(len(positions)), labels=positions)
-ax.set_xlabel("contributing key")
-ax.set_ylabel("receiving position")
-for i in range(len(positions)):
-    for j in range(len(positions)):
-        ax.text(j, i, f"{{weights[i, j]:.3f}}", ha="center", va="center")
-fig.colorbar(image, ax=ax, label="attention weight")
-ax.set_title("Example 15.1: every row sums to 1")
-plt.show()"""
+try:
+    _, weights = self_attention_head(X, W_Q, W_K, W_V)  # [T, T]: receiving rows, contributing columns
+    weights = np.asarray(weights, dtype=float)
+except NameError as error:
+    weights = None
+    print(f"No heatmap yet: {{error}}. Run the setup cell and your solution cells first.")
+except Exception as error:
+    weights = None
+    print(f"No heatmap yet: self_attention_head raised {{error!r}}")
+if weights is not None and weights.shape != (len(positions), len(positions)):
+    print(f"No heatmap: the weights have shape {{weights.shape}}, expected (3, 3).")
+elif weights is not None:
+    # The title says what the picture shows: weights only when every row is a unit-total mixture.
+    totals = weights.sum(axis=1)  # [T]: each receiving row's total
+    if np.all(weights >= 0) and np.allclose(totals, 1.0, rtol=0.0, atol=1e-9):
+        title = "Example 15.1: each receiving row sums to 1"
+    else:
+        title = ("Not attention weights: the rows sum to "
+                 + ", ".join(f"{{total:.2f}}" for total in totals))
+    fig, ax = plt.subplots(figsize=(5, 4))
+    image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=max(1.0, float(np.nanmax(weights))))
+    ax.set_xticks(range(len(positions)), labels=positions)
+    ax.set_yticks(range(len(positions)), labels=positions)
+    ax.set_xlabel("contributing key")
+    ax.set_ylabel("receiving position")
+    for i in range(len(positions)):
+        for j in range(len(positions)):
+            ax.text(j, i, f"{{weights[i, j]:.3f}}", ha="center", va="center")
+    fig.colorbar(image, ax=ax, label="weight")
+    ax.set_title(title)
+    plt.show()"""
 
 PYTEST_INI = """\
 # This folder is a pytest project of its own: `pytest` here runs the public checks.
@@ -387,8 +411,9 @@ def _solution_source(name: str, sources: Sources, variant: str) -> str:
     raise ReleaseError(f"no solution cells for variant {variant!r}")
 
 
-def _check_source(step: Step, variant: str) -> str:
-    public = f'check("{step.id}", {", ".join(step.functions)})'
+def _check_source(step: Step, number: int, variant: str) -> str:
+    public = (f"# Check of step {number}, {step.id}: {step.title}\n"
+              f'check("{step.id}", {", ".join(step.functions)})')
     if variant == "student":
         return public
     if variant == "nbgrader":
@@ -426,8 +451,11 @@ def step_cells(step: Step, number: int, sources: Sources, variant: str,
     cells += [_graded(_code(_solution_source(name, sources, variant), "solution", step.id, name),
                       variant, solution=True)
               for name in new]
-    cells.append(_graded(_code(_check_source(step, variant), "check", step.id), variant,
-                         points=step.points, locked=True))
+    check = _code(_check_source(step, number, variant), "check", step.id)
+    # A failing check is an error (Validate and autograde count it), yet Run All goes on past it:
+    # JupyterLab and nbclient do not stop at a cell tagged raises-exception.
+    check.metadata["tags"] = [RUN_ON]
+    cells.append(_graded(check, variant, points=step.points, locked=True))
     return cells
 
 
@@ -627,6 +655,32 @@ def example_slips(example: dict, step_table: dict) -> dict:
     return found
 
 
+def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
+    """data/sample-submission/: the same finished work (one slip, every answer written) as a
+    module and as the notebook filled in."""
+    sources = sources or Sources.read()
+    module = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION\n", "", sources.reference, flags=re.M)
+    for old, new in SAMPLE_MISTAKE:
+        if old not in module:
+            raise ReleaseError(f"the sample's mistake no longer applies: {old!r} is not in the reference")
+        module = module.replace(old, new)
+    functions = function_sources(module)
+    cells = notebook_cells("student", sources)
+    # As a course's student hands it in: nbgrader's cell metadata too, so Validate, autograde and
+    # a course's submitted/ folder all know its grade cells.
+    graded = {cell.id: cell.metadata.get("nbgrader") for cell in notebook_cells("nbgrader", sources)}
+    for cell in cells:
+        if graded.get(cell.id):
+            cell.metadata["nbgrader"] = graded[cell.id]
+        role = cell.metadata.get("qkv", {}).get("role")
+        if role == "solution":
+            cell.source = functions[re.match(r"def (\w+)", cell.source).group(1)]
+        elif cell.id.startswith("answer-"):
+            cell.source = sources.answers[cell.id.removeprefix("answer-")]
+    return {"attention_head.py": module.encode("utf-8"),
+            "attention_head.ipynb": notebook_text(cells).encode("utf-8")}
+
+
 def drift(files: dict[str, bytes], folder: Path) -> list[str]:
     """How `folder` differs from the generated files, one line per file."""
     lines = []
@@ -664,25 +718,31 @@ def main(argv: list[str] | None = None) -> int:
                              "would be generated")
     args = parser.parse_args(argv)
     try:
-        files = build_release()
+        sources = Sources.read()
+        outputs = {args.out: build_release(sources)}
+        if args.out == RELEASE:  # the sample submission goes with the project's own release
+            outputs[SAMPLE] = sample_submission(sources)
     except ReleaseError as error:
         print(f"qkv-release: {error}", file=sys.stderr)
         return 2
-    if args.check:
-        problems = drift(files, args.out)
-        if problems:
-            print(f"qkv-release --check: {args.out} is not what the sources generate:")
-            print("\n".join(f"  {line}" for line in problems))
-            print("Run qkv-release to regenerate it (and delete unexpected files).")
-            return 1
-        print(f"qkv-release --check: {args.out} is up to date ({len(files)} files).")
-        return 0
-    write_release(files, args.out)
-    print(f"qkv-release: wrote {len(files)} files to {args.out}")
-    stale = [line for line in drift(files, args.out) if line.startswith("unexpected")]
-    if stale:
-        print("\n".join(f"  {line} (not generated; delete it)" for line in stale))
-    return 0
+    status = 0
+    for folder, files in outputs.items():
+        if args.check:
+            problems = drift(files, folder)
+            if problems:
+                print(f"qkv-release --check: {folder} is not what the sources generate:")
+                print("\n".join(f"  {line}" for line in problems))
+                print("Run qkv-release to regenerate it (and delete unexpected files).")
+                status = 1
+            else:
+                print(f"qkv-release --check: {folder} is up to date ({len(files)} files).")
+            continue
+        write_release(files, folder)
+        print(f"qkv-release: wrote {len(files)} files to {folder}")
+        stale = [line for line in drift(files, folder) if line.startswith("unexpected")]
+        if stale:
+            print("\n".join(f"  {line} (not generated; delete it)" for line in stale))
+    return status
 
 
 if __name__ == "__main__":

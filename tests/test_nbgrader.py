@@ -119,6 +119,13 @@ def course(tmp_path_factory):
     in_kernel = gradebook_scores(path)
     answers_in_kernel = _answer_records(path)
     carol_in_kernel = (path / "autograded" / "carol" / ASSIGNMENT / NOTEBOOK).read_text()
+    bob_in_kernel = (path / "autograded" / "bob" / ASSIGNMENT / NOTEBOOK).read_text()
+    # The feedback of autograde alone, before the trusted grading rewrites anything.
+    feedback = _nbgrader("generate_feedback", path, env, "--student", "bob")
+    assert feedback.returncode == 0, feedback.stderr
+    page = (path / "feedback" / "bob" / ASSIGNMENT / NOTEBOOK).with_suffix(".html")
+    bob_feedback_in_kernel = page.read_text(encoding="utf-8")
+    shutil.rmtree(path / "feedback")
     started = time.perf_counter()
     trusted = _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(path), ASSIGNMENT], root, env)
     trusted_seconds = time.perf_counter() - started
@@ -128,7 +135,8 @@ def course(tmp_path_factory):
     export = _run([sys.executable, "-m", "nbgrader", "export"], path, env)
     assert export.returncode == 0, export.stderr
     return {"path": path, "root": root, "env": env, "submitted": submitted, "autograde": autograde,
-            "in_kernel": in_kernel, "answers_in_kernel": answers_in_kernel, "carol_in_kernel": carol_in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds)}
+            "in_kernel": in_kernel, "answers_in_kernel": answers_in_kernel, "carol_in_kernel": carol_in_kernel, "trusted": trusted, "seconds": (autograde_seconds, trusted_seconds),
+            "bob_in_kernel": bob_in_kernel, "bob_feedback_in_kernel": bob_feedback_in_kernel}
 
 
 def _answer_records(course: Path) -> dict[str, dict[str, tuple]]:
@@ -277,8 +285,35 @@ def test_every_test_cell_prints_its_steps_feedback_in_the_kernel(course):
         cell = outputs[release.check_cell_id(step.id)]
         printed = "".join(o.text for o in cell if o.output_type == "stream" and o.name == "stdout")
         assert printed.startswith(f"{step.id}: {step.points:g} / {step.points:g}, passed")
-        assert [o.output_type for o in cell if o.output_type != "stream"] == ["execute_result"]
-        assert cell[-1].data["text/plain"] == repr(step.points)
+        assert [o.output_type for o in cell if o.output_type != "stream"] == []  # no score echo
+
+
+def _reader_leftovers(text: str) -> list[str]:
+    """What no reader should meet in a graded notebook or its feedback."""
+    return [marker for marker in ("HIDDEN TESTS", "nbgrader_hook", "Out[", "execute_result")
+            if marker in text]
+
+
+def test_autograde_alone_leaves_no_hidden_line_or_score_echo_for_formgrader_or_feedback(course):
+    assert _reader_leftovers(course["bob_in_kernel"]) == []
+    notebook = nbformat.reads(course["bob_in_kernel"], as_version=4)
+    # ... while nbgrader still took the partial credit, and the comparison can still read it.
+    assert notebook.metadata.qkv.in_kernel["softmax"] == course["in_kernel"]["bob"]["softmax"] < BY_ID["softmax"].points
+    text = html.unescape(re.sub(r"<[^>]+>", "", course["bob_feedback_in_kernel"]))
+    assert _reader_leftovers(text) == []
+    assert "column-normalized" in text
+
+
+def test_the_feedback_names_each_step_in_its_contents_and_waits_for_a_person_on_answers(course):
+    page = (course["path"] / "feedback" / "erin" / ASSIGNMENT / NOTEBOOK).with_suffix(".html")
+    text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
+    assert _reader_leftovers(text) == []
+    for number, step in enumerate(STEPS, 1):
+        assert f"Step {number}: {step.title} ({step.id}) (Score: {step.points:g}.0 / {step.points:g}.0)" in text
+    assert "Test cell" not in text
+    assert text.count("Written answer (Score: ") == len(ANSWERS)
+    assert text.count("(Score: not graded yet / 2.0)") == len(ANSWERS) - len(UNANSWERED)
+    assert text.count("(Score: 0.0 / 2.0)") == len(UNANSWERED)  # left blank: nbgrader gives 0
 
 
 def test_a_notebook_that_fakes_the_grader_wins_in_the_kernel_and_gains_nothing_trusted(course, oracle):
@@ -432,9 +467,10 @@ def test_the_gradebook_stores_only_the_hook_line_as_hidden_test(course):
     with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
         notebook = gradebook.find_notebook(NOTEBOOK_ID, ASSIGNMENT)
         sources = {cell.name: cell.source for cell in notebook.source_cells}
-    for step in STEPS:
+    for number, step in enumerate(STEPS, 1):
         assert sources[release.check_cell_id(step.id)] == (
             "### BEGIN HIDDEN TESTS\nfrom autograder.nbgrader_hook import check\n### END HIDDEN TESTS\n"
+            f"# Check of step {number}, {step.id}: {step.title}\n"
             f'check("{step.id}", {", ".join(step.functions)})')
 
 

@@ -335,7 +335,7 @@ def test_a_check_cell_on_the_stub_raises_an_assertion_that_says_not_implemented(
     result = subprocess.run([sys.executable, "-c", script], cwd=folder, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
-    assert "AssertionError: scores: not implemented yet" in result.stderr
+    assert "CheckFailed: scores: not implemented yet" in result.stderr
 
 
 def test_a_column_normalized_softmax_fails_with_the_call_the_expected_weights_and_the_section(
@@ -369,7 +369,7 @@ def test_a_check_cell_names_the_mistake_in_the_hidden_graders_words(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], cwd=folder, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
-    assert "AssertionError: softmax: Called softmax_rows(S)" in result.stderr
+    assert "CheckFailed: softmax: Called softmax_rows(S)" in result.stderr
     assert "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"])) in result.stderr
 
 

@@ -19,6 +19,7 @@ import importlib.util
 import json
 import math
 import sys
+import textwrap
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ NOTEBOOK = "attention_head.ipynb"
 GRADED_CELL_ROLES = ("setup", "solution")  # the notebook cells a grader runs; the others it skips
 ATOL = 1e-9  # absolute tolerance of every comparison
 SHOWN_MISMATCHES = 5  # how many differing elements a message lists
+WRAP = 76  # a check cell's line length: nbgrader's Validate indents by 4 and cuts lines near 90
 SLIP_RTOL, SLIP_ATOL = 1e-6, 1e-8  # how closely a wrong value must match a known mistake's
 
 
@@ -538,25 +540,53 @@ def _agrees(returned, value) -> bool:
                                                                     equal_nan=True))
 
 
+def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
+    """The steps `step` builds on whose own checks do not pass with the functions in `namespace`."""
+    return [use for use in step.uses if run_step(use, namespace).status != "passed"]
+
+
 def empty_answers(namespace: dict) -> list[str]:
     """The written answers that are missing, not strings, or still blank."""
     return [name for name in answer_names()
             if not isinstance(namespace.get(name), str) or not namespace[name].strip()]
 
 
+class CheckFailed(AssertionError):
+    """A notebook check that did not pass. It is still an error to Jupyter, nbgrader's Validate
+    and autograde, but IPython shows only its message: the frames would be this file's, not
+    the student's, and would push the explanation off the screen."""
+
+    def _render_traceback_(self) -> list[str]:
+        # Wrapped to fit nbgrader's Validate report, which cuts longer lines off with "...".
+        first, *rest = str(self).splitlines() or [""]
+        lines = [f"✗ {first}", *rest]
+        wrapped = [part for line in lines for part in textwrap.wrap(
+            line, width=WRAP, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2),
+            break_on_hyphens=False) or [""]]
+        first_lines = len(textwrap.wrap(lines[0], width=WRAP, subsequent_indent="  ")) or 1
+        return [f"\x1b[1;31m{line}\x1b[0m" if i < first_lines else line
+                for i, line in enumerate(wrapped)]
+
+
 def check(step_id: str, *functions) -> None:
     """For the notebook: run one step's check on the given functions.
 
-    Prints one line when they reproduce the chapter; raises AssertionError with the explanation
-    when they do not.
+    Prints one line when they reproduce the chapter; raises CheckFailed with the explanation
+    when they do not. A function of an earlier step that this one builds on is looked up among
+    the notebook's names, so that the message can say which step to fix first.
     """
     step = steps()[step_id]
     if len(functions) != len(step.functions):
         raise TypeError(f"check({step_id!r}, ...) takes the step's functions, in this order: "
                         f"{', '.join(step.functions)}")
     outcome = run_step(step_id, dict(zip(step.functions, functions)))
+    if outcome.status == "failed":
+        caller = sys._getframe(1).f_globals  # the notebook's names, when a cell calls this
+        earlier = _failing_earlier_steps(step, {**caller, **dict(zip(step.functions, functions))})
+        lead = (f"{step_id} builds on {', '.join(earlier)}: fix that first.\n" if earlier else "")
+        raise CheckFailed(lead + outcome.message) from None
     if outcome.status != "passed":
-        raise AssertionError(outcome.message)
+        raise CheckFailed(outcome.message) from None
     verb = "matches" if len(functions) == 1 else "match"
     print(f"✓ {step.id}: {' and '.join(step.functions)} {verb} the chapter's example "
           f"({step.section})")

@@ -1,0 +1,99 @@
+"""What people read of a graded notebook: the course's own nbgrader preprocessor and template.
+
+A check cell of the course's source notebook carries a hidden line that imports the grading hook,
+and under `nbgrader autograde` it echoes the step's score as its value (nbgrader's partial credit).
+Neither is for a reader. `ReaderView` removes both once nbgrader has taken the score, keeps the
+in-kernel scores in the notebook's metadata (where `qkv-grade --nbgrader` compares them with its
+own) and gives each check cell its step's title. `configure` puts it into the course's
+`nbgrader_config.py`: into autograde right after SaveAutoGrades, so formgrader and the feedback
+both read the clean notebook, and into generate_feedback, with the `qkv_feedback` template beside
+this module (step names in the contents, ungraded answers marked as such, every line wrapped).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from nbconvert import HTMLExporter
+from nbgrader import utils
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from .steps import STEPS
+
+TEMPLATES = Path(__file__).resolve().parent / "nbgrader_templates"
+TEMPLATE = "qkv_feedback"
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\s*$.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
+                    re.MULTILINE | re.DOTALL)
+CHECK_TITLES = {f"check-{step.id}": f"Step {number}: {step.title} ({step.id})"
+                for number, step in enumerate(STEPS, 1)}
+STEP_OF_CHECK = {f"check-{step.id}": step.id for step in STEPS}
+PLOT_CELL = "plot"  # the heatmap cell's id in the release
+PLOT_KEPT = ("image/png",)  # what of its kernel output survives a trusted rewrite
+
+
+def reader_view(notebook) -> dict[str, float]:
+    """Make `notebook` what a reader should see, in place; returns the in-kernel step scores it
+    found (nbgrader's reading of each check cell) before taking the scores out."""
+    scores = {}
+    for cell in notebook.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or grade_id not in STEP_OF_CHECK:
+            continue
+        cell.source = HIDDEN.sub("", cell.source)
+        if any(output.output_type == "execute_result" for output in cell.get("outputs", [])):
+            score, _ = utils.determine_grade(cell)
+            scores[STEP_OF_CHECK[grade_id]] = float(score) if score is not None else 0.0
+        cell.outputs = [output for output in cell.get("outputs", [])
+                        if output.output_type != "execute_result"]
+        cell.execution_count = None
+        cell.metadata["qkv_title"] = CHECK_TITLES[grade_id]
+    return scores
+
+
+class ReaderView(NbGraderPreprocessor):
+    """nbgrader's step for `reader_view`; also marks written answers no person has graded yet."""
+
+    def preprocess(self, nb, resources):
+        scores = reader_view(nb)
+        if scores and "in_kernel" not in nb.metadata.get("qkv", {}):
+            nb.metadata.setdefault("qkv", {})["in_kernel"] = scores
+        pending = _ungraded(resources.get("nbgrader", {}))
+        for cell in nb.cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in pending:
+                cell.metadata["qkv_pending"] = True
+        return nb, resources
+
+
+def _ungraded(info: dict) -> set[str]:
+    """The grade ids of the notebook's cells that still wait for a person (in generate_feedback)."""
+    if not {"db_url", "assignment", "student", "notebook"} <= set(info):
+        return set()
+    from nbgrader.api import Gradebook
+
+    with Gradebook(info["db_url"]) as gradebook:
+        submission = gradebook.find_submission_notebook(info["notebook"], info["assignment"],
+                                                        info["student"])
+        return {grade.name for grade in submission.grades if grade.needs_manual_grade}
+
+
+class FeedbackExporter(HTMLExporter):
+    """generate_feedback's exporter, so that the course's template is its alone: formgrader
+    renders with nbgrader's HTMLExporter settings, which must stay nbgrader's."""
+
+
+def configure(c) -> None:
+    """Set the course's nbgrader configuration `c` to use the reader's view and template."""
+    import nbgrader
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import GetGrades, SaveAutoGrades
+
+    steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
+    steps.insert(steps.index(SaveAutoGrades) + 1, ReaderView)
+    c.Autograde.autograde_preprocessors = steps
+    c.GenerateFeedback.preprocessors = [GetGrades, ReaderView, CSSHTMLHeaderPreprocessor]
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
+    c.GenerateFeedback.exporter_class = FeedbackExporter
+    c.FeedbackExporter.template_name = TEMPLATE
+    c.FeedbackExporter.template_file = f"{TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
+    c.FeedbackExporter.extra_template_basedirs = [str(formgrader), str(TEMPLATES)]
