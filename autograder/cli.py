@@ -113,6 +113,9 @@ def _main(argv: list[str] | None = None) -> int:
     use_own_tools()
     if args.no_sandbox:
         os.environ["QKV_SANDBOX"] = "none"
+    from . import sandbox
+
+    sandbox.prewarm()  # the sandbox's probe runs while the grader loads
     if args.gradescope_bundle is not None:
         return _gradescope_bundle(args)
     if args.nbgrader is not None:
