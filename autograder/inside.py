@@ -646,38 +646,30 @@ def _check_child_frame(obj, blob, expected, used):
             raise protocol.ProtocolError("a fault of unknown kind")
         return {"ev": "fault", "step": step, "call": call, "kind": obj["kind"], "out": text or ""}, b""
     protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
-    clean = {"ev": "result", "step": step, "call": call, "out": text or ""}
-    if "raised" in obj:
-        if blob:
-            raise protocol.ProtocolError("bytes beside an exception")
-        clean["raised"] = protocol.raised(obj["raised"])
-        return clean, b""
-    if protocol.check_value(obj.get("value"), len(blob)) != len(blob):
-        raise protocol.ProtocolError("bytes that no value describes")
-    if used[0] + len(blob) > protocol.MAX_JOB_BYTES:
-        raise protocol.ProtocolError("more array data than a submission may return")
-    used[0] += len(blob)
-    return clean, blob
+    used[0] = protocol.result_body(obj, blob, used[0])
+    return {"ev": "result"}, blob  # passed on as it came
 
 
 class Worker:
     def __init__(self, config, out, seal, scratch_root, forks):
         self.config, self.out, self.seal, self.scratch_root, self.forks = config, out, seal, scratch_root, forks
-        self.pending = []
+        self.pending, self.pending_bytes = [], 0
         self.checked = 0.0  # when the scratch folder's quota was last checked
 
-    def emit(self, obj, blob=b""):
-        self.pending.append(protocol.pack(obj, blob))
+    def emit(self, frame):
+        self.pending.append(frame)
+        self.pending_bytes += len(frame)
 
     def flush_some(self):
         """Pass results on only in bulk: the grader judges a submission once all of it is in."""
-        if sum(len(frame) for frame in self.pending) > PENDING_BYTES:
+        if self.pending_bytes > PENDING_BYTES:
             self.flush()
 
     def flush(self):
         if self.pending:
             protocol.write_all(self.out, b"".join(self.pending))
             self.pending.clear()
+            self.pending_bytes = 0
 
     def serve(self, job, stdin, cells_len):
         job["cells"] = protocol.read_exactly(stdin, cells_len)  # JSON text, passed on as it is
@@ -688,7 +680,7 @@ class Worker:
         start = 0
         while start is not None and start < len(steps):
             start = self.run_child(job, start, tag, used)
-        self.emit({"ev": "done", "job": tag})
+        self.emit(protocol.pack({"ev": "done", "job": tag}))
         self.flush()
 
     def run_child(self, job, start, tag, used):
@@ -775,16 +767,16 @@ class Worker:
                 if expected == "end":
                     self.flush()
                     return None
-                self.emit({"ev": "fault", "job": tag, "step": position[0], "call": position[1],
-                           "kind": kind, "detail": detail, "out": ""})
+                self.emit(protocol.pack({"ev": "fault", "job": tag, "step": position[0], "call": position[1],
+                                         "kind": kind, "detail": detail, "out": ""}))
                 self.flush()
                 return None if position[0] is None else position[0] + 1
             event = clean["ev"]
             if event == "result":  # checked field by field above: passed on as it came
-                self.pending.append(reader.raw)
+                self.emit(reader.raw)
             else:
                 clean["job"] = tag
-                self.emit(clean, blob)
+                self.emit(protocol.pack(clean, blob))
             if event == "fault":
                 _end(pid)
                 self.flush()

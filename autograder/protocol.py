@@ -48,8 +48,7 @@ class TimedOut(ProtocolError):
 
 
 def pack(obj, blob=b""):
-    data = json.dumps(obj, separators=(",", ":")).encode()
-    return _HEADER.pack(MAGIC, len(data), len(blob)) + data + blob
+    return pack_raw(json.dumps(obj, separators=(",", ":")).encode(), blob)
 
 
 def pack_raw(data, blob=b""):
@@ -178,6 +177,21 @@ def raised(obj):
         _fail("an exception that is not an object")
     only(obj, "type", "message", "where")
     return {"type": text(obj, "type"), "message": text(obj, "message"), "where": text(obj, "where", True)}
+
+
+def result_body(obj, blob, used):
+    """Check what a call returned: an exception with no bytes beside it, or a value that accounts
+    for every byte of `blob` within the submission's budget. Returns the bytes used so far."""
+    if "raised" in obj:
+        if blob:
+            _fail("bytes beside an exception")
+        raised(obj["raised"])
+        return used
+    if check_value(obj.get("value"), len(blob)) != len(blob):
+        _fail("bytes that no value describes")
+    if used + len(blob) > MAX_JOB_BYTES:
+        _fail("more array data than a submission may return")
+    return used + len(blob)
 
 
 def answers(obj):

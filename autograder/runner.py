@@ -270,14 +270,10 @@ class Worker:
                 continue
             if event != "result" or step is None:
                 raise protocol.ProtocolError("a frame of unknown kind")
+            used = protocol.result_body(obj, blob, used)
             if "raised" in obj:
                 run.outcomes[step][call] = Outcome(raised=protocol.raised(obj["raised"]), output=output)
                 continue
-            if protocol.check_value(obj.get("value"), len(blob)) != len(blob):
-                raise protocol.ProtocolError("bytes that no value describes")
-            used += len(blob)
-            if used > protocol.MAX_JOB_BYTES:
-                raise protocol.ProtocolError("more array data than a submission may return")
             try:
                 value = protocol.decode(obj["value"], blob)
             except (ValueError, TypeError, MemoryError):

@@ -23,7 +23,6 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-NOBODY = 65534
 INSIDE = Path(__file__).with_name("inside.py")
 PROTOCOL = Path(__file__).with_name("protocol.py")
 _LIB, _SITE = "/qkv/lib", "/qkv/site"
@@ -211,7 +210,7 @@ def _thread_env() -> dict[str, str]:
 def worker_command(mode: str) -> tuple[list[str], dict[str, str]]:
     """The argv and environment that start one worker; it speaks `protocol.py` on stdin/stdout."""
     numpy = _numpy_dir()
-    config = {"seal": MODES[mode].seal, "numpy": str(numpy), "own_pid_namespace": False}
+    config = {"seal": MODES[mode].seal, "numpy": str(numpy)}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **_thread_env()}
     if mode in ("landlock", "none"):
         if _root():  # never run a submission as root, even without a sandbox
@@ -252,7 +251,7 @@ def worker_command(mode: str) -> tuple[list[str], dict[str, str]]:
              "--chdir", "/tmp", "--clearenv"]
     for name, value in {**env, "HOME": "/tmp"}.items():
         argv += ["--setenv", name, value]
-    config.update(numpy=f"{_SITE}/numpy", own_pid_namespace=True)
+    config["numpy"] = f"{_SITE}/numpy"
     return _with_open_parents(argv) + [str(python), "-I", "-S", f"{_LIB}/inside.py", json.dumps(config)], env
 
 
