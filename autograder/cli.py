@@ -243,25 +243,29 @@ def _grade_folder(folder: Path, args, limits) -> int:
         if not isinstance(exc, (SandboxUnavailable, WorkerFailed)):
             raise
         failure = (str(exc), EXIT_USAGE)
-    saver.close()
-    graded = [kept.get(name) or saver.results.get(name) for _, name in found.items]
-    graded = [result for result in graded if result is not None]
-    if failure is None and saver.error is None:
-        try:
-            run.finish(results.to_csv(graded, found.skipped), found.skipped)
-        except OSError as exc:
-            saver.error = exc
-    run.close()
-    page = None
-    if failure is None and saver.error is None and args.report is not None:
-        from .report import write
+    try:  # grading is over: write and print it whole, and let a late Ctrl-C cut nothing in half
+        with interrupts_deferred():
+            saver.close()
+            graded = [kept.get(name) or saver.results.get(name) for _, name in found.items]
+            graded = [result for result in graded if result is not None]
+            if failure is None and saver.error is None:
+                try:
+                    run.finish(results.to_csv(graded, found.skipped), found.skipped)
+                except OSError as exc:
+                    saver.error = exc
+            run.close()
+            page = None
+            if failure is None and saver.error is None and args.report is not None:
+                from .report import write
 
-        try:
-            page = write(graded, args.report)
-        except OSError as exc:
-            failure = (f"{args.report}: could not write the class report ({exc.strerror}); the results "
-                       f"are in {run.folder}/", EXIT_UNWRITTEN)
-    _print_folder(graded, found.skipped, run, args, page)
+                try:
+                    page = write(graded, args.report)
+                except OSError as exc:
+                    failure = (f"{args.report}: could not write the class report ({exc.strerror}); the results "
+                               f"are in {run.folder}/", EXIT_UNWRITTEN)
+            _print_folder(graded, found.skipped, run, args, page)
+    except KeyboardInterrupt:
+        pass  # it came after the last grade: the run is complete as it stands
     if failure is not None and failure[1] == 130:
         run.mark("interrupted")
         return _fail(f"interrupted: {len(run.saved)} of {len(found.items)} results are kept in {run.folder}/; "
