@@ -57,19 +57,25 @@ def test_a_trickle_cannot_stretch_the_deadline(pipe):
     read_end, write_end = pipe
     frame = protocol.pack({"ev": "end", "pad": "x" * 200})
 
+    done = threading.Event()
+
     def trickle():
         for byte in frame:
-            try:
-                os.write(write_end, bytes([byte]))
-            except OSError:
+            if done.is_set():  # never write after the test: its descriptor number gets reused
                 return
+            os.write(write_end, bytes([byte]))
             time.sleep(0.01)
 
-    threading.Thread(target=trickle, daemon=True).start()
+    writer = threading.Thread(target=trickle, daemon=True)
+    writer.start()
     started = time.monotonic()
-    with pytest.raises(protocol.TimedOut):
-        protocol.Reader(read_end).read(time.monotonic() + 0.5)
-    assert time.monotonic() - started < 1.5
+    try:
+        with pytest.raises(protocol.TimedOut):
+            protocol.Reader(read_end).read(time.monotonic() + 0.5)
+        assert time.monotonic() - started < 1.5
+    finally:
+        done.set()
+        writer.join()
 
 
 @pytest.mark.parametrize("data, message", [
