@@ -304,6 +304,9 @@ def test_formgrader_wraps_every_line_of_feedback(browser, course):
         page.set_extra_http_headers({"Authorization": f"token {lab.token}"})
         page.goto(lab.url(f"formgrader/submissions/{submission_id}/"))
         page.wait_for_selector("input.score", timeout=60_000)
+        # Every step's feedback is there to measure, so that no clipped line can hide by absence.
+        outputs = page.locator("div.output_area pre")
+        assert outputs.filter(has_text=re.compile(r"^\w+: [\d.]+ / \d+, ")).count() == STEP_COUNT
         assert _unclipped(page, "div.output_area pre") == []
         page.close()
     finally:
