@@ -7,7 +7,10 @@ in-kernel scores in the notebook's metadata (where `qkv-grade --nbgrader` compar
 own) and gives each check cell its step's title. `configure` puts it into the course's
 `nbgrader_config.py`: into autograde right after SaveAutoGrades, so formgrader and the feedback
 both read the clean notebook, and into generate_feedback, with the `qkv_feedback` template beside
-this module (step names in the contents, ungraded answers marked as such, every line wrapped).
+this module (step names in the contents, ungraded answers marked as such), and into formgrader's
+grading view, with the `qkv_formgrade` template (nbgrader's `formgrade`; its folder holds only a
+conf.json). Both templates add `WrapLines`, the styles that wrap every line of code and output
+instead of cutting it off.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import re
 from pathlib import Path
 
 from nbconvert import HTMLExporter
+from nbconvert.preprocessors import Preprocessor
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -22,6 +26,7 @@ from .steps import STEPS
 
 TEMPLATES = Path(__file__).resolve().parent / "nbgrader_templates"
 TEMPLATE = "qkv_feedback"
+FORMGRADE_TEMPLATE = "qkv_formgrade"
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\s*$.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
                     re.MULTILINE | re.DOTALL)
 CHECK_TITLES = {f"check-{step.id}": f"Step {number}: {step.title} ({step.id})"
@@ -29,6 +34,16 @@ CHECK_TITLES = {f"check-{step.id}": f"Step {number}: {step.title} ({step.id})"
 STEP_OF_CHECK = {f"check-{step.id}": step.id for step in STEPS}
 PLOT_CELL = "plot"  # the heatmap cell's id in the release
 PLOT_KEPT = ("image/png",)  # what of its kernel output survives a trusted rewrite
+# A line of code or output wraps instead of running past the page's right edge, where nbgrader's
+# pages (bootstrap's `pre`, classic's scrolling output areas) cut it off.
+WRAP_CSS = """\
+div.output_area pre, div.input_area pre, div.output_subarea, div.text_cell_render pre {
+  white-space: pre-wrap;
+  overflow-wrap: anywhere;
+  overflow-x: visible;
+}
+div.output_area img { max-width: 100%; height: auto; }
+"""
 
 
 def reader_view(notebook) -> dict[str, float]:
@@ -76,13 +91,26 @@ def _ungraded(info: dict) -> set[str]:
         return {grade.name for grade in submission.grades if grade.needs_manual_grade}
 
 
+class WrapLines(Preprocessor):
+    """Adds WRAP_CSS to the styles a page inlines in its head (`resources.inlining.css`, which
+    formgrader's grading view and nbgrader's feedback page both write out).
+
+    Each of the course's templates lists it in its conf.json, so that it runs after the
+    CSSHTMLHeaderPreprocessor of nbconvert's classic template, which starts those styles afresh.
+    """
+
+    def preprocess(self, nb, resources):
+        resources.setdefault("inlining", {}).setdefault("css", []).append(WRAP_CSS)
+        return nb, resources
+
+
 class FeedbackExporter(HTMLExporter):
-    """generate_feedback's exporter, so that the course's template is its alone: formgrader
-    renders with nbgrader's HTMLExporter settings, which must stay nbgrader's."""
+    """generate_feedback's exporter, so that the feedback template is its alone: formgrader
+    renders with HTMLExporter's settings, whose template is `qkv_formgrade`."""
 
 
 def configure(c) -> None:
-    """Set the course's nbgrader configuration `c` to use the reader's view and template."""
+    """Set the course's nbgrader configuration `c` to use the reader's view and templates."""
     import nbgrader
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.converters import Autograde
@@ -93,7 +121,11 @@ def configure(c) -> None:
     c.Autograde.autograde_preprocessors = steps
     c.GenerateFeedback.preprocessors = [GetGrades, ReaderView, CSSHTMLHeaderPreprocessor]
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
+    basedirs = [str(formgrader), str(TEMPLATES)]  # nbgrader's templates, then the course's
     c.GenerateFeedback.exporter_class = FeedbackExporter
     c.FeedbackExporter.template_name = TEMPLATE
     c.FeedbackExporter.template_file = f"{TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
-    c.FeedbackExporter.extra_template_basedirs = [str(formgrader), str(TEMPLATES)]
+    c.FeedbackExporter.extra_template_basedirs = basedirs
+    # Formgrader renders a submission with a plain HTMLExporter made from this configuration.
+    c.HTMLExporter.template_name = FORMGRADE_TEMPLATE
+    c.HTMLExporter.extra_template_basedirs = basedirs

@@ -291,7 +291,6 @@ def test_formgrader_shows_the_graded_notebook_and_takes_a_written_answers_score(
         lab.close()
 
 
-@pytest.mark.xfail(strict=True, reason="formgrader's own template does not wrap output lines yet")
 def test_formgrader_wraps_every_line_of_feedback(browser, course):
     from nbgrader.api import Gradebook
 
