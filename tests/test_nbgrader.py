@@ -41,6 +41,8 @@ except ImportError:
 
 from nbgrader.api import Gradebook  # noqa: E402
 
+from autograder.nbgrader_feedback import WRAP_CSS  # noqa: E402
+
 SEED = 11
 ASSIGNMENT = "ps1"
 NOTEBOOK_ID = Path(NOTEBOOK).stem
@@ -305,6 +307,33 @@ def test_autograde_alone_leaves_no_hidden_line_or_score_echo_for_formgrader_or_f
     text = html.unescape(re.sub(r"<[^>]+>", "", course["bob_feedback_in_kernel"]))
     assert _reader_leftovers(text) == []
     assert "column-normalized" in text
+
+
+# What formgrader does with a submission (nbgrader's load_jupyter_server_extension and
+# SubmissionHandler), without the server: its exporter comes from the course's configuration.
+FORMGRADE = """\
+import sys
+from nbconvert.exporters import HTMLExporter
+from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
+formgrader = FormgradeExtension()
+formgrader.root_dir = "."
+formgrader.initialize([])
+page, _ = HTMLExporter(config=formgrader.config).from_filename(
+    sys.argv[1], resources={"base_url": "", "index": 0, "total": 1})
+sys.stdout.write(page)"""
+
+
+def test_formgrader_wraps_the_feedback_of_autograde_alone_as_it_wraps_the_trusted_one(course, tmp_path):
+    notebook = tmp_path / NOTEBOOK
+    notebook.write_text(course["bob_in_kernel"], encoding="utf-8")
+    done = _run([sys.executable, "-c", FORMGRADE, str(notebook)], course["path"], course["env"])
+    assert done.returncode == 0, done.stderr
+    head, body = done.stdout.split("<body", 1)
+    assert WRAP_CSS in head
+    # The in-kernel feedback sits in the output areas those styles wrap (the browser test measures
+    # them on the trusted notebook, which formgrader renders the same way).
+    assert re.search(r'<div class="output_area">\s*<div class="prompt"></div>\s*<div class="output_subarea[^"]*">'
+                     r'\s*<pre>softmax: [\d.]+ / 10, partial \[column-normalized\]', body)
 
 
 def test_the_feedback_names_each_step_in_its_contents_and_waits_for_a_person_on_answers(course):
