@@ -196,43 +196,53 @@ def _write_layer(abi, scratch):
         os.close(ruleset)
 
 
-def _seccomp(pid):
-    """Install the filter: refuse the listed calls with EPERM (clone among them: no process, no
-    thread), clone3 with ENOSYS (so glibc falls back to clone), and calls aimed at another process."""
-    import struct
+class _Filter(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    ld, jeq, ret = 0x20, 0x15, 0x06
-    allow, kill = 0x7FFF0000, 0x80000000
-    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH), (ret, 0, 0, kill), (ld, 0, 0, 0)]
-    if _MACHINE == "x86_64":  # the x32 ABI's numbers would slip past the table
-        program += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
-    for name in _REFUSED:
-        program += [(jeq, 0, 1, _NR[name]), (ret, 0, 0, eperm)]
-    program += [(jeq, 0, 1, _NR["clone3"]), (ret, 0, 0, enosys)]
-    for name in _SELF_ONLY + _SELF_OR_ZERO:
-        # the first argument's high word must be zero, and its low word this pid (or 0)
-        zero = name in _SELF_OR_ZERO
-        block = [(ld, 0, 0, 20), (jeq, 0, 4 if zero else 3, 0), (ld, 0, 0, 16)]
-        if zero:
-            block += [(jeq, 1, 0, 0)]
-        block += [(jeq, 0, 1, pid), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
-        program += [(jeq, 0, len(block), _NR[name])] + block
-    for name, commands in _COMMANDS.items():
-        block = [(ld, 0, 0, 24)]  # the second argument's low word
-        block += [(jeq, len(commands) - index, 0, command) for index, command in enumerate(commands)]
-        block += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-        program += [(jeq, 0, len(block), _NR[name])] + block
-    program += [(ret, 0, 0, allow)]
-    code = b"".join(struct.pack("HBBI", *op) for op in program)
-    buffer = ctypes.create_string_buffer(code)
 
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+class _Seccomp:
+    """The filter, built once: refuse the listed calls with EPERM (clone among them: no process, no
+    thread), clone3 with ENOSYS (so glibc falls back to clone), and calls aimed at another process.
+    A child only writes its own pid into the slots kept for it, and installs it."""
 
-    prog = Program(len(program), ctypes.cast(buffer, ctypes.c_void_p))
-    if _libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        raise OSError(ctypes.get_errno(), "seccomp refused the filter")
+    PID = 0xFFFFFFFF  # stands for the child's pid until `install`
+
+    def __init__(self):
+        import struct
+
+        ld, jeq, ret = 0x20, 0x15, 0x06
+        allow, kill = 0x7FFF0000, 0x80000000
+        eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+        program = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+        if _MACHINE == "x86_64":  # the x32 ABI's numbers would slip past the table
+            program += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
+        for name in _REFUSED:
+            program += [(jeq, 0, 1, _NR[name]), (ret, 0, 0, eperm)]
+        program += [(jeq, 0, 1, _NR["clone3"]), (ret, 0, 0, enosys)]
+        for name in _SELF_ONLY + _SELF_OR_ZERO:
+            # the first argument's high word must be zero, and its low word this pid (or 0)
+            zero = name in _SELF_OR_ZERO
+            block = [(ld, 0, 0, 20), (jeq, 0, 4 if zero else 3, 0), (ld, 0, 0, 16)]
+            if zero:
+                block += [(jeq, 1, 0, 0)]
+            block += [(jeq, 0, 1, self.PID), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+            program += [(jeq, 0, len(block), _NR[name])] + block
+        for name, commands in _COMMANDS.items():
+            block = [(ld, 0, 0, 24)]  # the second argument's low word
+            block += [(jeq, len(commands) - index, 0, command) for index, command in enumerate(commands)]
+            block += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+            program += [(jeq, 0, len(block), _NR[name])] + block
+        program += [(ret, 0, 0, allow)]
+        self.pid_slots = [8 * index + 4 for index, op in enumerate(program) if op[3] == self.PID]
+        self.buffer = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *op) for op in program))
+        self.program = _Filter(len(program), ctypes.cast(self.buffer, ctypes.c_void_p))
+
+    def install(self, pid):
+        pid_bytes = pid.to_bytes(4, sys.byteorder)
+        for slot in self.pid_slots:
+            self.buffer[slot:slot + 4] = pid_bytes
+        if _libc.prctl(22, 2, ctypes.byref(self.program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(ctypes.get_errno(), "seccomp refused the filter")
 
 
 def _drop_capabilities():
@@ -259,7 +269,7 @@ class Seal:
     def __init__(self, config):
         self.level = config.get("seal", "full")  # "full" or "none" (the instructor's --no-sandbox)
         self.landlock = landlock_abi() if self.level == "full" else 0
-        self.seccomp = self.level == "full" and _NR is not None
+        self.seccomp = _Seccomp() if self.level == "full" and _NR is not None else None
         self.read_ruleset = None
         self.error = None
 
@@ -281,8 +291,8 @@ class Seal:
             _syscall(_LL_RESTRICT, ctypes.c_int(self.read_ruleset), ctypes.c_uint32(0))
             os.close(self.read_ruleset)
             _write_layer(self.landlock, scratch)
-        if self.seccomp:
-            _seccomp(os.getpid())
+        if self.seccomp is not None:
+            self.seccomp.install(os.getpid())
 
 
 # ---------------------------------------------------------------- the child -------------------
@@ -646,7 +656,13 @@ def _check_child_frame(obj, blob, expected, used):
             raise protocol.ProtocolError("a fault of unknown kind")
         return {"ev": "fault", "step": step, "call": call, "kind": obj["kind"], "out": text or ""}, b""
     protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
-    used[0] = protocol.result_body(obj, blob, used[0])
+    if ("value" in obj) == ("raised" in obj):
+        raise protocol.ProtocolError("a result that is neither a value nor an exception")
+    used[0] += len(blob)
+    if used[0] > protocol.MAX_JOB_BYTES:
+        raise protocol.ProtocolError("more array data than a submission may return")
+    # What the value says is the grader's to check, as it checks every frame: here it is enough
+    # that this is the next call's result, with no field that could pass for anything else.
     return {"ev": "result"}, blob  # passed on as it came
 
 
@@ -937,7 +953,7 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     protocol.write_all(stdout, protocol.pack({
-        "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp,
+        "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp is not None,
         "sealed": sealed, "user": user, "scratch": scratch_root, "problem": seal.error}))
     worker = None
     try:

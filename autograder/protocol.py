@@ -47,8 +47,12 @@ class TimedOut(ProtocolError):
 # ---------------------------------------------------------------- frames ----------------------
 
 
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps makes one a call
+_decode_json = json.JSONDecoder().decode
+
+
 def pack(obj, blob=b""):
-    return pack_raw(json.dumps(obj, separators=(",", ":")).encode(), blob)
+    return pack_raw(_encode_json(obj).encode(), blob)
 
 
 def pack_raw(data, blob=b""):
@@ -106,8 +110,8 @@ class Reader:
         self.raw = bytes(self.buffer[:end + blob_len])
         del self.buffer[:end + blob_len]
         try:
-            obj = json.loads(self.raw[_HEADER.size:end])
-        except (ValueError, RecursionError):
+            obj = _decode_json(self.raw[_HEADER.size:end].decode())
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise ProtocolError("a frame whose JSON does not parse")
         blob = self.raw[end:]
         if type(obj) is not dict:

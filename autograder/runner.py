@@ -257,6 +257,8 @@ class Worker:
             if step is not None and not (step < len(run.outcomes) and call is not None
                                          and call < len(run.outcomes[step])):
                 raise protocol.ProtocolError("a result for a call that was not planned")
+            if step is not None and run.outcomes[step][call] is not None:
+                raise protocol.ProtocolError("a second result for one call")
             output = protocol.text(obj, "out", optional=True) or ""
             if event == "fault":
                 kind = obj.get("kind")
@@ -270,6 +272,7 @@ class Worker:
                 continue
             if event != "result" or step is None:
                 raise protocol.ProtocolError("a frame of unknown kind")
+            protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
             used = protocol.result_body(obj, blob, used)
             if "raised" in obj:
                 run.outcomes[step][call] = Outcome(raised=protocol.raised(obj["raised"]), output=output)
