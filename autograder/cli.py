@@ -146,7 +146,6 @@ def _main(argv: list[str] | None = None) -> int:
         return _fail("--resume finishes an interrupted folder run: give that folder")
 
     with interrupts_deferred():
-        from . import grading, results, store  # noqa: F401 (loaded whole before any ^C can land)
         from .runner import Limits, Worker, WorkerFailed
         from .sandbox import SandboxUnavailable
 
@@ -156,10 +155,11 @@ def _main(argv: list[str] | None = None) -> int:
             return _grade_folder(path, args, limits)
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         with Worker(limits) as worker:  # picks the sandbox, or raises SandboxUnavailable
-            worker.start()  # the sandbox starts and loads numpy while the hidden cases are built
-            from .grading import Grader
+            worker.start()  # the sandbox starts and loads numpy while the grader does the same
+            with interrupts_deferred():
+                from . import grading, results, store  # noqa: F401 (loaded whole before any ^C can land)
 
-            return _grade_file(Grader(seed, limits), worker, path, args)
+            return _grade_file(grading.Grader(seed, limits), worker, path, args)
     except (SandboxUnavailable, WorkerFailed) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -186,8 +186,9 @@ def _grade_folder(folder: Path, args, limits) -> int:
     whatever happens to the writing."""
     import signal
 
-    from . import results, store
-    from .submission import discover
+    with interrupts_deferred():
+        from . import results, store  # noqa: F401 (loaded whole before any ^C can land)
+        from .submission import discover
 
     try:
         found = discover(folder)
@@ -227,12 +228,19 @@ def _grade_folder(folder: Path, args, limits) -> int:
             run.saved.discard(name)
     saver = _Saver(run, len(found.items) - len(kept))
     failure = None
+    workers = []
     try:
-        from .grading import Grader
+        from .runner import Worker, default_jobs
 
         todo = [(path, name) for path, name in found.items if name not in kept]
+        # The workers start and load numpy while the grader loads and builds the hidden cases.
+        for _ in range(min(args.jobs or default_jobs(), len(todo))):
+            workers.append(Worker(limits))
+            workers[-1].start()
+        with interrupts_deferred():
+            from .grading import Grader
         if todo:
-            Grader(run.seed, limits).grade_many(todo, jobs=args.jobs, progress=saver.add)
+            Grader(run.seed, limits).grade_many(todo, progress=saver.add, workers=workers)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
         failure = ("interrupted", 130)
@@ -243,6 +251,9 @@ def _grade_folder(folder: Path, args, limits) -> int:
         if not isinstance(exc, (SandboxUnavailable, WorkerFailed)):
             raise
         failure = (str(exc), EXIT_USAGE)
+    finally:
+        for worker in workers:
+            worker.close()
     try:  # grading is over: write and print it whole, and let a late Ctrl-C cut nothing in half
         with interrupts_deferred():
             saver.close()

@@ -111,10 +111,15 @@ class Grader:
         return self.grade(worker, submission)
 
     def grade_many(self, items: Iterable[tuple[Path, str]], jobs: int | None = None,
-                   progress: Callable[[SubmissionResult], None] | None = None) -> list[SubmissionResult]:
-        """Grade every (path, name) in parallel, one worker per job; results keep the input order."""
+                   progress: Callable[[SubmissionResult], None] | None = None,
+                   workers: list[Worker] | None = None) -> list[SubmissionResult]:
+        """Grade every (path, name) in parallel, one worker per job; results keep the input order.
+
+        `workers`, when given, are started workers to use (and close): one job each.
+        """
         items = list(items)
-        jobs = max(1, min(jobs or default_jobs(), len(items) or 1))
+        started = list(workers or ())
+        jobs = len(started) or max(1, min(jobs or default_jobs(), len(items) or 1))
         todo: queue.Queue = queue.Queue()
         for index, item in enumerate(items):
             todo.put((index, item))
@@ -131,7 +136,7 @@ class Grader:
         def serve():
             # Pipelined: the worker runs submission N+1 while this thread judges submission N.
             try:
-                with Worker(self.limits, self.isolation) as worker:
+                with (started.pop() if started else Worker(self.limits, self.isolation)) as worker:
                     received = None  # (index, submission, run, started), not judged yet
                     while True:
                         try:

@@ -390,8 +390,7 @@ def _child_main(job, source_in, calls_in, out, seal, arguments):
     job["cells"] = json.loads(b"".join(chunks))
     _seal_descriptors({calls_in, out} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
-    os.environ.clear()
-    os.environ.update(HOME=scratch, TMPDIR=scratch, PATH="/usr/bin:/bin", LANG="C.UTF-8")
+    os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest was set once, by the fork server
     if "tempfile" in sys.modules:  # the worker's own use cached its folder
         sys.modules["tempfile"].tempdir = scratch
     for name, value in (("RLIMIT_AS", limits["memory"]), ("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", FILE_SIZE),
@@ -570,6 +569,8 @@ class ForkServer:
 def _serve_forks(sock, seal, arguments):
     import socket
 
+    os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
+    os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     ended = {}  # pid -> wait status, for the children collected before the worker asked
     while True:
         data = sock.recv(1 << 16)

@@ -26,6 +26,9 @@ from pathlib import Path
 INSIDE = Path(__file__).with_name("inside.py")
 PROTOCOL = Path(__file__).with_name("protocol.py")
 _LIB, _SITE = "/qkv/lib", "/qkv/site"
+# A worker imports inside.py rather than running it as a script, so that its bytecode is read from
+# __pycache__ like any module's instead of being compiled again at every start.
+_BOOT = "import sys; sys.path.insert(0, %r); import inside; del sys.path[0]; inside.main()"
 SCRATCH_BYTES = 256 << 20
 """Size of a bubblewrap worker's /tmp, where its submissions' scratch folders live."""
 
@@ -215,7 +218,7 @@ def worker_command(mode: str) -> tuple[list[str], dict[str, str]]:
     if mode in ("landlock", "none"):
         if _root():  # never run a submission as root, even without a sandbox
             config["user"] = "nobody-if-readable"
-        return [sys.executable, "-I", "-S", str(INSIDE), json.dumps(config)], env
+        return [sys.executable, "-I", "-S", "-c", _BOOT % str(INSIDE.parent), json.dumps(config)], env
 
     prefix = Path(sys.base_prefix).resolve()
     python = Path(sys.executable).resolve()
@@ -245,14 +248,33 @@ def worker_command(mode: str) -> tuple[list[str], dict[str, str]]:
     libs = numpy.with_name("numpy.libs")
     if libs.is_dir():
         argv += ["--ro-bind", str(libs), f"{_SITE}/numpy.libs"]
-    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py",
+    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py"]
+    for cached in _bytecode():  # no compiling at each start
+        argv += ["--ro-bind", str(cached), f"{_LIB}/__pycache__/{cached.name}"]
+    argv += [
              "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
              "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
              "--chdir", "/tmp", "--clearenv"]
     for name, value in {**env, "HOME": "/tmp"}.items():
         argv += ["--setenv", name, value]
     config["numpy"] = f"{_SITE}/numpy"
-    return _with_open_parents(argv) + [str(python), "-I", "-S", f"{_LIB}/inside.py", json.dumps(config)], env
+    return _with_open_parents(argv) + [str(python), "-I", "-S", "-c", _BOOT % _LIB, json.dumps(config)], env
+
+
+def _bytecode() -> list[Path]:
+    """The compiled inside.py and protocol.py, compiled now if they were not (where we may write)."""
+    found = []
+    for source in (INSIDE, PROTOCOL):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        if not cached.is_file():
+            import py_compile
+
+            try:
+                py_compile.compile(str(source), cfile=str(cached), doraise=True)
+            except (OSError, py_compile.PyCompileError):
+                continue
+        found.append(cached)
+    return found
 
 
 def _with_open_parents(argv: list[str]) -> list[str]:
