@@ -155,12 +155,23 @@ def canonical(fn: str, value) -> dict:
 
 
 def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False) -> bool:
-    """np.allclose for same-shaped float arrays, without its overhead (it runs thousands of times)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        ok = (np.abs(got - want) <= atol + rtol * np.abs(want)) | (got == want)
+    """np.allclose for same-shaped float arrays, without its overhead (it runs thousands of times).
+
+    Grading runs under np.errstate(all="ignore"), so infinities cost no warning here.
+    """
+    ok = np.abs(got - want) <= np.abs(want) * rtol + atol
+    if ok.all():
+        return True
+    ok |= got == want  # equal infinities
     if equal_nan:
         ok |= np.isnan(got) & np.isnan(want)
     return bool(ok.all())
+
+
+def isclose(got: float, want: float, rtol: float, atol: float) -> bool:
+    """np.isclose for two numbers, in plain Python."""
+    got, want = float(got), float(want)
+    return got == want or abs(got - want) <= atol + rtol * abs(want)
 
 
 def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL, describe: bool = True) -> list[str]:
@@ -178,7 +189,7 @@ def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL
             if got not in ((1, -1) if want == -1 else (want,)):
                 found.append(f"softmax_axis is {got!r}" + (f", expected {want!r}" if public else ""))
         elif name == "divisor":
-            if not np.isclose(got, want, rtol=rtol, atol=atol):
+            if not isclose(got, want, rtol, atol):
                 found.append(f"divisor is {got!r}" + (f", expected {want!r}" if public else ""))
         elif got != want:
             found.append(f"{name} is {got!r}" + (f", expected {want!r}" if public else ""))
@@ -291,7 +302,7 @@ def _describe(verdict: _CallVerdict, actual: dict, expected: dict) -> None:
     verdict.shape = any(got.shape != want.shape for got, want in arrays)
     verdict.nonfinite = any(got.shape == want.shape and not np.isfinite(got).all() and np.isfinite(want).all()
                             for got, want in arrays)
-    verdict.close = bool(arrays) and all(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-6)
+    verdict.close = bool(arrays) and all(got.shape == want.shape and allclose(got, want, 1e-4, 1e-6)
                                          for got, want in arrays)
     verdict.float32 = any(got.shape == want.shape and not allclose(got, want, RTOL, ATOL) and np.isfinite(got).all()
                           and np.array_equal(got.astype(np.float32).astype(np.float64), got)
@@ -316,7 +327,7 @@ def _same_part(name: str, got, want) -> bool:
         same = {1: -1, -2: 0}
         return same.get(got, got) == same.get(want, want)
     if name == "divisor":
-        return bool(np.isclose(got, want, rtol=MODEL_RTOL, atol=MODEL_ATOL))
+        return isclose(got, want, MODEL_RTOL, MODEL_ATOL)
     if isinstance(want, (tuple, list)):
         return isinstance(got, tuple) and got == tuple(want)
     return got == want
@@ -327,8 +338,18 @@ def _agrees_canonical(value: dict, model: dict) -> bool:
     return all(_same_part(name, value[name], part) for name, part in model.items())
 
 
+_EFFECTS: dict[int, tuple[dict, float]] = {}
+
+
 def _effect(model: dict, want: dict) -> float:
-    """How far a model's value departs from the reference's: the largest finite difference."""
+    """How far a model's value departs from the reference's: the largest finite difference.
+
+    A model's value (cached per hidden call) always meets the same reference value, so this is
+    computed once per model value, and kept beside it.
+    """
+    known = _EFFECTS.get(id(model))
+    if known is not None and known[0] is model:
+        return known[1]
     effect = 0.0
     for name, part in model.items():
         ref = want[name]
@@ -336,6 +357,7 @@ def _effect(model: dict, want: dict) -> float:
             finite = np.isfinite(part) & np.isfinite(ref)
             if finite.any():
                 effect = max(effect, float(np.max(np.abs(part - ref)[finite])))
+    _EFFECTS[id(model)] = (model, effect)
     return effect
 
 
