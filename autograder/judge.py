@@ -522,9 +522,11 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             break  # the search goes one slip deeper only for wrong values no single slip explains
     named = {code for used in failing_uses for code in earlier[used].diagnoses}
     codes, covered = [], set()
-    while accepted:  # most failures covered; then carried; then fewest slips; then most codes named earlier
+    # Most failures covered; then carried; then fewest slips; then most codes named earlier; then the
+    # strongest evidence: an exception with the student's very message outweighs one of the same type.
+    while accepted:
         best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried, -len(c.codes),
-                                            len(named & set(c.codes))))
+                                            len(named & set(c.codes)), c.values))
         if not best.explains - covered:
             break
         covered |= best.explains

@@ -159,3 +159,23 @@ def test_every_single_slip_and_a_sample_of_pairs_from_the_grammar_is_named_where
     assert {v.step for v in verdicts} == set(STEP_IDS)  # the corpus reaches every step
     assert [v for v in verdicts if v.kind == "missed"] == []
     assert sum(v.kind == "exact" for v in verdicts) >= 0.9 * len(verdicts)
+
+
+def _composition(*parts: tuple[str, str]) -> tuple:
+    """A composition of the grammar given as (code, stage) pairs, each slip written its first way."""
+    from autograder import slips
+
+    return tuple((next(slip for slip in slips.SLIPS if (slip.code, slip.knob) == part), 0) for part in parts)
+
+
+def test_an_exception_is_named_by_the_slip_that_raises_it_not_by_one_that_raises_another():
+    # `q * k` makes the mix raise on every batch call; the transposed projections, carried from
+    # `project_qkv`, make it raise too, but with other shapes in the message. Only the first is
+    # the student's exception.
+    from submissions import grammar
+
+    choice = _composition(("elementwise-product", "compare"), ("transposed-result", "result"))
+    verdicts = {v.step: v for v in grammar.judge([choice], SEEDS[0])}
+    for step in ("batch", "ex5_intervention"):
+        assert verdicts[step].got == ["elementwise-product"], verdicts[step]
+        assert verdicts[step].kind == "equivalent"

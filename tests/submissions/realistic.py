@@ -93,6 +93,15 @@ MISTAKES: dict[str, Submission] = {
     "attention_unscaled_weights_first": Submission(((ATTENTION_BODY, "    a = softmax_rows(scores(q, k))\n"
                                                      "    o = mix(a, v)\n"), ("    return o, a\n", "    return a, o\n")),
                                                    {step: ["no-scaling", "swapped-outputs"] for step in ATTENTION_ON}),
+    # On a batch the softmax raises before the mix is reached: the broadcast error is the missing
+    # keepdims's, with its shapes, so that is the one mistake the batch step can show.
+    "softmax_no_keepdims_mix_weights_transposed": Submission(((SOFTMAX_SUM, "a = e / e.sum(axis=-1)"),
+                                                              (MIX_LINE, "o = np.swapaxes(a, -1, -2) @ v  #")),
+                                                             {"softmax": ["missing-keepdims"],
+                                                              "mix": ["wrong-mix-order"],
+                                                              **{step: ["missing-keepdims", "wrong-mix-order"]
+                                                                 for step in ("attention", "head", "ex5_intervention")},
+                                                              "batch": ["missing-keepdims"]}),
     # -- exercise 1 --------------------------------------------------------------------------
     "zero_query_weights_not_divided": _one(ZERO_WEIGHTS, "weights = np.exp(k @ q / np.sqrt(k.shape[-1]))",
                                            "ex1_zero_query", "not-normalized"),
