@@ -179,3 +179,16 @@ def test_an_exception_is_named_by_the_slip_that_raises_it_not_by_one_that_raises
     for step in ("batch", "ex5_intervention"):
         assert verdicts[step].got == ["elementwise-product"], verdicts[step]
         assert verdicts[step].kind == "equivalent"
+
+
+def test_a_batch_crash_that_only_a_composition_explains_is_named_by_it_not_called_a_crash():
+    # The shift without keepdims is harmless on one sequence, where the normalization never uses
+    # it, but its broadcast raises on a batch: no single slip gives both the exception and the
+    # values of the case that runs, the pair does.
+    from submissions import grammar
+
+    choice = _composition(("missing-keepdims", "shift"), ("not-exponentiated", "normalize"))
+    verdicts = {v.step: v for v in grammar.judge([choice], SEEDS[0])}
+    assert verdicts["head"].got == ["not-exponentiated"]
+    assert verdicts["batch"].got == ["missing-keepdims", "not-exponentiated"], verdicts["batch"]
+    assert verdicts["batch"].kind == "exact"

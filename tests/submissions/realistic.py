@@ -102,6 +102,12 @@ MISTAKES: dict[str, Submission] = {
                                                               **{step: ["missing-keepdims", "wrong-mix-order"]
                                                                  for step in ("attention", "head", "ex5_intervention")},
                                                               "batch": ["missing-keepdims"]}),
+    # The shift is computed without keepdims and then never used: harmless on one sequence, but on
+    # a batch its broadcast raises (the batch step names it), and the raw scores are normalized.
+    "softmax_unused_shift_raw_scores_normalized": Submission(
+        ((SOFTMAX_MAX, "shifted = s - s.max(axis=-1)"), (SOFTMAX_SUM, "a = s / s.sum(axis=-1, keepdims=True)")),
+        {**_on(SOFTMAX_ON + ("ex1_zero_query",), "not-exponentiated"),
+         "batch": ["missing-keepdims", "not-exponentiated"]}),
     # -- exercise 1 --------------------------------------------------------------------------
     "zero_query_weights_not_divided": _one(ZERO_WEIGHTS, "weights = np.exp(k @ q / np.sqrt(k.shape[-1]))",
                                            "ex1_zero_query", "not-normalized"),
