@@ -60,12 +60,16 @@ MISTAKES: dict[str, Submission] = {
     "softmax_one_hot": _one(SOFTMAX_SUM, "a = (s == s.max(axis=-1, keepdims=True)).astype(float)",
                             SOFTMAX_ON + ("ex1_zero_query",), "one-hot-weights"),
     "softmax_sum_axis_0": _one(SOFTMAX_SUM, "a = e / e.sum(axis=0)", SOFTMAX_ON, "column-normalized"),
+    # A log-sum-exp without the maximum: the log of an overflowed total is infinity on large scores
+    # (weights of 0), and of an underflowed one -infinity on rows far below (weights of infinity).
+    "softmax_log_sum_exp_unshifted": _one(SOFTMAX_SUM,
+                                          "a = np.exp(s - np.log(np.exp(s).sum(axis=-1, keepdims=True)))",
+                                          ("softmax", "attention", "head"), "unstable-softmax"),
+    # The row minimum subtracted, so that no exponent is negative: on scores spread over thousands
+    # the exponentials overflow, and the NaN they leave is the one thing the grader can say.
+    "softmax_min_subtracted": _one(SOFTMAX_MAX, "shifted = s - s.min(axis=-1, keepdims=True)",
+                                   ("softmax", "attention", "head"), "non-finite"),
     # After the shift each row's largest exponential is 1: dividing by it normalizes nothing.
-    # A log-sum-exp without the maximum: inf - inf on large scores, -inf in the log on far rows.
-    # Through the head the values are finite but wrong, which no model describes.
-    "softmax_log_sum_exp_unshifted": Submission(((SOFTMAX_SUM, "a = np.exp(s - np.log(np.exp(s).sum(axis=-1, "
-                                                               "keepdims=True)))"),),
-                                                {"softmax": ["non-finite"], "attention": [], "head": []}),
     "softmax_divides_by_row_max": _one(SOFTMAX_SUM, "a = e / e.max(axis=-1, keepdims=True)",
                                        SOFTMAX_ON + ("ex1_zero_query",), "not-normalized"),
     # -- §15.4 -------------------------------------------------------------------------------
