@@ -17,7 +17,8 @@ from types import FunctionType
 
 from . import slips
 from .cases import example_arrays
-from .slips import PIPELINES, SLIPS, Inapplicable, Model, codes_of, models  # noqa: F401 (the judge's API)
+from .slips import (DROPPED_BY, PIPELINES, SLIPS, Inapplicable, Model, codes_of,  # noqa: F401 (the judge's API)
+                    models)
 
 
 @dataclass(frozen=True)

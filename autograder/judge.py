@@ -552,12 +552,13 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
 
     The probe is the first call with a wrong value that no single slip explained. A composition is
     pruned before it is run: when neither of its slips alone changes the probe's value; by shape,
-    when the student's shapes are the reference's and exactly one of its slips changes them, or
-    when they are not and neither slip alone gives them (or their transpose). When every wrong
-    value is explained and only exceptions are left, the probe is the first of those, and a
-    composition is run only when one of its slips alone raises the student's very exception there
-    (`_screened_by_exception`). Single slips' values on the probe come from the depth-1 pass, and
-    every value is cached per call.
+    when the student's shapes are the reference's and exactly one of its slips changes them (unless
+    the other's stage may drop that value, `slips.DROPPED_BY`), or when they are not and neither
+    slip alone gives them (or their transpose). When every wrong value is explained and only
+    exceptions are left, the probe is the first of those, and a composition is run only when one
+    of its slips alone raises the student's very exception there (`_screened_by_exception`).
+    Single slips' values on the probe come from the depth-1 pass, and every value is cached per
+    call.
     """
     probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
     if probe is None:
@@ -576,8 +577,10 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
             continue  # neither slip changes this call alone: together they would not either
         shapes = [choice_shape.get(part) for part in choice]
         changed = [shape for shape in shapes if shape != reference]
-        # A slip that raises here alone says nothing of the pair's shape: such pairs are run.
-        if None not in shapes and student == reference and len(changed) == 1:
+        # A slip that raises here alone says nothing of the pair's shape: such pairs are run. So
+        # are those whose other slip may never read the value whose shape the one slip changed.
+        if None not in shapes and student == reference and len(changed) == 1 \
+                and not _may_drop(choice, shapes, reference):
             continue
         if None not in shapes and student != reference \
                 and student not in changed + [_transposed(shape) for shape in changed]:
@@ -587,6 +590,13 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
         if error is None and value is not None and differs and _agrees_canonical(got, value):
             survivors.append(candidate)
     return survivors
+
+
+def _may_drop(choice: tuple, shapes: list, reference: tuple) -> bool:
+    """Of two slips, one changing the probe's shapes: may the other's stage drop what it changed?"""
+    (first, _), (second, _) = choice
+    changer, other = (first, second) if shapes[0] != reference else (second, first)
+    return diagnoses.DROPPED_BY.get(changer.knob) == other.knob
 
 
 def _screened_by_exception(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict],

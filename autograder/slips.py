@@ -331,6 +331,10 @@ def _intervention(r, x, w_q, w_k, w_v, w_v_new):
 
 HEAD_KNOBS = ("compare", "divisor", "mask", "shift", "normalize", "weights", "mix", "reported")
 
+# A stage whose value a slip of a later stage may never read, so that its shape need not reach the
+# result: a normalization of the raw scores drops the shift (whose exceptions still show).
+DROPPED_BY: dict[str, str] = {"shift": "normalize"}
+
 # For each contract function: the pipeline that computes it from the stages, and its stages in order.
 PIPELINES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "project_qkv": (lambda r, x, w_q, w_k, w_v: r["project"](x, (w_q, w_k, w_v)), ("project", "result")),

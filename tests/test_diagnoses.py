@@ -192,3 +192,17 @@ def test_a_batch_crash_that_only_a_composition_explains_is_named_by_it_not_calle
     assert verdicts["head"].got == ["not-exponentiated"]
     assert verdicts["batch"].got == ["missing-keepdims", "not-exponentiated"], verdicts["batch"]
     assert verdicts["batch"].kind == "exact"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_shift_the_normalization_never_reads_is_still_searched_where_it_changes_a_shape(seed):
+    # The shift without keepdims changes the shape of a batch case with T = 1, but a normalization
+    # of the raw scores never reads it: together they give that case the right shape, and the
+    # other batch cases the shift's exception. Pruning the pair by shape left a lookalike.
+    from submissions import grammar
+
+    choices = [_composition(("missing-keepdims", "shift"), (code, "normalize"))
+               for code in ("not-normalized", "whole-matrix-normalized")]
+    batch = [v for v in grammar.judge(choices, seed) if v.step == "batch"]
+    assert len(batch) == 2
+    assert all(v.kind == "exact" for v in batch), batch
