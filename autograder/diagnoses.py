@@ -17,7 +17,8 @@ from types import FunctionType
 
 from . import slips
 from .cases import example_arrays
-from .slips import PIPELINES, SLIPS, Inapplicable, Model, codes_of, models  # noqa: F401 (the judge's API)
+from .slips import (DROPPED_BY, PIPELINES, SLIPS, Inapplicable, Model, codes_of,  # noqa: F401 (the judge's API)
+                    models)
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,11 @@ CODES: dict[str, Diagnosis] = dict([
     _d("whole-matrix-normalized", "you normalized over the whole matrix at once; each receiving row needs "
        "its own total.",
        "Sum along the last axis with `keepdims=True`, not over every element.", "§15.3"),
-    _d("unstable-softmax", "your softmax overflows to NaN or infinity when the scores are in the thousands.",
-       "Subtract each row's maximum before `np.exp`: the weights stay the same and no exponent is above 0.",
+    _d("unstable-softmax", "your softmax overflows when the scores are in the thousands: without each row's "
+       "maximum subtracted, `np.exp` gives infinity for large scores and 0 for very negative ones, which "
+       "leaves NaN, infinity or zero weights.",
+       "Subtract each row's maximum before `np.exp` (in a log-sum-exp too): the weights stay the same and no "
+       "exponent is above 0.",
        "§15.3"),
     _d("not-exponentiated", "you divided the scores by their row totals without exponentiating them, so "
        "negative scores give negative weights and a zero total divides by zero.",

@@ -15,10 +15,11 @@ models in `diagnoses.py`, each run on the same inputs: a model that reproduces t
 contradicts no passing call names the mistake. A step built on an earlier failing step first tries
 that step's diagnosis, passed through the reference's own calls, so a mistake is named the same way
 wherever it shows and the feedback points to where it was made. Single slips are tried first; only
-when none explains the values does the search go on to compositions of two, screened on one wrong
-value and pruned by shape before they run (a correct submission never reaches the search). What no
-model explains is reported by its look: right on the example only, the wrong shape, NaN or
-infinity, float32-sized errors in numbers a float32 can hold, or an exception.
+when none explains the failures does the search go on to compositions of two, screened on one wrong
+value and pruned by shape before they run, or, where only exceptions are left, screened on the
+student's very exception (a correct submission never reaches the search). What no model explains
+is reported by its look: right on the example only, the wrong shape, NaN or infinity,
+float32-sized errors in numbers a float32 can hold, or an exception.
 """
 from __future__ import annotations
 
@@ -541,12 +542,14 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                     accepted.append(candidate)
         covered = {i for c in accepted for i in c.explains}
         if set(failing) <= covered:
-            break  # the search goes one slip deeper only for wrong values no single slip explains
+            break  # the search goes one slip deeper only for failures no single slip explains
     named = {code for used in failing_uses for code in earlier[used].diagnoses}
     codes, covered = [], set()
-    while accepted:  # most failures covered; then carried; then fewest slips; then most codes named earlier
+    # Most failures covered; then carried; then fewest slips; then most codes named earlier; then the
+    # strongest evidence: an exception with the student's very message outweighs one of the same type.
+    while accepted:
         best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried, -len(c.codes),
-                                            len(named & set(c.codes))))
+                                            len(named & set(c.codes)), c.values))
         if not best.explains - covered:
             break
         covered |= best.explains
@@ -567,17 +570,21 @@ def _transposed(shapes: tuple) -> tuple:
 
 def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict],
               covered: set) -> list:
-    """The compositions of two slips worth weighing on every call: those that reproduce one wrong value.
+    """The compositions of two slips worth weighing on every call: those that reproduce one failure.
 
     The probe is the first call with a wrong value that no single slip explained. A composition is
     pruned before it is run: when neither of its slips alone changes the probe's value; by shape,
-    when the student's shapes are the reference's and exactly one of its slips changes them, or
-    when they are not and neither slip alone gives them (or their transpose). Single slips' values
-    on the probe come from the depth-1 pass, and every value is cached per call.
+    when the student's shapes are the reference's and exactly one of its slips changes them (unless
+    the other's stage may drop that value, `slips.DROPPED_BY`), or when they are not and neither
+    slip alone gives them (or their transpose). When every wrong value is explained and only
+    exceptions are left, the probe is the first of those, and a composition is run only when one
+    of its slips alone raises the student's very exception there (`_screened_by_exception`).
+    Single slips' values on the probe come from the depth-1 pass, and every value is cached per
+    call.
     """
     probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
     if probe is None:
-        return []
+        return _screened_by_exception(fn, indexes, calls, verdicts, expected, covered)
     call, want, got = calls[probe], expected[probe], verdicts[probe].actual
     reference, student = _shapes(want), _shapes(got)
     choice_shape, shows = {}, set()
@@ -592,8 +599,10 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
             continue  # neither slip changes this call alone: together they would not either
         shapes = [choice_shape.get(part) for part in choice]
         changed = [shape for shape in shapes if shape != reference]
-        # A slip that raises here alone says nothing of the pair's shape: such pairs are run.
-        if None not in shapes and student == reference and len(changed) == 1:
+        # A slip that raises here alone says nothing of the pair's shape: such pairs are run. So
+        # are those whose other slip may never read the value whose shape the one slip changed.
+        if None not in shapes and student == reference and len(changed) == 1 \
+                and not _may_drop(choice, shapes, reference):
             continue
         if None not in shapes and student != reference \
                 and student not in changed + [_transposed(shape) for shape in changed]:
@@ -602,6 +611,42 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
         value, error, differs = _model_value(candidate, call, want)
         if error is None and value is not None and differs and _agrees_canonical(got, value):
             survivors.append(candidate)
+    return survivors
+
+
+def _may_drop(choice: tuple, shapes: list, reference: tuple) -> bool:
+    """Of two slips, one changing the probe's shapes: may the other's stage drop what it changed?"""
+    (first, _), (second, _) = choice
+    changer, other = (first, second) if shapes[0] != reference else (second, first)
+    return diagnoses.DROPPED_BY.get(changer.knob) == other.knob
+
+
+def _screened_by_exception(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict],
+                           expected: list[dict], covered: set) -> list:
+    """The compositions of two slips that raise what the student raised on the first unexplained call.
+
+    A slip that raises alone and contradicts a passing call can still be half of a composition
+    whose other slip makes that call right (a shift whose value the normalization then ignores).
+    The exception, message and all, is the screen: the shapes in a broadcast error name the
+    operation that failed, so only compositions holding a slip that raises it alone are run.
+    """
+    probe = next((i for i in indexes if verdicts[i].kind == "raised" and verdicts[i].raised_message
+                  and i not in covered), None)
+    if probe is None:
+        return []
+    call, want = calls[probe], expected[probe]
+    raised = (verdicts[probe].raised, verdicts[probe].raised_message)
+    sources = set()
+    for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
+        if _model_value(candidate, call, want)[1] == raised:
+            sources.add(choice[0])
+    survivors = []
+    if sources:
+        for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
+            if sources.intersection(choice):
+                candidate = _Candidate(codes, model, False, key=(fn, 2, n))
+                if _model_value(candidate, call, want)[1] == raised:
+                    survivors.append(candidate)
     return survivors
 
 

@@ -184,6 +184,10 @@ def _columns(axis):
     return softmax
 
 
+def _log_sum_exp_unshifted(s, shifted):
+    return np.exp(s - np.log(np.exp(s).sum(axis=-1, keepdims=True)))
+
+
 def _eps(epsilon):
     return lambda s, shifted: np.exp(shifted) / (np.exp(shifted).sum(axis=-1, keepdims=True) + epsilon)
 
@@ -224,6 +228,9 @@ SLIPS: tuple[Slip, ...] = (
                                             lambda s, shifted: shifted / shifted.sum(axis=-1, keepdims=True))),
     Slip("not-normalized", "normalize", (lambda s, shifted: np.exp(s), lambda s, shifted: np.exp(shifted))),
     Slip("missing-keepdims", "normalize", (lambda s, shifted: np.exp(shifted) / np.exp(shifted).sum(axis=-1),)),
+    # The log-sum-exp form of the softmax, on the raw scores: exp(s - log Σ exp s) overflows to 0
+    # weights on large scores and to infinity far below them; on shifted scores it is the reference.
+    Slip("unstable-softmax", "normalize", (_log_sum_exp_unshifted,)),
     Slip("softmax-epsilon", "normalize", tuple(_eps(10.0 ** -p) for p in range(4, 9))),
     Slip("one-hot-weights", "weights", (_one_hot,)),
     # An earlier step's plain value returned in place of this one's: the scores for the weights.
@@ -323,6 +330,10 @@ def _intervention(r, x, w_q, w_k, w_v, w_v_new):
 
 
 HEAD_KNOBS = ("compare", "divisor", "mask", "shift", "normalize", "weights", "mix", "reported")
+
+# A stage whose value a slip of a later stage may never read, so that its shape need not reach the
+# result: a normalization of the raw scores drops the shift (whose exceptions still show).
+DROPPED_BY: dict[str, str] = {"shift": "normalize"}
 
 # For each contract function: the pipeline that computes it from the stages, and its stages in order.
 PIPELINES: dict[str, tuple[Callable, tuple[str, ...]]] = {

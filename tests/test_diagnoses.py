@@ -159,3 +159,50 @@ def test_every_single_slip_and_a_sample_of_pairs_from_the_grammar_is_named_where
     assert {v.step for v in verdicts} == set(STEP_IDS)  # the corpus reaches every step
     assert [v for v in verdicts if v.kind == "missed"] == []
     assert sum(v.kind == "exact" for v in verdicts) >= 0.9 * len(verdicts)
+
+
+def _composition(*parts: tuple[str, str]) -> tuple:
+    """A composition of the grammar given as (code, stage) pairs, each slip written its first way."""
+    from autograder import slips
+
+    return tuple((next(slip for slip in slips.SLIPS if (slip.code, slip.knob) == part), 0) for part in parts)
+
+
+def test_an_exception_is_named_by_the_slip_that_raises_it_not_by_one_that_raises_another():
+    # `q * k` makes the mix raise on every batch call; the transposed projections, carried from
+    # `project_qkv`, make it raise too, but with other shapes in the message. Only the first is
+    # the student's exception.
+    from submissions import grammar
+
+    choice = _composition(("elementwise-product", "compare"), ("transposed-result", "result"))
+    verdicts = {v.step: v for v in grammar.judge([choice], SEEDS[0])}
+    for step in ("batch", "ex5_intervention"):
+        assert verdicts[step].got == ["elementwise-product"], verdicts[step]
+        assert verdicts[step].kind == "equivalent"
+
+
+def test_a_batch_crash_that_only_a_composition_explains_is_named_by_it_not_called_a_crash():
+    # The shift without keepdims is harmless on one sequence, where the normalization never uses
+    # it, but its broadcast raises on a batch: no single slip gives both the exception and the
+    # values of the case that runs, the pair does.
+    from submissions import grammar
+
+    choice = _composition(("missing-keepdims", "shift"), ("not-exponentiated", "normalize"))
+    verdicts = {v.step: v for v in grammar.judge([choice], SEEDS[0])}
+    assert verdicts["head"].got == ["not-exponentiated"]
+    assert verdicts["batch"].got == ["missing-keepdims", "not-exponentiated"], verdicts["batch"]
+    assert verdicts["batch"].kind == "exact"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_shift_the_normalization_never_reads_is_still_searched_where_it_changes_a_shape(seed):
+    # The shift without keepdims changes the shape of a batch case with T = 1, but a normalization
+    # of the raw scores never reads it: together they give that case the right shape, and the
+    # other batch cases the shift's exception. Pruning the pair by shape left a lookalike.
+    from submissions import grammar
+
+    choices = [_composition(("missing-keepdims", "shift"), (code, "normalize"))
+               for code in ("not-normalized", "whole-matrix-normalized")]
+    batch = [v for v in grammar.judge(choices, seed) if v.step == "batch"]
+    assert len(batch) == 2
+    assert all(v.kind == "exact" for v in batch), batch

@@ -60,12 +60,16 @@ MISTAKES: dict[str, Submission] = {
     "softmax_one_hot": _one(SOFTMAX_SUM, "a = (s == s.max(axis=-1, keepdims=True)).astype(float)",
                             SOFTMAX_ON + ("ex1_zero_query",), "one-hot-weights"),
     "softmax_sum_axis_0": _one(SOFTMAX_SUM, "a = e / e.sum(axis=0)", SOFTMAX_ON, "column-normalized"),
+    # A log-sum-exp without the maximum: the log of an overflowed total is infinity on large scores
+    # (weights of 0), and of an underflowed one -infinity on rows far below (weights of infinity).
+    "softmax_log_sum_exp_unshifted": _one(SOFTMAX_SUM,
+                                          "a = np.exp(s - np.log(np.exp(s).sum(axis=-1, keepdims=True)))",
+                                          ("softmax", "attention", "head"), "unstable-softmax"),
+    # The row minimum subtracted, so that no exponent is negative: on scores spread over thousands
+    # the exponentials overflow, and the NaN they leave is the one thing the grader can say.
+    "softmax_min_subtracted": _one(SOFTMAX_MAX, "shifted = s - s.min(axis=-1, keepdims=True)",
+                                   ("softmax", "attention", "head"), "non-finite"),
     # After the shift each row's largest exponential is 1: dividing by it normalizes nothing.
-    # A log-sum-exp without the maximum: inf - inf on large scores, -inf in the log on far rows.
-    # Through the head the values are finite but wrong, which no model describes.
-    "softmax_log_sum_exp_unshifted": Submission(((SOFTMAX_SUM, "a = np.exp(s - np.log(np.exp(s).sum(axis=-1, "
-                                                               "keepdims=True)))"),),
-                                                {"softmax": ["non-finite"], "attention": [], "head": []}),
     "softmax_divides_by_row_max": _one(SOFTMAX_SUM, "a = e / e.max(axis=-1, keepdims=True)",
                                        SOFTMAX_ON + ("ex1_zero_query",), "not-normalized"),
     # -- §15.4 -------------------------------------------------------------------------------
@@ -93,6 +97,21 @@ MISTAKES: dict[str, Submission] = {
     "attention_unscaled_weights_first": Submission(((ATTENTION_BODY, "    a = softmax_rows(scores(q, k))\n"
                                                      "    o = mix(a, v)\n"), ("    return o, a\n", "    return a, o\n")),
                                                    {step: ["no-scaling", "swapped-outputs"] for step in ATTENTION_ON}),
+    # On a batch the softmax raises before the mix is reached: the broadcast error is the missing
+    # keepdims's, with its shapes, so that is the one mistake the batch step can show.
+    "softmax_no_keepdims_mix_weights_transposed": Submission(((SOFTMAX_SUM, "a = e / e.sum(axis=-1)"),
+                                                              (MIX_LINE, "o = np.swapaxes(a, -1, -2) @ v  #")),
+                                                             {"softmax": ["missing-keepdims"],
+                                                              "mix": ["wrong-mix-order"],
+                                                              **{step: ["missing-keepdims", "wrong-mix-order"]
+                                                                 for step in ("attention", "head", "ex5_intervention")},
+                                                              "batch": ["missing-keepdims"]}),
+    # The shift is computed without keepdims and then never used: harmless on one sequence, but on
+    # a batch its broadcast raises (the batch step names it), and the raw scores are normalized.
+    "softmax_unused_shift_raw_scores_normalized": Submission(
+        ((SOFTMAX_MAX, "shifted = s - s.max(axis=-1)"), (SOFTMAX_SUM, "a = s / s.sum(axis=-1, keepdims=True)")),
+        {**_on(SOFTMAX_ON + ("ex1_zero_query",), "not-exponentiated"),
+         "batch": ["missing-keepdims", "not-exponentiated"]}),
     # -- exercise 1 --------------------------------------------------------------------------
     "zero_query_weights_not_divided": _one(ZERO_WEIGHTS, "weights = np.exp(k @ q / np.sqrt(k.shape[-1]))",
                                            "ex1_zero_query", "not-normalized"),
