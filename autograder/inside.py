@@ -732,7 +732,7 @@ class Worker:
         while True:
             now = time.monotonic()
             try:
-                frame = reader.read(min(deadline, now + DISK_POLL))
+                frame = reader.read_raw(min(deadline, now + DISK_POLL))
             except protocol.TimedOut:
                 if time.monotonic() >= deadline:
                     raise
@@ -769,11 +769,20 @@ class Worker:
         handed = None  # (step, last call) of the calls the child holds
         while True:
             try:
-                obj, blob = self.read_watching(reader, deadline, scratch)
+                raw = self.read_watching(reader, deadline, scratch)
                 now = time.monotonic()
                 if sent is not None and now - sent > limits["call_timeout"] + TOLERANCE:
                     raise protocol.TimedOut("the call ran past its limit")
-                clean, blob = _check_child_frame(obj, blob, expected, used)
+                if type(expected) is tuple and raw.startswith(protocol.result_prefix(*expected), protocol.HEADER_SIZE):
+                    # The expected call's result, by its first bytes: passed on without reading
+                    # further. The grader reads it whole, and refuses it if any later field says
+                    # otherwise (protocol.Reader.parse), as it refuses a value it cannot check.
+                    clean, blob = {"ev": "result"}, None
+                    used[0] += protocol.blob_length(raw)
+                    if used[0] > protocol.MAX_JOB_BYTES:
+                        raise protocol.ProtocolError("more array data than a submission may return")
+                else:
+                    clean, blob = _check_child_frame(*protocol.Reader.parse(raw), expected, used)
             except protocol.ProtocolError as exc:
                 # a child that closed its end has exited: how it did is the diagnosis
                 kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
@@ -789,8 +798,8 @@ class Worker:
                 self.flush()
                 return None if position[0] is None else position[0] + 1
             event = clean["ev"]
-            if event == "result":  # checked field by field above: passed on as it came
-                self.emit(reader.raw)
+            if event == "result":  # passed on as it came
+                self.emit(raw)
             else:
                 clean["job"] = tag
                 self.emit(protocol.pack(clean, blob))

@@ -18,6 +18,7 @@ import time
 
 MAGIC = b"QKV1"
 _HEADER = struct.Struct("!4sII")  # magic, JSON length, blob length
+HEADER_SIZE = _HEADER.size
 
 MAX_JSON = 1 << 20
 """Bytes of JSON in one frame: a result's description and its captured output."""
@@ -91,6 +92,10 @@ class Reader:
 
     def read(self, deadline):
         """The next frame as (object, blob); `deadline` is a time.monotonic() instant, or None."""
+        return self.parse(self.read_raw(deadline))
+
+    def read_raw(self, deadline):
+        """The next whole frame as it came (header, JSON, blob), not parsed; also kept in `raw`."""
         while True:
             missing = self._need()
             if not missing:
@@ -106,17 +111,46 @@ class Reader:
                 raise Closed("the channel closed")
             self.buffer += chunk
         _, json_len, blob_len = _HEADER.unpack_from(self.buffer)
+        size = _HEADER.size + json_len + blob_len
+        self.raw = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return self.raw
+
+    @staticmethod
+    def parse(raw):
+        """A whole frame (as `read_raw` returns it) as (object, blob).
+
+        A frame whose JSON starts as a result for one call, `{"ev":"result","step":S,"call":C,`,
+        must be that result: a worker may pass such a frame on having read no further than those
+        bytes, so no later duplicate key may make it mean anything else.
+        """
+        _, json_len, _ = _HEADER.unpack_from(raw)
         end = _HEADER.size + json_len
-        self.raw = bytes(self.buffer[:end + blob_len])
-        del self.buffer[:end + blob_len]
+        text = raw[_HEADER.size:end]
         try:
-            obj = _decode_json(self.raw[_HEADER.size:end].decode())
+            obj = _decode_json(text.decode())
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise ProtocolError("a frame whose JSON does not parse")
-        blob = self.raw[end:]
         if type(obj) is not dict:
             raise ProtocolError("a frame that is not a JSON object")
-        return obj, blob
+        if text.startswith(_RESULT) and (obj.get("ev") != "result" or type(obj.get("step")) is not int
+                                         or type(obj.get("call")) is not int
+                                         or not text.startswith(result_prefix(obj["step"], obj["call"]))):
+            raise ProtocolError("a result frame whose fields say otherwise further on")
+        return obj, raw[end:]
+
+
+_RESULT = b'{"ev":"result",'
+
+
+def blob_length(raw):
+    """The blob length a whole frame's header announces."""
+    return _HEADER.unpack_from(raw)[2]
+
+
+def result_prefix(step, call):
+    """How the JSON of call `call` of step `step`'s result frame starts, byte for byte."""
+    return b'{"ev":"result","step":%d,"call":%d,' % (step, call)
 
 
 def read_exactly(fd, count):

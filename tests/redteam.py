@@ -150,6 +150,19 @@ def frames(kind: str) -> list[bytes]:
         return [_frame({"ev": "imported", "ok": True, "answers": {}})
                 + _frame({"ev": "result", "step": 0, "call": 0,
                           "value": {"t": "array", "dtype": "<f8", "shape": [0, 1 << 62, 1 << 62], "n": 0}})]
+    if kind == "duplicate_keys":
+        # head_facts's first call's result, by its first bytes, that a later duplicate key turns
+        # into the end of the job (for every job id a guess could reach), then results for calls
+        # of the steps after it: what would land on the next classmate if the job ended early.
+        from autograder.steps import STEPS
+
+        step = [entry.id for entry in STEPS].index("ex4_shapes")
+        prefix = b'{"ev":"result","step":%d,"call":0,"value":{"t":"none"},"out":""' % step
+        # Graded by one worker, second in its class, the attacker's own job id is 2: first.
+        ends = [_frame(prefix + b',"ev":"done","job":%d}' % job) for job in [2] + list(range(1, 65))]
+        later = [_frame({"ev": "result", "step": later, "call": call, "value": {"t": "none"}, "out": ""})
+                 for later in range(step + 1, len(STEPS)) for call in range(16)]
+        return [b"".join(ends[:1]), b"".join(ends[1:] + later)]
     if kind == "malformed":
         return [_frame(b"[1, 2, 3]"), _frame(b"{not json"), b"\xde\xad\xbe\xef" * 4,
                 _frame({"ev": "result", "step": 0, "call": 0, "value": {

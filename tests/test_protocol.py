@@ -27,7 +27,7 @@ def test_a_frame_round_trips_with_its_blob(pipe):
     read_end, write_end = pipe
     parts: list[bytes] = []
     value = protocol.encode((np.arange(6.0).reshape(2, 3), [1, True, None], {"x": 2.5}), parts, [0])
-    os.write(write_end, protocol.pack({"ev": "result", "value": value}, b"".join(parts)))
+    os.write(write_end, protocol.pack({"ev": "result", "step": 0, "call": 0, "value": value}, b"".join(parts)))
     obj, blob = protocol.Reader(read_end).read(time.monotonic() + 1)
     assert protocol.check_value(obj["value"], len(blob)) == len(blob)
     array, items, facts = protocol.decode(obj["value"], blob)
@@ -133,3 +133,24 @@ def test_a_named_tuple_travels_as_a_tuple_and_a_subclass_of_ndarray_does_not():
     described = protocol.encode(Pair(np.ones(2), np.zeros(2)), parts, [0])
     assert described["t"] == "tuple" and len(described["items"]) == 2
     assert protocol.encode(np.ones(2).view(np.matrix), [], [0])["t"] == "bad"
+
+
+@pytest.mark.parametrize("tail", [b',"ev":"done","job":2}', b',"step":5}', b',"call":3}', b',"ev":"fault"}'])
+def test_a_result_whose_later_duplicate_key_says_otherwise_is_refused(pipe, tail):
+    """A worker passes a result on by its first bytes; a duplicate key further on must not make the
+    grader read it as anything else (the end of the job, another call's result, a fault)."""
+    read_end, write_end = pipe
+    body = b'{"ev":"result","step":0,"call":0,"value":{"t":"none"},"out":""' + tail
+    os.write(write_end, protocol.pack_raw(body))
+    with pytest.raises(protocol.ProtocolError, match="further on"):
+        protocol.Reader(read_end).read(time.monotonic() + 1)
+
+
+def test_a_result_that_starts_as_its_call_and_stays_so_is_read(pipe):
+    read_end, write_end = pipe
+    os.write(write_end, protocol.pack({"ev": "result", "step": 3, "call": 1, "value": {"t": "none"}, "out": ""}))
+    obj, _ = protocol.Reader(read_end).read(time.monotonic() + 1)
+    assert (obj["step"], obj["call"]) == (3, 1)
+    # the way the sandboxed child writes it: the worker's fast path depends on these first bytes
+    assert protocol.pack({"ev": "result", "step": 3, "call": 1, "value": {"t": "none"}})[
+        protocol.HEADER_SIZE:].startswith(protocol.result_prefix(3, 1))

@@ -51,6 +51,7 @@ GROUPS = {
     "frames_partial": lambda: _between_classmates(attacker("b", "frames_partial", "frames")),
     "frames_malformed": lambda: _between_classmates(attacker("b", "frames_malformed", "frames")),
     "frames_huge_empty": lambda: _between_classmates(attacker("b", "frames_huge_empty", "frames")),
+    "frames_duplicate_keys": lambda: _between_classmates(attacker("b", "frames_duplicate_keys", "frames_late")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
@@ -127,6 +128,11 @@ def test_a_well_formed_empty_array_numpy_cannot_shape_crashes_nothing(mode):
     """An array of shape [0, 2**62, 2**62] passes every size check (it holds no bytes), but numpy
     refuses to build it."""
     check(mode, "frames_huge_empty")
+
+
+@per_mode
+def test_a_result_whose_duplicate_keys_end_the_job_reaches_no_classmate(mode):
+    check(mode, "frames_duplicate_keys")
 
 
 # ------------------------------------------------------------------ signals -------------------
