@@ -161,12 +161,15 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
     Grading runs under np.errstate(all="ignore"), so infinities cost no warning here.
     """
     ok = np.abs(got - want) <= np.abs(want) * rtol + atol
-    if ok.all():
+    if _count(ok) == ok.size:  # ok.all(), at a third of the cost
         return True
     ok |= got == want  # equal infinities
     if equal_nan:
         ok |= np.isnan(got) & np.isnan(want)
-    return bool(ok.all())
+    return _count(ok) == ok.size
+
+
+_count = np.count_nonzero
 
 
 def isclose(got: float, want: float, rtol: float, atol: float) -> bool:
