@@ -159,23 +159,25 @@ class Worker:
         return None
 
     def close(self) -> None:
-        if self._process is not None:
+        """End the worker. Safe to call twice, and from two threads at once (an interrupted run
+        closes its workers while the threads grading with them may be closing them too)."""
+        process, self._process = self._process, None
+        if process is not None:
             try:
-                self._process.kill()
+                process.kill()
             except OSError:
                 pass
-            self._process.wait()
-            for stream in (self._process.stdin, self._process.stdout):
+            process.wait()
+            for stream in (process.stdin, process.stdout):
                 try:
                     stream.close()
                 except OSError:
                     pass
-            self._process = None
-        if self._scratch:
+        scratch, self._scratch = self._scratch, None
+        if scratch:
             import shutil
 
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def __enter__(self) -> "Worker":
         return self
