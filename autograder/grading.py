@@ -33,10 +33,13 @@ class Grader:
         self.limits = limits or Limits()
         self.isolation = sandbox.isolation()
         self.cases = cases_module.build(seed)
-        self.expected = {}
+        self.expected, returned = {}, []
         for step in STEPS:
-            self.expected[step.id] = [[judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
-                                       for call in case.calls] for case in self.cases[step.id]]
+            raw = [[getattr(reference, call.fn)(*copy.deepcopy(call.args)) for call in case.calls]
+                   for case in self.cases[step.id]]
+            self.expected[step.id] = [[judge.canonical(call.fn, value) for call, value in zip(case.calls, values)]
+                                      for case, values in zip(self.cases[step.id], raw)]
+            returned.append([value for values in raw for value in values])
         disagreements = self.disagreements_with_chapter()
         if disagreements:
             raise RuntimeError("the reference solution disagrees with data/part-iv/attention.json: "
@@ -44,7 +47,7 @@ class Grader:
         self.calls = [(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
                       for step in STEPS]
         """Per step, the (function, args) calls the hidden cases make, in step order."""
-        self.plan = prepare(self.calls)
+        self.plan = prepare(self.calls, returned)
 
     def disagreements_with_chapter(self) -> list[str]:
         """Where the expected values of the chapter's example differ from attention.json.

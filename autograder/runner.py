@@ -66,6 +66,12 @@ class Run:
     """How many calls the plan makes in all: the worker's watchdog allows time for each."""
     job: int = 0
     """The id the worker tags this run's frames with."""
+    exact: dict = field(default_factory=dict)
+    """The plan's `Prepared.exact`: result frames that need no reading."""
+
+
+EXACT = object()
+"""An Outcome's value when the call returned, byte for byte, what the reference returns."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,21 @@ class Prepared:
     """Every call's frame, one after another: its step, call, function name and arguments."""
     counts: tuple[int, ...]
     id: str = field(default_factory=lambda: secrets.token_hex(8))
+    exact: dict = field(default_factory=dict)
+    """The result frame of each call (step, call) that returns exactly the reference's value,
+    printing nothing, as a submission's process writes it. Kept here, never sent to a worker."""
 
 
-def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Prepared:
+def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list] | None = None) -> Prepared:
+    """Encode `plan`; `returned`, per step and call, is what the reference returns for each call."""
+    exact = {}
+    for step_index, values in enumerate(returned or ()):
+        for call_index, value in enumerate(values):
+            parts: list[bytes] = []
+            obj = protocol.encode(value, parts, [0])
+            frame = protocol.pack({"ev": "result", "step": step_index, "call": call_index, "value": obj, "out": ""},
+                                  b"".join(parts))
+            exact[frame] = (step_index, call_index)
     steps, frames, offset = [], [], 0
     for step_index, (_step_id, calls) in enumerate(plan):
         places = []
@@ -94,7 +112,7 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]]) -> Prepared:
             offset += len(frame)
         steps.append(places)
     return Prepared(json.dumps(steps, separators=(",", ":")).encode(), b"".join(frames),
-                    tuple(len(calls) for _, calls in plan))
+                    tuple(len(calls) for _, calls in plan), exact=exact)
 
 
 class WorkerFailed(RuntimeError):
@@ -214,6 +232,7 @@ class Worker:
         run = Run(outcomes=[[None] * count for count in prepared.counts])
         run.most_calls = sum(prepared.counts)
         run.job = job
+        run.exact = prepared.exact
         try:
             protocol.write_all(self._process.stdin.fileno(), b"".join(frames))
         except OSError:
@@ -240,7 +259,15 @@ class Worker:
         deadline = time.monotonic() + limits.import_timeout + run.most_calls * (limits.call_timeout + 1.0) + 15.0
         used = 0
         while True:
-            obj, blob = self._reader.read(deadline)
+            raw = self._reader.read_raw(deadline)
+            known = run.exact.get(raw)
+            if known is not None:  # the reference's own value, byte for byte: nothing to check or decode
+                step, call = known
+                if run.outcomes[step][call] is not None:
+                    raise protocol.ProtocolError("a second result for one call")
+                run.outcomes[step][call] = Outcome(value=EXACT)
+                continue
+            obj, blob = protocol.Reader.parse(raw)
             event = obj.get("ev")
             if event != "result" and obj.get("job") != run.job:  # results come only between the two
                 raise protocol.ProtocolError("a frame for another submission")
