@@ -163,6 +163,14 @@ def frames(kind: str) -> list[bytes]:
         later = [_frame({"ev": "result", "step": later, "call": call, "value": {"t": "none"}, "out": ""})
                  for later in range(step + 1, len(STEPS)) for call in range(16)]
         return [b"".join(ends[:1]), b"".join(ends[1:] + later)]
+    if kind == "huge_float":
+        # head_facts's first call's result: a float written as an integer of 400 digits, which
+        # JSON allows and no float can hold.
+        from autograder.steps import STEPS
+
+        step = [entry.id for entry in STEPS].index("ex4_shapes")
+        return [_frame(b'{"ev":"result","step":%d,"call":0,"value":{"t":"float","v":1%s},"out":""}'
+                       % (step, b"0" * 400))]
     if kind == "malformed":
         return [_frame(b"[1, 2, 3]"), _frame(b"{not json"), b"\xde\xad\xbe\xef" * 4,
                 _frame({"ev": "result", "step": 0, "call": 0, "value": {

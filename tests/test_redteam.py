@@ -52,6 +52,8 @@ GROUPS = {
     "frames_malformed": lambda: _between_classmates(attacker("b", "frames_malformed", "frames")),
     "frames_huge_empty": lambda: _between_classmates(attacker("b", "frames_huge_empty", "frames")),
     "frames_duplicate_keys": lambda: _between_classmates(attacker("b", "frames_duplicate_keys", "frames_late")),
+    "frames_huge_float": lambda: _between_classmates(attacker("b", "frames_huge_float", "frames_late")),
+    "surrogates": lambda: _between_classmates(attacker("b", "surrogates")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
@@ -133,6 +135,21 @@ def test_a_well_formed_empty_array_numpy_cannot_shape_crashes_nothing(mode):
 @per_mode
 def test_a_result_whose_duplicate_keys_end_the_job_reaches_no_classmate(mode):
     check(mode, "frames_duplicate_keys")
+
+
+@per_mode
+def test_a_float_written_as_a_400_digit_integer_crashes_nothing(mode):
+    check(mode, "frames_huge_float")
+
+
+@per_mode
+def test_lone_surrogates_in_a_submissions_text_crash_nothing(mode):
+    """A lone surrogate, printed, raised or in a type's name, reaches the result files and the
+    instructor's terminal as its escape: no UTF-8 writer may fail on it."""
+    outcome = check(mode, "surrogates")
+    result = outcome.results["b_surrogates.py"]
+    text = result.get("output", "") + "".join(step["feedback"] for step in result["steps"])
+    assert "\\ud800" in text and "\\ud83d" in text, text[:600]
 
 
 # ------------------------------------------------------------------ signals -------------------
