@@ -350,7 +350,8 @@ def check_value(obj, blob_len, offset=0, depth=0):
     elif kind == "float":
         only(obj, "t", "v")
         value = obj.get("v")
-        if type(value) not in (float, int) and value not in ("nan", "inf", "-inf"):
+        if type(value) not in (float, int) and value not in ("nan", "inf", "-inf") \
+                or type(value) is int and abs(value) >= 2**63:  # float() would overflow on a vast int
             _fail("a float that is not one")
     elif kind == "none":
         only(obj, "t")
