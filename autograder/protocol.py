@@ -129,6 +129,8 @@ class Reader:
         text = raw[_HEADER.size:end]
         try:
             obj = _decode_json(text.decode())
+            if b"\\ud" in text or b"\\uD" in text:  # only an escape makes a lone surrogate: UTF-8 cannot
+                obj = _escape_surrogates(obj)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise ProtocolError("a frame whose JSON does not parse")
         if type(obj) is not dict:
@@ -141,6 +143,21 @@ class Reader:
 
 
 _RESULT = b'{"ev":"result",'
+
+
+def _escape_surrogates(value):
+    """`value` with every lone surrogate in its strings (keys too) written as its escape, \\udXXX.
+
+    JSON may carry one (`"\\ud800"`), and a submission's output, messages and type names may hold
+    one, but no UTF-8 file or terminal can: every result writer would fail on it."""
+    kind = type(value)
+    if kind is str:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if kind is list:
+        return [_escape_surrogates(item) for item in value]
+    if kind is dict:
+        return {_escape_surrogates(key): _escape_surrogates(item) for key, item in value.items()}
+    return value
 
 
 def blob_length(raw):

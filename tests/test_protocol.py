@@ -155,3 +155,13 @@ def test_a_result_that_starts_as_its_call_and_stays_so_is_read(pipe):
     # the way the sandboxed child writes it: the worker's fast path depends on these first bytes
     assert protocol.pack({"ev": "result", "step": 3, "call": 1, "value": {"t": "none"}})[
         protocol.HEADER_SIZE:].startswith(protocol.result_prefix(3, 1))
+
+
+def test_lone_surrogates_arrive_escaped_and_pairs_whole(pipe):
+    """A lone surrogate can only travel as a JSON escape, and no UTF-8 writer accepts it back."""
+    read_end, write_end = pipe
+    os.write(write_end, protocol.pack({"ev": "imported", "out": "a\ud800 \U0001f600",
+                                       "answers": {"k\udcff": True}}))
+    obj, _ = protocol.Reader(read_end).read(time.monotonic() + 1)
+    assert obj == {"ev": "imported", "out": "a\\ud800 \U0001f600", "answers": {"k\\udcff": True}}
+    obj["out"].encode("utf-8")
