@@ -362,6 +362,20 @@ def test_a_file_named_like_a_classmates_folder_does_not_replace_their_result_fil
 
 
 @per_mode
+def test_a_file_name_that_is_not_utf8_crashes_nothing(mode):
+    """A name of undecodable bytes (a zip from another system) comes back from the file system as a
+    str holding lone surrogates, which no UTF-8 writer accepts: it is listed, escaped, not graded."""
+    require(mode)
+    odd = "b_\udcff.py"  # the byte 0xff, as os.listdir returns it
+    outcome = grade(mode, [victim("a", "correct"), Entry(odd, "stub"), victim("c", "colnorm")], "undecodable")
+    problems = [p for p in verdict(outcome) if not p.startswith(f"no result for [{odd!r}]")]
+    summary = outcome.files.get("summary.csv", "")
+    if "b_\\xff.py" not in summary:
+        problems.append(f"summary.csv does not list the file: {summary[-300:]!r}")
+    assert not problems, f"[{mode}] " + "; ".join(problems)
+
+
+@per_mode
 def test_a_file_name_cannot_become_a_spreadsheet_formula_in_the_summary(mode):
     """A cell that opens with = + - or @ is a formula to Excel and LibreOffice (CSV injection)."""
     require(mode)
