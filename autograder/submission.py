@@ -237,7 +237,9 @@ def discover(folder: Path) -> Found:
     items = []
     for path, parts in candidates:
         name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
-        if path.name.startswith("."):
+        if _shown(name) != name:
+            reason = "a name that is not UTF-8: rename it to have it graded"
+        elif path.name.startswith("."):
             reason = "a hidden file"
         elif path.name in HELPERS or path.name.startswith("test_"):
             reason = "a helper or test file of the released self-check, not a submission"
@@ -250,4 +252,10 @@ def discover(folder: Path) -> Found:
             items.append((path, name))
             continue
         skipped.append((name, reason))
-    return Found(items, sorted(skipped))
+    return Found(items, sorted((_shown(name), reason) for name, reason in skipped))
+
+
+def _shown(name: str) -> str:
+    """A file's name as text every writer accepts: bytes that are not UTF-8 (which Python keeps as
+    lone surrogates, and no UTF-8 file or terminal can hold) written as their escapes, \\xff."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
