@@ -83,6 +83,10 @@ GROUPS = {
                     attacker("c", "shm_reader", "collusion_reader"), victim("d", "colnorm"),
                     attacker("z", "shm_reader", "collusion_reader")],
     "disk_burst": lambda: _between_classmates(attacker("b", "disk_burst")),
+    "disk_hidden": lambda: _between_classmates(attacker("b", "hidden_folder")),
+    "locked": lambda: [victim("a", "correct"),
+                       attacker("b", "locked_writer", "collusion_writer", "locked_writer", base="correct"),
+                       attacker("c", "locked_reader", "collusion_reader", "locked_reader"), victim("d", "colnorm")],
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
 }
 
@@ -283,6 +287,16 @@ def test_answers_left_behind_do_not_score_for_a_later_stub(mode):
 @per_mode
 def test_answers_left_in_system_v_shared_memory_do_not_score_for_a_later_stub(mode):
     check(mode, "shm")
+
+
+@per_mode
+def test_answers_left_in_a_folder_locked_against_removal_do_not_score_for_a_later_stub(mode):
+    check(mode, "locked")
+
+
+@per_mode
+def test_a_folder_made_unreadable_hides_nothing_from_the_quota(mode):
+    check(mode, "disk_hidden")
 
 
 @per_mode
