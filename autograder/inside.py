@@ -725,6 +725,10 @@ class Worker:
             except OSError:
                 pass
             shutil.rmtree(scratch, ignore_errors=True)
+            if os.path.lexists(scratch):  # it took permissions away: give them back once it is gone
+                self.forks.ended(pid)
+                _unlock(scratch)
+                shutil.rmtree(scratch, ignore_errors=True)
 
     def read_watching(self, reader, deadline, scratch):
         """The child's next frame; meanwhile, every DISK_POLL seconds, its scratch folder must
@@ -740,7 +744,7 @@ class Worker:
             if frame is None or time.monotonic() - self.checked > DISK_POLL:
                 self.checked = time.monotonic()
                 if _over_quota(scratch):
-                    raise OverQuota("it wrote more than %d MiB or %d files"
+                    raise OverQuota("it wrote more than %d MiB or %d files, or made a folder that cannot be counted"
                                     % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
             if frame is not None:
                 return frame
@@ -830,7 +834,12 @@ class OverQuota(protocol.ProtocolError):
 
 
 def _over_quota(scratch):
-    """Does the scratch folder hold more than its quota? Stops counting at the first excess."""
+    """Does the scratch folder hold more than its quota, or a folder the worker cannot count in?
+    Stops counting at the first excess.
+
+    The child owns its folders and may take their permissions away: what a folder it left -wx (not
+    listable) or r-- (not searchable) holds would go uncounted, so such a folder is an excess too.
+    """
     size, entries, folders = 0, 0, [scratch]
     while folders:
         try:
@@ -839,15 +848,40 @@ def _over_quota(scratch):
                     entries += 1
                     if entries > SCRATCH_ENTRIES:
                         return True
-                    info = entry.stat(follow_symlinks=False)
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:  # removed since it was listed
+                        continue
                     size += info.st_blocks * 512
                     if size > SCRATCH_BYTES:
                         return True
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(entry.path)
+        except (FileNotFoundError, NotADirectoryError):  # removed or replaced since it was listed
+            pass
+        except OSError:
+            return True
+    return False
+
+
+def _unlock(scratch):
+    """Give back the permissions a child took away in its scratch folder, so it can be removed whole.
+
+    The worker runs as the child's user, so owns every folder in it and may chmod each; the child
+    has ended, so nothing changes meanwhile. A folder left r-x would otherwise survive its removal,
+    and what it holds would be there for the next submission to read.
+    """
+    folders = [scratch]
+    while folders:
+        folder = folders.pop()
+        try:
+            if os.path.islink(folder) or not os.path.isdir(folder):
+                continue
+            os.chmod(folder, 0o700)
+            with os.scandir(folder) as found:
+                folders += [entry.path for entry in found if entry.is_dir(follow_symlinks=False)]
         except OSError:
             pass
-    return False
 
 
 def _load_numpy(folder):
