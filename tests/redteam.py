@@ -171,6 +171,15 @@ def frames(kind: str) -> list[bytes]:
         step = [entry.id for entry in STEPS].index("ex4_shapes")
         return [_frame(b'{"ev":"result","step":%d,"call":0,"value":{"t":"float","v":1%s},"out":""}'
                        % (step, b"0" * 400))]
+    if kind == "orphan":
+        # head_facts's first call's result, 300 KiB of array (more than the worker holds back before
+        # passing results on), with a duplicate key the grader refuses.
+        from autograder.steps import STEPS
+
+        step = [entry.id for entry in STEPS].index("ex4_shapes")
+        blob = b"\0" * (300 << 10)
+        return [_frame(b'{"ev":"result","step":%d,"call":0,"value":{"t":"array","dtype":"|u1","shape":[%d],'
+                       b'"n":%d},"out":"","call":1}' % (step, len(blob), len(blob)), blob)]
     if kind == "malformed":
         return [_frame(b"[1, 2, 3]"), _frame(b"{not json"), b"\xde\xad\xbe\xef" * 4,
                 _frame({"ev": "result", "step": 0, "call": 0, "value": {

@@ -54,6 +54,8 @@ GROUPS = {
     "frames_duplicate_keys": lambda: _between_classmates(attacker("b", "frames_duplicate_keys", "frames_late")),
     "frames_huge_float": lambda: _between_classmates(attacker("b", "frames_huge_float", "frames_late")),
     "surrogates": lambda: _between_classmates(attacker("b", "surrogates")),
+    "frames_orphan": lambda: _between_classmates(attacker("b", "frames_orphan", "orphan")),
+    "close_and_sleep": lambda: _between_classmates(attacker("b", "close_and_sleep")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
@@ -199,6 +201,16 @@ def test_lowering_another_processs_limits_changes_no_grade(mode):
 @per_mode
 def test_no_process_outside_the_run_is_within_reach_of_prlimit(mode):
     check(mode, "prlimit_reach")
+
+
+@per_mode
+def test_closing_the_result_pipe_and_sleeping_hangs_nothing(mode):
+    check(mode, "close_and_sleep")
+
+
+@per_mode
+def test_a_process_whose_worker_the_grader_ends_does_not_outlive_it(mode):
+    check(mode, "frames_orphan")
 
 
 @per_mode
