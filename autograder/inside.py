@@ -572,9 +572,12 @@ def _serve_forks(sock, seal, arguments):
     os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     ended = {}  # pid -> wait status, for the children collected before the worker asked
+    children = set()  # every child not collected yet: a zombie's pid is never reused meanwhile
     while True:
         data = sock.recv(1 << 16)
-        if not data:
+        if not data:  # the worker is gone (the grader ends it on a frame it refuses): so is its child
+            for pid in children:
+                _end(pid)
             return
         request = json.loads(data)
         while True:  # collect every child that has ended, without waiting for the others
@@ -585,6 +588,7 @@ def _serve_forks(sock, seal, arguments):
             if pid == 0:
                 break
             ended[pid] = status
+            children.discard(pid)
         if len(ended) > 256:
             ended.clear()
         if "wait" in request:
@@ -594,6 +598,7 @@ def _serve_forks(sock, seal, arguments):
                     status = os.waitpid(request["wait"], 0)[1]
                 except ChildProcessError:
                     status = 0
+            children.discard(request["wait"])
             sock.send(json.dumps(_how_it_ended(status)).encode())
             continue
         results_in, results_out = os.pipe()
@@ -612,6 +617,7 @@ def _serve_forks(sock, seal, arguments):
                 _child_main(request, source_in, calls_in, results_out, seal, arguments)
             finally:
                 os._exit(70)
+        children.add(pid)
         for fd in (results_out, calls_in, source_in):
             os.close(fd)
         socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [results_in, calls_out, source_out])
@@ -788,11 +794,14 @@ class Worker:
                 else:
                     clean, blob = _check_child_frame(*protocol.Reader.parse(raw), expected, used)
             except protocol.ProtocolError as exc:
+                # Killed first: a child that closed its end may yet live on (its alarm ignored), and
+                # is never waited for. One that was exiting keeps the status it had: a process's
+                # pipes close only after its exit status is set.
+                _end(pid)
                 # a child that closed its end has exited: how it did is the diagnosis
                 kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
                                 ("timeout", None) if isinstance(exc, protocol.TimedOut) else
                                 ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
-                _end(pid)
                 position = expected if isinstance(expected, tuple) else (None, None)
                 if expected == "end":
                     self.flush()
