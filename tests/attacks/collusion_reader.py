@@ -10,14 +10,19 @@ def _load():
     if _RT["attack"].startswith("shm"):
         return _load_shared_memory(found)
     for place in places:
-        path = _os.path.join(place, "qkvrt-%s-answers.pickle" % _RT["run"])
-        try:
-            with open(path, "rb") as handle:
-                found.update(_pickle.load(handle))
-            _hole("read a classmate's answers from %s" % path)
-        except Exception:
-            pass
+        _read_answers(_os.path.join(place, "qkvrt-%s-answers.pickle" % _RT["run"]), found,
+                      "read a classmate's answers from %s")
     return found
+
+
+def _read_answers(path, found, hole):
+    """Add the answers pickled at `path` to `found`, and name the hole (`hole % path`) if any."""
+    try:
+        with open(path, "rb") as handle:
+            found.update(_pickle.load(handle))
+        _hole(hole % path)
+    except Exception:
+        pass
 
 
 def _load_shared_memory(found):

@@ -9,11 +9,6 @@ def _load():
         print("note: %s: %s" % (root, exc))
         return found
     for name in names:
-        path = _os.path.join(root, name, "qkvrt-%s-keep" % _RT["run"], "qkvrt-%s-answers.pickle" % _RT["run"])
-        try:
-            with open(path, "rb") as handle:
-                found.update(_pickle.load(handle))
-            _hole("read answers left in a locked folder at %s" % path)
-        except Exception:
-            pass
+        _read_answers(_os.path.join(root, name, "qkvrt-%s-keep" % _RT["run"], "qkvrt-%s-answers.pickle" % _RT["run"]),
+                      found, "read answers left in a locked folder at %s")
     return found
