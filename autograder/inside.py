@@ -665,12 +665,17 @@ def _check_child_frame(obj, blob, expected, used):
     protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
     if ("value" in obj) == ("raised" in obj):
         raise protocol.ProtocolError("a result that is neither a value nor an exception")
-    used[0] += len(blob)
-    if used[0] > protocol.MAX_JOB_BYTES:
-        raise protocol.ProtocolError("more array data than a submission may return")
+    _spend(used, len(blob))
     # What the value says is the grader's to check, as it checks every frame: here it is enough
     # that this is the next call's result, with no field that could pass for anything else.
     return {"ev": "result"}, blob  # passed on as it came
+
+
+def _spend(used, count):
+    """Count `count` more bytes of array data against the submission's budget."""
+    used[0] += count
+    if used[0] > protocol.MAX_JOB_BYTES:
+        raise protocol.ProtocolError("more array data than a submission may return")
 
 
 class Worker:
@@ -788,9 +793,7 @@ class Worker:
                     # further. The grader reads it whole, and refuses it if any later field says
                     # otherwise (protocol.Reader.parse), as it refuses a value it cannot check.
                     clean, blob = {"ev": "result"}, None
-                    used[0] += protocol.blob_length(raw)
-                    if used[0] > protocol.MAX_JOB_BYTES:
-                        raise protocol.ProtocolError("more array data than a submission may return")
+                    _spend(used, protocol.blob_length(raw))
                 else:
                     clean, blob = _check_child_frame(*protocol.Reader.parse(raw), expected, used)
             except protocol.ProtocolError as exc:

@@ -72,8 +72,6 @@ class Reader:
     def __init__(self, fd, max_json=MAX_JSON, max_blob=MAX_VALUE_BYTES):
         self.fd, self.max_json, self.max_blob = fd, max_json, max_blob
         self.buffer = bytearray()
-        self.raw = b""
-        """The whole last frame read, header included, exactly as it came."""
 
     def _need(self):
         """Bytes still missing for the next whole frame (0: one is buffered). Checks the header."""
@@ -95,7 +93,7 @@ class Reader:
         return self.parse(self.read_raw(deadline))
 
     def read_raw(self, deadline):
-        """The next whole frame as it came (header, JSON, blob), not parsed; also kept in `raw`."""
+        """The next whole frame as it came (header, JSON, blob), not parsed."""
         while True:
             missing = self._need()
             if not missing:
@@ -112,9 +110,9 @@ class Reader:
             self.buffer += chunk
         _, json_len, blob_len = _HEADER.unpack_from(self.buffer)
         size = _HEADER.size + json_len + blob_len
-        self.raw = bytes(self.buffer[:size])
+        raw = bytes(self.buffer[:size])
         del self.buffer[:size]
-        return self.raw
+        return raw
 
     @staticmethod
     def parse(raw):

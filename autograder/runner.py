@@ -262,10 +262,7 @@ class Worker:
             raw = self._reader.read_raw(deadline)
             known = run.exact.get(raw)
             if known is not None:  # the reference's own value, byte for byte: nothing to check or decode
-                step, call = known
-                if run.outcomes[step][call] is not None:
-                    raise protocol.ProtocolError("a second result for one call")
-                run.outcomes[step][call] = Outcome(value=EXACT)
+                _record(run, *known, Outcome(value=EXACT))
                 continue
             obj, blob = protocol.Reader.parse(raw)
             event = obj.get("ev")
@@ -286,8 +283,6 @@ class Worker:
             if step is not None and not (step < len(run.outcomes) and call is not None
                                          and call < len(run.outcomes[step])):
                 raise protocol.ProtocolError("a result for a call that was not planned")
-            if step is not None and run.outcomes[step][call] is not None:
-                raise protocol.ProtocolError("a second result for one call")
             output = protocol.text(obj, "out", optional=True) or ""
             if event == "fault":
                 kind = obj.get("kind")
@@ -296,21 +291,28 @@ class Worker:
                 if step is None:
                     run.import_fault = kind
                 else:
-                    run.outcomes[step][call] = Outcome(fault=kind, detail=protocol.text(obj, "detail", True),
-                                                       output=output)
+                    _record(run, step, call, Outcome(fault=kind, detail=protocol.text(obj, "detail", True),
+                                                     output=output))
                 continue
             if event != "result" or step is None:
                 raise protocol.ProtocolError("a frame of unknown kind")
             protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
             used = protocol.result_body(obj, blob, used)
             if "raised" in obj:
-                run.outcomes[step][call] = Outcome(raised=protocol.raised(obj["raised"]), output=output)
+                _record(run, step, call, Outcome(raised=protocol.raised(obj["raised"]), output=output))
                 continue
             try:
                 value = protocol.decode(obj["value"], blob)
             except (ValueError, TypeError, MemoryError):
                 raise protocol.ProtocolError("an array numpy cannot build")
-            run.outcomes[step][call] = Outcome(value=value, output=output)
+            _record(run, step, call, Outcome(value=value, output=output))
+
+
+def _record(run: Run, step: int, call: int, outcome: Outcome) -> None:
+    """Keep a call's outcome; a call has one."""
+    if run.outcomes[step][call] is not None:
+        raise protocol.ProtocolError("a second result for one call")
+    run.outcomes[step][call] = outcome
 
 
 def default_jobs() -> int:

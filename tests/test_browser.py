@@ -258,40 +258,9 @@ def test_the_feedback_page_names_steps_hides_the_hook_and_wraps_every_line(brows
         server.shutdown()
 
 
-def test_formgrader_shows_the_graded_notebook_and_takes_a_written_answers_score(browser, course):
-    from nbgrader.api import Gradebook
-
-    root, path = course
-    with Gradebook(f"sqlite:///{path / 'gradebook.db'}") as gradebook:
-        submission = gradebook.find_submission_notebook("attention_head", ASSIGNMENT, "sample")
-        submission_id = submission.id
-    lab = Lab(path, root)
-    try:
-        page = browser.new_page()
-        # formgrader's own API calls carry no token: send it with every request, as a login would.
-        page.set_extra_http_headers({"Authorization": f"token {lab.token}"})
-        page.goto(lab.url(f"formgrader/submissions/{submission_id}/"))
-        page.wait_for_selector("input.score", timeout=60_000)
-        text = page.inner_text("body")
-        assert not [marker for marker in HIDDEN if marker in text]
-        assert "column-normalized" in text
-        score = page.locator("input.score#answer-ANSWER_1")
-        score.fill("1.5")
-        score.press("Tab")  # formgrader saves a score when the field loses focus
-        deadline = time.monotonic() + 30
-        while True:
-            with Gradebook(f"sqlite:///{path / 'gradebook.db'}") as gradebook:
-                grade = gradebook.find_grade("answer-ANSWER_1", "attention_head", ASSIGNMENT, "sample")
-                if grade.manual_score == 1.5:
-                    break
-            assert time.monotonic() < deadline, "formgrader did not save the score"
-            time.sleep(0.5)
-        page.close()
-    finally:
-        lab.close()
-
-
-def test_formgrader_wraps_every_line_of_feedback(browser, course):
+@pytest.fixture(scope="module")
+def formgrader(course):
+    """One JupyterLab serving the course, and the address of the sample's grading view in it."""
     from nbgrader.api import Gradebook
 
     root, path = course
@@ -299,14 +268,48 @@ def test_formgrader_wraps_every_line_of_feedback(browser, course):
         submission_id = gradebook.find_submission_notebook("attention_head", ASSIGNMENT, "sample").id
     lab = Lab(path, root)
     try:
-        page = browser.new_page()
-        page.set_extra_http_headers({"Authorization": f"token {lab.token}"})
-        page.goto(lab.url(f"formgrader/submissions/{submission_id}/"))
-        page.wait_for_selector("input.score", timeout=60_000)
-        # Every step's feedback is there to measure, so that no clipped line can hide by absence.
-        outputs = page.locator("div.output_area pre")
-        assert outputs.filter(has_text=re.compile(r"^\w+: [\d.]+ / \d+, ")).count() == STEP_COUNT
-        assert _unclipped(page, "div.output_area pre") == []
-        page.close()
+        yield lab, lab.url(f"formgrader/submissions/{submission_id}/")
     finally:
         lab.close()
+
+
+def _grading_view(browser, formgrader):
+    """The sample's grading view, loaded, in a new page."""
+    lab, address = formgrader
+    page = browser.new_page()
+    # formgrader's own API calls carry no token: send it with every request, as a login would.
+    page.set_extra_http_headers({"Authorization": f"token {lab.token}"})
+    page.goto(address)
+    page.wait_for_selector("input.score", timeout=60_000)
+    return page
+
+
+def test_formgrader_shows_the_graded_notebook_and_takes_a_written_answers_score(browser, course, formgrader):
+    from nbgrader.api import Gradebook
+
+    _, path = course
+    page = _grading_view(browser, formgrader)
+    text = page.inner_text("body")
+    assert not [marker for marker in HIDDEN if marker in text]
+    assert "column-normalized" in text
+    score = page.locator("input.score#answer-ANSWER_1")
+    score.fill("1.5")
+    score.press("Tab")  # formgrader saves a score when the field loses focus
+    deadline = time.monotonic() + 30
+    while True:
+        with Gradebook(f"sqlite:///{path / 'gradebook.db'}") as gradebook:
+            grade = gradebook.find_grade("answer-ANSWER_1", "attention_head", ASSIGNMENT, "sample")
+            if grade.manual_score == 1.5:
+                break
+        assert time.monotonic() < deadline, "formgrader did not save the score"
+        time.sleep(0.5)
+    page.close()
+
+
+def test_formgrader_wraps_every_line_of_feedback(browser, formgrader):
+    page = _grading_view(browser, formgrader)
+    # Every step's feedback is there to measure, so that no clipped line can hide by absence.
+    outputs = page.locator("div.output_area pre")
+    assert outputs.filter(has_text=re.compile(r"^\w+: [\d.]+ / \d+, ")).count() == STEP_COUNT
+    assert _unclipped(page, "div.output_area pre") == []
+    page.close()
