@@ -221,7 +221,7 @@ def _grade_folder(folder: Path, args, limits) -> int:
 
         limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
     kept = {}
-    for name, document in run.kept(found.items).items():
+    for name, document in (run.kept(found.items) if args.resume else {}).items():
         try:
             kept[name] = results.from_dict(document)
         except (KeyError, TypeError, ValueError):  # not a result this grader wrote: grade it again

@@ -33,6 +33,7 @@ import numpy as np
 from . import diagnoses, feedback
 from .cases import Case
 from .protocol import Bad
+from .results import StepResult
 from .runner import EXACT, Outcome, Run
 from .steps import BY_ID, STEPS, Step
 
@@ -58,20 +59,6 @@ RETURNS: dict[str, tuple] = {
 }
 FACTS = ("divisor", "score_shape", "output_shape", "softmax_axis")
 NOT_IMPLEMENTED = ("NotImplementedError", "MissingName")
-
-
-@dataclass
-class StepResult:
-    id: str
-    score: float
-    max_score: float
-    status: str
-    feedback: str
-    diagnoses: list[str]
-    passed: int
-    total: int
-    case_passed: list[bool] = field(default_factory=list)
-    """Per case, in case order (the chapter's example first): did it pass?"""
 
 
 class WrongType(Exception):

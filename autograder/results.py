@@ -4,14 +4,27 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .judge import StepResult
 from .steps import BY_ID, STEPS
 
 SCHEMA = Path(__file__).resolve().parents[1] / "data" / "results.schema.json"
 VERSION = "1"
+
+
+@dataclass
+class StepResult:
+    id: str
+    score: float
+    max_score: float
+    status: str
+    feedback: str
+    diagnoses: list[str]
+    passed: int
+    total: int
+    case_passed: list[bool] = field(default_factory=list)
+    """Per case, in case order (the chapter's example first): did it pass?"""
 
 
 @dataclass

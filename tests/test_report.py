@@ -23,7 +23,7 @@ import pytest
 from support import IN_CI, REPO, qkv_grade, reference_source
 
 from autograder.diagnoses import CODES
-from autograder.judge import StepResult
+from autograder.results import StepResult
 from autograder.results import SubmissionResult, unreadable
 from autograder.steps import STEP_IDS, STEPS
 
