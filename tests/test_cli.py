@@ -148,3 +148,16 @@ def test_the_schema_rejects_results_that_break_the_contract(class_folder):
     bad_status["steps"][0]["status"] = "ok"
     for broken in (reordered, missing, bad_status):
         assert not VALIDATOR.is_valid(broken)
+
+
+def test_folder_run_starts_its_workers_before_loading_numpy():
+    """The workers load numpy while the grader does: nothing the folder run imports before
+    starting them may pull numpy in (a results module importing the judge once did)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "from autograder import cli, results, store, submission, runner, sandbox\n"
+             "print(sorted(name for name in sys.modules if name == 'numpy' or name.startswith('numpy.')))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
