@@ -494,8 +494,8 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
                 candidate.contradicted = True
                 return
             continue
-        agrees = None if error or value is None else _agrees_canonical(verdict.actual, value)
-        if agrees and differs and _accounts_for(verdict.actual, value, want):
+        # A model that returns the reference's value here cannot reproduce a wrong one: not compared.
+        if differs and _agrees_canonical(verdict.actual, value) and _accounts_for(verdict.actual, value, want):
             candidate.explains.add(index)
             candidate.values += 1
 
