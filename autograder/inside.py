@@ -18,8 +18,9 @@ server, and every child is forked from that: no child inherits memory that ever 
 classmate's source or results. A child reads its own source from a pipe of its own, then seals
 itself before running any student code (and a fresh child takes over after a call that ends its
 process):
-  - it keeps three descriptors, pipes made for it alone: its source, its calls, its results
-    (standard input and output become /dev/null; every other inherited descriptor is closed);
+  - it keeps four descriptors, pipes made for it alone: its source, its calls, its results, and a
+    bell it rings when the worker should read its results (standard input and output become
+    /dev/null; every other inherited descriptor is closed);
   - it unmaps the plan's arguments: it holds only the calls handed to it;
   - its working directory, HOME and TMPDIR are a scratch folder made empty for it and removed whole
     after it;
@@ -34,9 +35,11 @@ process):
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
 answered, and keeps time itself: each call's result must arrive within the call's limit of the
-previous result (or of the hand-over), and anything that is not the next expected frame, or breaks a bound of
-`protocol.py`, ends the child and becomes that call's fault. Nothing the child sends is forwarded
-before it has been checked field by field against the next expected call.
+previous result (or of the hand-over). A result arrives when the worker reads it: at the child's
+bell, or at the latest every DISK_POLL seconds, so a child that keeps quiet only makes itself later.
+Anything that is not the next expected frame, or breaks a bound of `protocol.py`, ends the child
+and becomes that call's fault. Nothing the child sends is forwarded before it has been checked
+field by field against the next expected call.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
@@ -45,6 +48,7 @@ import fcntl
 import gc
 import json
 import os
+import select
 import sys
 import time
 
@@ -67,6 +71,8 @@ DISK_POLL = 0.02
 PENDING_BYTES = 256 << 10
 CALLS_PIPE = 1 << 16
 """Bytes of calls handed to a child at once: a pipe holds at least this much, so no write waits."""
+RESULTS_PIPE = 1 << 20
+"""Bytes a child's result pipe is asked to hold: a step's results fit in it with no one reading."""
 F_SETPIPE_SZ = 1031
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
@@ -374,7 +380,7 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-def _child_main(job, source_in, calls_in, out, seal, arguments):
+def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments):
     import builtins
     import resource
     import signal
@@ -388,7 +394,7 @@ def _child_main(job, source_in, calls_in, out, seal, arguments):
             break
         chunks.append(chunk)
     job["cells"] = json.loads(b"".join(chunks))
-    _seal_descriptors({calls_in, out} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
+    _seal_descriptors({calls_in, out, bell} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest was set once, by the fork server
     if "tempfile" in sys.modules:  # the worker's own use cached its folder
@@ -418,9 +424,22 @@ def _child_main(job, source_in, calls_in, out, seal, arguments):
             current.clear()
             current.update(saved_builtins)
 
+    unrung = [0]  # bytes written since the worker was last told to read
+
+    def ring():
+        unrung[0] = 0
+        try:
+            os.write(bell, b"!")
+        except OSError:  # full (it has rung) or closed
+            pass
+
     def send(obj, data=b""):
         obj["out"] = captured.take()
-        write_all(out, pack(obj, data))
+        frame = pack(obj, data)
+        if unrung[0] + len(frame) > ring_every:  # the pipe could fill: the worker reads as it comes
+            ring()
+        unrung[0] += len(frame)
+        write_all(out, frame)
 
     filename = job["filename"]
     module = type(sys)("attention_head")
@@ -457,6 +476,8 @@ def _child_main(job, source_in, calls_in, out, seal, arguments):
     decode, calls = protocol.decode, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
     while True:  # the worker hands over a step's calls at a time, the next only once these have answered
         try:
+            if not calls.buffered():  # every call handed over has answered: the worker reads them now
+                ring()
             call, blob = calls.read(None)
         except protocol.ProtocolError:
             real_exit(0)
@@ -548,12 +569,12 @@ class ForkServer:
         theirs.close()
 
     def spawn(self, meta):
-        """A new child: its pid, and the worker's ends of its result, call and source pipes."""
+        """A new child: its pid, and the worker's ends of its result, call, source and bell pipes."""
         import socket
 
         self.sock.send(json.dumps(meta).encode())
-        data, fds, _, _ = socket.recv_fds(self.sock, 1024, 3)
-        if not data or len(fds) != 3:
+        data, fds, _, _ = socket.recv_fds(self.sock, 1024, 4)
+        if not data or len(fds) != 4:
             raise SystemExit("the fork server failed")
         return (json.loads(data)["pid"], *fds)
 
@@ -604,24 +625,30 @@ def _serve_forks(sock, seal, arguments):
         results_in, results_out = os.pipe()
         calls_in, calls_out = os.pipe()
         source_in, source_out = os.pipe()
+        bell_in, bell_out = os.pipe()
         try:
             fcntl.fcntl(calls_out, F_SETPIPE_SZ, CALLS_PIPE)
         except OSError:
             pass
+        try:
+            held = fcntl.fcntl(results_out, F_SETPIPE_SZ, RESULTS_PIPE)
+        except OSError:
+            held = 1 << 16  # what every Linux pipe holds
+        os.set_blocking(bell_out, False)  # a bell already full has rung: ringing never waits
         pid = os.fork()
         if pid == 0:
             try:
                 sock.close()
-                for fd in (results_in, calls_out, source_out):
+                for fd in (results_in, calls_out, source_out, bell_in):
                     os.close(fd)
-                _child_main(request, source_in, calls_in, results_out, seal, arguments)
+                _child_main(request, source_in, calls_in, results_out, bell_out, held // 2, seal, arguments)
             finally:
                 os._exit(70)
         children.add(pid)
-        for fd in (results_out, calls_in, source_in):
+        for fd in (results_out, calls_in, source_in, bell_out):
             os.close(fd)
-        socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [results_in, calls_out, source_out])
-        for fd in (results_in, calls_out, source_out):
+        socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [results_in, calls_out, source_out, bell_in])
+        for fd in (results_in, calls_out, source_out, bell_in):
             os.close(fd)
 
 
@@ -721,16 +748,21 @@ class Worker:
         scratch = tempfile.mkdtemp(prefix="s", dir=self.scratch_root)
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
-        pid, read_end, calls_out, source_out = self.forks.spawn(meta)
+        pid, read_end, calls_out, source_out, bell = self.forks.spawn(meta)
+        bell = [bell]  # None once the child has closed it
         try:
+            for fd in (read_end, bell[0]):
+                os.set_blocking(fd, False)
             try:
                 protocol.write_all(source_out, job["cells"])
             except OSError:
                 pass  # the child is gone: its read end tells the rest
             os.close(source_out)
-            return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch)
+            return self.supervise(job, start, tag, used, pid, read_end, calls_out, bell, scratch)
         finally:
             os.close(read_end)
+            if bell[0] is not None:
+                os.close(bell[0])
             try:
                 os.close(calls_out)
             except OSError:
@@ -741,24 +773,37 @@ class Worker:
                 _unlock(scratch)
                 shutil.rmtree(scratch, ignore_errors=True)
 
-    def read_watching(self, reader, deadline, scratch):
+    def read_watching(self, reader, deadline, scratch, bell):
         """The child's next frame; meanwhile, every DISK_POLL seconds, its scratch folder must
-        stay within its quota."""
+        stay within its quota.
+
+        The worker reads the child's results when the child rings its bell (once every call it
+        holds has answered, or before its result pipe could fill), while a frame is half read, and
+        at the latest every DISK_POLL seconds: not woken at every result, it costs the child less.
+        A frame counts as arriving when it is read, so a child that never rings only makes its
+        own results later.
+        """
         while True:
+            frame = reader.pull()
             now = time.monotonic()
-            try:
-                frame = reader.read_raw(min(deadline, now + DISK_POLL))
-            except protocol.TimedOut:
-                if time.monotonic() >= deadline:
-                    raise
-                frame = None
-            if frame is None or time.monotonic() - self.checked > DISK_POLL:
-                self.checked = time.monotonic()
+            if now - self.checked > DISK_POLL:
+                self.checked = now
                 if _over_quota(scratch):
                     raise OverQuota("it wrote more than %d MiB or %d files, or made a folder that cannot be counted"
                                     % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
             if frame is not None:
                 return frame
+            if now >= deadline:
+                raise protocol.TimedOut("no whole frame before the deadline")
+            watched = reader.fd if bell[0] is None or reader.buffer else bell[0]
+            if select.select([watched], [], [], min(deadline - now, DISK_POLL))[0] and watched == bell[0]:
+                try:
+                    rung = os.read(watched, 1 << 12)
+                except BlockingIOError:
+                    continue
+                if not rung:  # closed: from now on the results themselves wake the worker
+                    os.close(watched)
+                    bell[0] = None
 
     @staticmethod
     def hand_over(calls_out, places, arguments):
@@ -775,7 +820,7 @@ class Worker:
             pass  # the child is gone: its read end tells the rest
         return count
 
-    def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
+    def supervise(self, job, start, tag, used, pid, read_end, calls_out, bell, scratch):
         limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
@@ -784,7 +829,7 @@ class Worker:
         handed = None  # (step, last call) of the calls the child holds
         while True:
             try:
-                raw = self.read_watching(reader, deadline, scratch)
+                raw = self.read_watching(reader, deadline, scratch, bell)
                 now = time.monotonic()
                 if sent is not None and now - sent > limits["call_timeout"] + TOLERANCE:
                     raise protocol.TimedOut("the call ran past its limit")

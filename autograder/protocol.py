@@ -108,6 +108,25 @@ class Reader:
             if not chunk:
                 raise Closed("the channel closed")
             self.buffer += chunk
+        return self._take()
+
+    def pull(self):
+        """The next whole frame, or None when the channel holds no whole frame yet: reads only what
+        is there (the descriptor is non-blocking). Raises Closed once the channel is closed and no
+        whole frame is left."""
+        while self._need():
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return None
+            except OSError as exc:
+                raise Closed("the channel failed (%s)" % exc.strerror)
+            if not chunk:
+                raise Closed("the channel closed")
+            self.buffer += chunk
+        return self._take()
+
+    def _take(self):
         _, json_len, blob_len = _HEADER.unpack_from(self.buffer)
         size = _HEADER.size + json_len + blob_len
         raw = bytes(self.buffer[:size])

@@ -56,6 +56,8 @@ GROUPS = {
     "surrogates": lambda: _between_classmates(attacker("b", "surrogates")),
     "frames_orphan": lambda: _between_classmates(attacker("b", "frames_orphan", "orphan")),
     "close_and_sleep": lambda: _between_classmates(attacker("b", "close_and_sleep")),
+    "bell": lambda: _between_classmates(attacker("b", "bell_flood", "bell", base="correct"),
+                                        attacker("d", "bell_closed", "bell", base="correct")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
@@ -206,6 +208,17 @@ def test_no_process_outside_the_run_is_within_reach_of_prlimit(mode):
 @per_mode
 def test_closing_the_result_pipe_and_sleeping_hangs_nothing(mode):
     check(mode, "close_and_sleep")
+
+
+@per_mode
+def test_a_flooded_or_closed_bell_costs_a_correct_submission_nothing(mode):
+    """The worker reads a child's results when the child rings: a bell filled, or closed, must
+    neither hang the run nor lose a correct submission any of its results."""
+    outcome = check(mode, "bell")
+    full = baseline(mode)["correct"]["score"]
+    for entry in outcome.entries:
+        if entry.attack:
+            assert outcome.results[entry.name]["score"] == full, (entry.name, outcome.results[entry.name])
 
 
 @per_mode
