@@ -442,6 +442,22 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 # or None, whether it differs from the reference). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
+# Many models return the same value on a call (a slip that leaves this function alone, or two
+# compositions that come to the same thing): such values share one object, content -> value, so
+# that a student's value is compared with each distinct model value only once (see _weigh).
+_SHARED_VALUES: dict[tuple, dict] = {}
+
+
+def _shared(value: dict) -> dict:
+    """`value`, or an equal model value seen before (equal element for element, type for type)."""
+    key = tuple((name, part.shape, part.dtype.str, hash(part.tobytes())) if isinstance(part, np.ndarray)
+                else (name, type(part).__name__, repr(part)) for name, part in value.items())
+    known = _SHARED_VALUES.setdefault(key, value)
+    if known is value or all(np.array_equal(part, known[name]) if isinstance(part, np.ndarray)
+                             else repr(part) == repr(known[name]) for name, part in value.items()):
+        return known
+    return value  # a hash collision: kept apart
+
 
 def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     key = (candidate.key, id(call))
@@ -466,6 +482,8 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 value = canonical(call.fn, raw)
             except WrongType:
                 value = None
+        if value is not None:
+            value = _shared(value)
     # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
     differs = value is not None and bool(differences(value, want, False, describe=False))
     entry = (call, value, error, differs)
@@ -473,10 +491,12 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     return entry[1:]
 
 
-def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict]) -> None:
+def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+           agreed: dict) -> None:
     """Run the model on every call of one function that returned or raised, and tally the evidence.
 
-    Passing calls come first: one the model gets wrong rejects it, and ends the weighing.
+    Passing calls come first: one the model gets wrong rejects it, and ends the weighing. `agreed`
+    remembers, for one step, whether a student's value and a model value agree, by their ids.
     """
     for index in sorted(range(len(calls)), key=lambda i: verdicts[i].kind != "ok"):
         call, verdict, want = calls[index], verdicts[index], expected[index]
@@ -494,8 +514,12 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
                 candidate.contradicted = True
                 return
             continue
-        # A model that returns the reference's value here cannot reproduce a wrong one: not compared.
-        if differs and _agrees_canonical(verdict.actual, value) and _accounts_for(verdict.actual, value, want):
+        if not differs:  # the reference's value here: it cannot reproduce a wrong one
+            continue
+        pair = (id(verdict.actual), id(value))
+        if pair not in agreed:
+            agreed[pair] = _agrees_canonical(verdict.actual, value) and _accounts_for(verdict.actual, value, want)
+        if agreed[pair]:
             candidate.explains.add(index)
             candidate.values += 1
 
@@ -513,6 +537,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     if not failing:
         return [], set()
     accepted = []
+    agreed: dict = {}
     own = _own_allowed(failing_uses, earlier)
     fns = list(dict.fromkeys(call.fn for call in calls))
     for depth in (1, 2):
@@ -527,7 +552,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 if not candidate.carried and to_explain <= {i for c in accepted if c.carried for i in c.explains}:
                     break  # earlier diagnoses already explain every failure: no model of its own can win
                 _weigh(candidate, [calls[i] for i in indexes], [verdicts[i] for i in indexes],
-                       [expected[i] for i in indexes])
+                       [expected[i] for i in indexes], agreed)
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
                         and 2 * len(candidate.explains) >= len(failing)):
