@@ -87,10 +87,11 @@ def honest(kind: str) -> str:
     if kind == "mutating":
         return variant([(SOFTMAX_MAX, "s -= s.max(axis=-1, keepdims=True)\n    shifted = s")])
     if kind == "stdlib":  # the smoke test: a correct submission that leans on the standard library
+        # numpy.random too: the worker does not load it, so the sealed process loads it itself
         return ("import decimal\nimport fractions\nimport functools\nimport statistics\n\n" + reference_source()
                 + "\n\nnp.testing.assert_allclose(scale(np.ones((2, 2)), 4), 0.5)\n"
                   "_CHECKS = (fractions.Fraction(1, 3), statistics.mean([1.0, 2.0]), decimal.Decimal(2).sqrt(),\n"
-                  "           functools.reduce(int.__add__, [1, 2]))\n")
+                  "           functools.reduce(int.__add__, [1, 2]), np.random.default_rng(0).random(3))\n")
     raise KeyError(kind)
 
 
