@@ -397,8 +397,6 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     _seal_descriptors({calls_in, out, bell} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest was set once, by the fork server
-    if "tempfile" in sys.modules:  # the worker's own use cached its folder
-        sys.modules["tempfile"].tempdir = scratch
     for name, value in (("RLIMIT_AS", limits["memory"]), ("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", FILE_SIZE),
                         ("RLIMIT_NOFILE", OPEN_FILES), ("RLIMIT_CPU", cpu_seconds)):
         try:
@@ -741,11 +739,10 @@ class Worker:
     def run_child(self, job, start, tag, used):
         """Run the plan from step `start` in a fresh sealed child; returns where to go on, or None."""
         import shutil
-        import tempfile
 
         limits = job["limits"]
         calls = sum(len(step) for step in job["steps"][start:])
-        scratch = tempfile.mkdtemp(prefix="s", dir=self.scratch_root)
+        scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
         pid, read_end, calls_out, source_out, bell = self.forks.spawn(meta)
@@ -976,7 +973,8 @@ def _readable(numpy_dir):
     if libdir and os.path.isdir(libdir):
         paths += [os.path.join(libdir, name) for name in os.listdir(libdir) if name.startswith("libpython")]
     paths += ["/etc/ld.so.cache", "/dev/null", "/dev/zero", "/dev/urandom", "/usr/share/zoneinfo"]
-    return sorted({os.path.realpath(path) for path in paths}), sorted({stdlib, platstdlib})
+    # No path needs resolving: a rule is made on what a path names, through any symbolic link.
+    return sorted(set(paths)), sorted({stdlib, platstdlib})
 
 
 def _nobody_can_read(paths):
@@ -1016,9 +1014,7 @@ def _drop_privileges(config, probe):
 
 def _probe_seal(seal, scratch_root):
     """Seal a throwaway child once, so a kernel that refuses is known before any submission."""
-    import tempfile
-
-    scratch = tempfile.mkdtemp(prefix="probe", dir=scratch_root)
+    scratch = _new_folder(scratch_root, "probe")
     pid = os.fork()
     if pid == 0:
         try:
@@ -1032,9 +1028,27 @@ def _probe_seal(seal, scratch_root):
     return ok
 
 
+def _new_folder(parent, prefix):
+    """A new, empty folder of this process's own (0700) in `parent`, as tempfile.mkdtemp makes
+    one: that module would bring shutil, random and their libraries into every child's memory."""
+    while True:
+        path = os.path.join(parent, prefix + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _scratch_root():
+    for parent in (os.environ.get("TMPDIR"), "/tmp", "/var/tmp", os.getcwd()):
+        if parent and os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK):
+            return _new_folder(parent, "qkv-scratch-")
+    raise SystemExit("no writable folder for the submissions' scratch folders")
+
+
 def main():
     import signal
-    import tempfile
 
     config = json.loads(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader ends workers itself
@@ -1045,7 +1059,7 @@ def main():
         _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     except Exception:
         pass
-    scratch_root = tempfile.mkdtemp(prefix="qkv-scratch-")
+    scratch_root = _scratch_root()
     seal = Seal(config)
     seal.prepare(readable + [scratch_root], listable)
     sealed = _probe_seal(seal, scratch_root) if seal.level == "full" else True
