@@ -205,14 +205,25 @@ class _CallVerdict:
     raised_in: str | None = None
     """The submission's function the exception came from, when the runner could tell."""
     nonfinite: bool = False
-    close: bool = False
-    float32: bool = False
-    """A differing part holds only numbers a float32 can hold: the mark of a float32 computation."""
     shape: bool = False
+    arrays: list | None = None
+    """The (returned, expected) array pairs of a wrong value, for `close` and `float32`."""
     describe: Callable | None = None
     """Writes how the value differs, numpy-style; called only for the call the feedback shows."""
     note: str = ""
     """A further remark, such as which arguments the call changed."""
+
+    def close(self) -> bool:
+        """Is every array within float32-sized errors of the reference's (1e-4)?"""
+        return bool(self.arrays) and all(got.shape == want.shape and allclose(got, want, 1e-4, 1e-6)
+                                         for got, want in self.arrays)
+
+    def float32(self) -> bool:
+        """Does a differing array hold only numbers a float32 can hold: the mark of a float32
+        computation? (Asked only of values no misconception explains.)"""
+        return any(got.shape == want.shape and not allclose(got, want, RTOL, ATOL) and np.isfinite(got).all()
+                   and np.array_equal(got.astype(np.float32).astype(np.float64), got)
+                   for got, want in self.arrays or ())
 
     def full_detail(self) -> str:
         described = self.describe() if self.describe else ""
@@ -295,11 +306,7 @@ def _describe(verdict: _CallVerdict, actual: dict, expected: dict) -> None:
     verdict.shape = any(got.shape != want.shape for got, want in arrays)
     verdict.nonfinite = any(got.shape == want.shape and not np.isfinite(got).all() and np.isfinite(want).all()
                             for got, want in arrays)
-    verdict.close = bool(arrays) and all(got.shape == want.shape and allclose(got, want, 1e-4, 1e-6)
-                                         for got, want in arrays)
-    verdict.float32 = any(got.shape == want.shape and not allclose(got, want, RTOL, ATOL) and np.isfinite(got).all()
-                          and np.array_equal(got.astype(np.float32).astype(np.float64), got)
-                          for got, want in arrays)
+    verdict.arrays = arrays  # how close, and whether float32: worked out only if asked
 
 
 # ------------------------------------------------------------------ misconception models ---------
@@ -772,7 +779,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     example_right = all(ok for case, ok in zip(cases, passed) if case.public)
     mismatched = [v for v in flat if v.kind == "mismatch"]
     derived = []
-    if (mismatched and not models and all(v.close for v in mismatched) and (any(v.float32 for v in mismatched)
+    if (mismatched and not models and all(v.close() for v in mismatched) and (any(v.float32() for v in mismatched)
                  or any("low-precision" in earlier[used].diagnoses for used in failing_uses))
             and not any(v.kind == "raised" for v in flat)):
         derived.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
