@@ -293,37 +293,53 @@ def _grade_folder(folder: Path, args, limits) -> int:
 
 
 class _Saver:
-    """Saves each result the moment it is graded, and shows progress.
+    """Saves each result as soon as it is graded, and shows progress.
 
-    The first write that fails stops the writing (the disk is full, or the folder went away);
-    grading goes on, and every grade still reaches stdout.
+    The writing (each file flushed to disk before it counts) is done by a thread of its own, so
+    the threads grading go on meanwhile. The first write that fails stops the writing (the disk is
+    full, or the folder went away); grading goes on, and every grade still reaches stdout.
     """
 
     def __init__(self, run, total: int):
+        import queue
         import threading
 
         self.run, self.results, self.error = run, {}, None
         self.progress = _Progress(total)
         self.lock, self.closed = threading.Lock(), False
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.writer = threading.Thread(target=self._write, daemon=True)
+        self.writer.start()
 
     def add(self, result) -> None:
-        from . import results
-
         with self.lock:
             self.results[result.submission] = result
             self.progress.update(result)
-            if self.closed or self.error is not None:
+            if not self.closed:
+                self.queue.put(result)
+
+    def _write(self) -> None:
+        from . import results
+
+        while True:
+            result = self.queue.get()
+            if result is None:
                 return
-            try:
-                self.run.save(result.submission, results.to_json([result], single=True))
-            except OSError as exc:
-                self.error = exc
+            if self.error is None:
+                try:
+                    self.run.save(result.submission, results.to_json([result], single=True))
+                except OSError as exc:
+                    self.error = exc
 
     def close(self) -> None:
-        """No write after this one returns: a write under way is finished first."""
+        """No write after this one returns: the writes already queued are finished first."""
         with self.lock:
+            if self.closed:
+                return
             self.closed = True
-            self.progress.finish()
+            self.queue.put(None)
+        self.writer.join()
+        self.progress.finish()
 
 
 def _print_folder(graded, skipped, run, args, page) -> None:
