@@ -101,13 +101,7 @@ class Reader:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and (remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]):
                 raise TimedOut("no whole frame before the deadline")
-            try:
-                chunk = os.read(self.fd, max(missing, 1 << 16))
-            except OSError as exc:
-                raise Closed("the channel failed (%s)" % exc.strerror)
-            if not chunk:
-                raise Closed("the channel closed")
-            self.buffer += chunk
+            self._fill(max(missing, 1 << 16))
         return self._take()
 
     def pull(self):
@@ -115,16 +109,22 @@ class Reader:
         is there (the descriptor is non-blocking). Raises Closed once the channel is closed and no
         whole frame is left."""
         while self._need():
-            try:
-                chunk = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
+            if not self._fill(1 << 16):
                 return None
-            except OSError as exc:
-                raise Closed("the channel failed (%s)" % exc.strerror)
-            if not chunk:
-                raise Closed("the channel closed")
-            self.buffer += chunk
         return self._take()
+
+    def _fill(self, size):
+        """Add what one read brings to the buffer; False when a non-blocking channel had nothing."""
+        try:
+            chunk = os.read(self.fd, size)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise Closed("the channel failed (%s)" % exc.strerror)
+        if not chunk:
+            raise Closed("the channel closed")
+        self.buffer += chunk
+        return True
 
     def _take(self):
         _, json_len, blob_len = _HEADER.unpack_from(self.buffer)
