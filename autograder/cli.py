@@ -243,6 +243,7 @@ def _grade_folder(folder: Path, args, limits) -> int:
             Grader(run.seed, limits).grade_many(todo, progress=saver.add, workers=workers)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
+        saver.stop()  # before the workers end: the grades they were computing are cut short
         failure = ("interrupted", 130)
     except Exception as exc:
         from .runner import WorkerFailed
@@ -313,10 +314,11 @@ class _Saver:
 
     def add(self, result) -> None:
         with self.lock:
+            if self.closed:  # the run was interrupted: a grade its workers' ending cut short is no grade
+                return
             self.results[result.submission] = result
             self.progress.update(result)
-            if not self.closed:
-                self.queue.put(result)
+            self.queue.put(result)
 
     def _write(self) -> None:
         from . import results
@@ -331,13 +333,16 @@ class _Saver:
                 except OSError as exc:
                     self.error = exc
 
+    def stop(self) -> None:
+        """Take no more results; those already taken are still written."""
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.queue.put(None)
+
     def close(self) -> None:
         """No write after this one returns: the writes already queued are finished first."""
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-            self.queue.put(None)
+        self.stop()
         self.writer.join()
         self.progress.finish()
 

@@ -187,3 +187,24 @@ def test_an_out_folder_that_cannot_be_written_gets_one_line_and_status_3(tmp_pat
     assert done.returncode == 3, done.stderr
     assert done.stderr.count("\n") == 1 and "cannot write the results there" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_grade_cut_short_by_an_interrupt_is_neither_printed_nor_saved(tmp_path):
+    """On Ctrl-C the run stops taking grades before it ends its workers: a submission those
+    workers were still running comes back broken ('the grading worker died'), and must not be
+    printed or saved as its grade. The grades taken before are still written."""
+    from autograder.cli import _Saver
+    from autograder.results import unreadable
+    from autograder.store import Run
+
+    (tmp_path / "class").mkdir()
+    run = Run.start(tmp_path / "out", tmp_path / "class", 1, {"timeout": 1.0})
+    saver = _Saver(run, 2)
+    saver.add(unreadable("before.py", "graded before the interrupt", 1, "none"))
+    saver.stop()
+    saver.add(unreadable("after.py", "cut short by the interrupt", 1, "none"))
+    saver.close()
+    run.close()
+    assert list(saver.results) == ["before.py"]
+    assert (run.folder / result_file("before.py")).exists()
+    assert not (run.folder / result_file("after.py")).exists()
