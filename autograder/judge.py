@@ -338,18 +338,18 @@ def _agrees_canonical(value: dict, model: dict) -> bool:
     return all(_same_part(name, value[name], part) for name, part in model.items())
 
 
-_EFFECTS: dict[int, tuple[dict, float]] = {}
+_EFFECTS: dict[tuple[int, int], tuple[dict, dict, float]] = {}
 
 
 def _effect(model: dict, want: dict) -> float:
     """How far a model's value departs from the reference's: the largest finite difference.
 
-    A model's value (cached per hidden call) always meets the same reference value, so this is
-    computed once per model value, and kept beside it.
+    Model values and reference values are both kept for the whole class, so this is computed once
+    per pair: one model value may stand for several calls (see _shared), each with its reference.
     """
-    known = _EFFECTS.get(id(model))
-    if known is not None and known[0] is model:
-        return known[1]
+    known = _EFFECTS.get((id(model), id(want)))
+    if known is not None and known[0] is model and known[1] is want:
+        return known[2]
     effect = 0.0
     for name, part in model.items():
         ref = want[name]
@@ -357,7 +357,7 @@ def _effect(model: dict, want: dict) -> float:
             finite = np.isfinite(part) & np.isfinite(ref)
             if finite.any():
                 effect = max(effect, float(np.max(np.abs(part - ref)[finite])))
-    _EFFECTS[id(model)] = (model, effect)
+    _EFFECTS[(id(model), id(want))] = (model, want, effect)
     return effect
 
 

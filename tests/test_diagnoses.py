@@ -206,3 +206,19 @@ def test_a_shift_the_normalization_never_reads_is_still_searched_where_it_change
     batch = [v for v in grammar.judge(choices, seed) if v.step == "batch"]
     assert len(batch) == 2
     assert all(v.kind == "exact" for v in batch), batch
+
+
+def test_a_model_value_shared_by_two_calls_is_measured_against_each_calls_reference():
+    """Equal model values share one object across calls (judge._shared), and a call's reference
+    decides how far the model departs from it: a cache keyed by the model value alone would hand
+    the second call the first call's distance, and a slip's small effect could pass for a big one."""
+    import numpy as np
+
+    from autograder import judge
+
+    model = judge._shared({"result": np.array([1.0, 2.0])})
+    assert judge._shared({"result": np.array([1.0, 2.0])}) is model
+    near, far = {"result": np.array([1.0, 2.0 + 1e-6])}, {"result": np.array([1.0, 5.0])}
+    assert judge._effect(model, near) == pytest.approx(1e-6)
+    assert judge._effect(model, far) == pytest.approx(3.0)
+    assert judge._effect(model, near) == pytest.approx(1e-6)
