@@ -34,9 +34,10 @@ process):
     process), namespaces and mounts;
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
-answered, and keeps time itself: each call's result must arrive within the call's limit of the
-previous result (or of the hand-over). A result arrives when the worker reads it: at the child's
-bell, or at the latest every DISK_POLL seconds, so a child that keeps quiet only makes itself later.
+answered (and never waits to: a child that answered calls it never read is ended), and keeps time
+itself: each call's result must arrive within the call's limit of the previous result (or of the
+hand-over). A result arrives when the worker reads it: at the child's bell, or at the latest every
+DISK_POLL seconds, so a child that keeps quiet only makes itself later.
 Anything that is not the next expected frame, or breaks a bound of `protocol.py`, ends the child
 and becomes that call's fault. Nothing the child sends is forwarded before it has been checked
 field by field against the next expected call.
@@ -748,7 +749,7 @@ class Worker:
         pid, read_end, calls_out, source_out, bell = self.forks.spawn(meta)
         bell = [bell]  # None once the child has closed it
         try:
-            for fd in (read_end, bell[0]):
+            for fd in (read_end, bell[0], calls_out):
                 os.set_blocking(fd, False)
             try:
                 protocol.write_all(source_out, job["cells"])
@@ -805,7 +806,10 @@ class Worker:
     @staticmethod
     def hand_over(calls_out, places, arguments):
         """Write as many of a step's remaining calls to the child's pipe as fit in it whole (at
-        least one), so this never waits on the child; returns how many were written."""
+        least one), so this never waits on the child; returns how many were written.
+
+        The pipe is non-blocking, and an honest child has read every call it answered: one that
+        answered calls it never read (forged results) finds the pipe still full, and is ended."""
         room = CALLS_PIPE
         count = 1
         while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room:
@@ -813,6 +817,8 @@ class Worker:
         start, end = places[0][0], places[count - 1][0] + places[count - 1][1]
         try:
             protocol.write_all(calls_out, memoryview(arguments)[start:end])
+        except BlockingIOError:
+            raise protocol.ProtocolError("it answered calls it never read")
         except OSError:
             pass  # the child is gone: its read end tells the rest
         return count
@@ -839,22 +845,7 @@ class Worker:
                 else:
                     clean, blob = _check_child_frame(*protocol.Reader.parse(raw), expected, used)
             except protocol.ProtocolError as exc:
-                # Killed first: a child that closed its end may yet live on (its alarm ignored), and
-                # is never waited for. One that was exiting keeps the status it had: a process's
-                # pipes close only after its exit status is set.
-                _end(pid)
-                # a child that closed its end has exited: how it did is the diagnosis
-                kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
-                                ("timeout", None) if isinstance(exc, protocol.TimedOut) else
-                                ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
-                position = expected if isinstance(expected, tuple) else (None, None)
-                if expected == "end":
-                    self.flush()
-                    return None
-                self.emit(protocol.pack({"ev": "fault", "job": tag, "step": position[0], "call": position[1],
-                                         "kind": kind, "detail": detail, "out": ""}))
-                self.flush()
-                return None if position[0] is None else position[0] + 1
+                return self.stop_child(exc, pid, expected, tag)
             event = clean["ev"]
             if event == "result":  # passed on as it came
                 self.emit(raw)
@@ -876,11 +867,35 @@ class Worker:
                 return None
             if handed is None or expected[0] != handed[0] or expected[1] > handed[1]:
                 # the child holds no more calls: hand over the rest of this step, never a later step's
-                handed = (expected[0], expected[1] + self.hand_over(calls_out, steps[expected[0]][expected[1]:],
-                                                                    arguments) - 1)
+                try:
+                    count = self.hand_over(calls_out, steps[expected[0]][expected[1]:], arguments)
+                except protocol.ProtocolError as exc:
+                    return self.stop_child(exc, pid, expected, tag)
+                handed = (expected[0], expected[1] + count - 1)
             sent = time.monotonic()
             deadline = sent + limits["call_timeout"] + GRACE
             self.flush_some()  # while the child works on the call
+
+
+    def stop_child(self, exc, pid, expected, tag):
+        """End a child that broke the protocol or a bound, report why for the call it was on, and
+        return where a fresh child goes on (None: nowhere)."""
+        # Killed first: a child that closed its end may yet live on (its alarm ignored), and
+        # is never waited for. One that was exiting keeps the status it had: a process's
+        # pipes close only after its exit status is set.
+        _end(pid)
+        # a child that closed its end has exited: how it did is the diagnosis
+        kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
+                        ("timeout", None) if isinstance(exc, protocol.TimedOut) else
+                        ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
+        position = expected if isinstance(expected, tuple) else (None, None)
+        if expected == "end":
+            self.flush()
+            return None
+        self.emit(protocol.pack({"ev": "fault", "job": tag, "step": position[0], "call": position[1],
+                                 "kind": kind, "detail": detail, "out": ""}))
+        self.flush()
+        return None if position[0] is None else position[0] + 1
 
 
 class OverQuota(protocol.ProtocolError):

@@ -181,6 +181,18 @@ def frames(kind: str) -> list[bytes]:
         blob = b"\0" * (300 << 10)
         return [_frame(b'{"ev":"result","step":%d,"call":0,"value":{"t":"array","dtype":"|u1","shape":[%d],'
                        b'"n":%d},"out":"","call":1}' % (step, len(blob), len(blob)), blob)]
+    if kind == "unread":
+        # A forged import and a result (None) for every planned call, written at once: answered
+        # without ever reading the calls the worker hands over, so they pile up in the call pipe.
+        from autograder import cases as cases_module
+        from autograder.steps import STEPS
+
+        built = cases_module.build(SEED)
+        counts = [sum(len(case.calls) for case in built[entry.id]) for entry in STEPS]
+        events = [{"ev": "imported", "ok": True, "answers": {}}]
+        events += [{"ev": "result", "step": step, "call": call, "value": {"t": "none"}, "out": ""}
+                   for step, count in enumerate(counts) for call in range(count)]
+        return [b"".join(_frame(event) for event in events)]
     if kind == "malformed":
         return [_frame(b"[1, 2, 3]"), _frame(b"{not json"), b"\xde\xad\xbe\xef" * 4,
                 _frame({"ev": "result", "step": 0, "call": 0, "value": {

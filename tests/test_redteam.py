@@ -56,8 +56,10 @@ GROUPS = {
     "surrogates": lambda: _between_classmates(attacker("b", "surrogates")),
     "frames_orphan": lambda: _between_classmates(attacker("b", "frames_orphan", "orphan")),
     "close_and_sleep": lambda: _between_classmates(attacker("b", "close_and_sleep")),
+    "frames_unread": lambda: _between_classmates(attacker("b", "frames_unread", "calls_unread")),
     "bell": lambda: _between_classmates(attacker("b", "bell_flood", "bell", base="correct"),
                                         attacker("d", "bell_closed", "bell", base="correct")),
+    "bell_slow": lambda: _between_classmates(attacker("b", "bell_slow", "bell", "bell_slow", base="slow")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
@@ -211,6 +213,13 @@ def test_closing_the_result_pipe_and_sleeping_hangs_nothing(mode):
 
 
 @per_mode
+def test_answering_calls_without_reading_them_stalls_no_worker(mode):
+    """A child that forges every result at import and never reads the calls handed to it: the
+    worker's hand-over of later steps must not wait on a call pipe the child keeps full."""
+    check(mode, "frames_unread")
+
+
+@per_mode
 def test_a_flooded_or_closed_bell_costs_a_correct_submission_nothing(mode):
     """The worker reads a child's results when the child rings: a bell filled, or closed, must
     neither hang the run nor lose a correct submission any of its results."""
@@ -219,6 +228,14 @@ def test_a_flooded_or_closed_bell_costs_a_correct_submission_nothing(mode):
     for entry in outcome.entries:
         if entry.attack:
             assert outcome.results[entry.name]["score"] == full, (entry.name, outcome.results[entry.name])
+
+
+@per_mode
+def test_ringing_the_bell_throughout_a_slow_call_gains_nothing_over_honest_slowness(mode):
+    outcome = check(mode, "bell_slow")
+    honest = steps_by_id(baseline(mode)["slow"])["ex4_shapes"]
+    attack = steps_by_id(outcome.results["b_bell_slow.py"])["ex4_shapes"]
+    assert attack["status"] == honest["status"] == "timeout", (attack, honest)
 
 
 @per_mode
