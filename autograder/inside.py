@@ -74,7 +74,7 @@ CALLS_PIPE = 1 << 16
 """Bytes of calls handed to a child at once: a pipe holds at least this much, so no write waits."""
 RESULTS_PIPE = 1 << 20
 """Bytes a child's result pipe is asked to hold: a step's results fit in it with no one reading."""
-F_SETPIPE_SZ = 1031
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
 
 # ---------------------------------------------------------------- confinement (Linux) ---------
 
@@ -631,8 +631,8 @@ def _serve_forks(sock, seal, arguments):
             pass
         try:
             held = fcntl.fcntl(results_out, F_SETPIPE_SZ, RESULTS_PIPE)
-        except OSError:
-            held = 1 << 16  # what every Linux pipe holds
+        except OSError:  # as it is: 64 KiB, or a page for a user holding too much pipe memory
+            held = fcntl.fcntl(results_out, F_GETPIPE_SZ)
         os.set_blocking(bell_out, False)  # a bell already full has rung: ringing never waits
         pid = os.fork()
         if pid == 0:
