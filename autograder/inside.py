@@ -413,6 +413,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all, encode = __import__("posix")._exit, protocol.pack, protocol.write_all, protocol.encode
+    result_frame, write = protocol.result_frame, os.write
     setitimer, timer = signal.setitimer, signal.ITIMER_REAL
     saved_builtins = dict(builtins.__dict__)
     call_timeout = limits["call_timeout"]
@@ -428,17 +429,19 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     def ring():
         unrung[0] = 0
         try:
-            os.write(bell, b"!")
+            write(bell, b"!")
         except OSError:  # full (it has rung) or closed
             pass
 
-    def send(obj, data=b""):
-        obj["out"] = captured.take()
-        frame = pack(obj, data)
+    def deliver(frame):
         if unrung[0] + len(frame) > ring_every:  # the pipe could fill: the worker reads as it comes
             ring()
         unrung[0] += len(frame)
         write_all(out, frame)
+
+    def send(obj, data=b""):
+        obj["out"] = captured.take()
+        deliver(pack(obj, data))
 
     filename = job["filename"]
     module = type(sys)("attention_head")
@@ -512,7 +515,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             obj = encode(value, parts, [0])
         except BaseException:
             obj, parts = {"t": "bad", "type": "an object that could not be read"}, []
-        send(dict(where, value=obj), b"".join(parts))
+        deliver(result_frame(step_index, call_index, obj, b"".join(parts), captured.take()))
 
 
 # ---------------------------------------------------------------- the worker ------------------
@@ -709,6 +712,7 @@ class Worker:
         self.config, self.out, self.seal, self.scratch_root, self.forks = config, out, seal, scratch_root, forks
         self.pending, self.pending_bytes = [], 0
         self.checked = 0.0  # when the scratch folder's quota was last checked
+        self.bell = None  # the worker's end of the running child's bell, until the child closes it
 
     def emit(self, frame):
         self.pending.append(frame)
@@ -746,21 +750,21 @@ class Worker:
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
-        pid, read_end, calls_out, source_out, bell = self.forks.spawn(meta)
-        bell = [bell]  # None once the child has closed it
+        pid, read_end, calls_out, source_out, self.bell = self.forks.spawn(meta)
         try:
-            for fd in (read_end, bell[0], calls_out):
+            for fd in (read_end, self.bell, calls_out):
                 os.set_blocking(fd, False)
             try:
                 protocol.write_all(source_out, job["cells"])
             except OSError:
                 pass  # the child is gone: its read end tells the rest
             os.close(source_out)
-            return self.supervise(job, start, tag, used, pid, read_end, calls_out, bell, scratch)
+            return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch)
         finally:
             os.close(read_end)
-            if bell[0] is not None:
-                os.close(bell[0])
+            if self.bell is not None:
+                os.close(self.bell)
+                self.bell = None
             try:
                 os.close(calls_out)
             except OSError:
@@ -771,7 +775,7 @@ class Worker:
                 _unlock(scratch)
                 shutil.rmtree(scratch, ignore_errors=True)
 
-    def read_watching(self, reader, deadline, scratch, bell):
+    def read_watching(self, reader, deadline, scratch):
         """The child's next frame; meanwhile, every DISK_POLL seconds, its scratch folder must
         stay within its quota.
 
@@ -793,15 +797,15 @@ class Worker:
                 return frame
             if now >= deadline:
                 raise protocol.TimedOut("no whole frame before the deadline")
-            watched = reader.fd if bell[0] is None or reader.buffer else bell[0]
-            if select.select([watched], [], [], min(deadline - now, DISK_POLL))[0] and watched == bell[0]:
+            watched = reader.fd if self.bell is None or reader.buffer else self.bell
+            if select.select([watched], [], [], min(deadline - now, DISK_POLL))[0] and watched == self.bell:
                 try:
                     rung = os.read(watched, 1 << 12)
                 except BlockingIOError:
                     continue
                 if not rung:  # closed: from now on the results themselves wake the worker
                     os.close(watched)
-                    bell[0] = None
+                    self.bell = None
 
     @staticmethod
     def hand_over(calls_out, places, arguments):
@@ -823,7 +827,7 @@ class Worker:
             pass  # the child is gone: its read end tells the rest
         return count
 
-    def supervise(self, job, start, tag, used, pid, read_end, calls_out, bell, scratch):
+    def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
         limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
@@ -832,7 +836,7 @@ class Worker:
         handed = None  # (step, last call) of the calls the child holds
         while True:
             try:
-                raw = self.read_watching(reader, deadline, scratch, bell)
+                raw = self.read_watching(reader, deadline, scratch)
                 now = time.monotonic()
                 if sent is not None and now - sent > limits["call_timeout"] + TOLERANCE:
                     raise protocol.TimedOut("the call ran past its limit")
@@ -875,7 +879,6 @@ class Worker:
             sent = time.monotonic()
             deadline = sent + limits["call_timeout"] + GRACE
             self.flush_some()  # while the child works on the call
-
 
     def stop_child(self, exc, pid, expected, tag):
         """End a child that broke the protocol or a bound, report why for the call it was on, and

@@ -182,6 +182,12 @@ def blob_length(raw):
     return _HEADER.unpack_from(raw)[2]
 
 
+def result_frame(step, call, value, blob=b"", out=""):
+    """The frame of a call's returned value (described by `encode`), as a submission's process
+    writes it: the grader knows the reference's own value by these very bytes (runner.prepare)."""
+    return pack({"ev": "result", "step": step, "call": call, "value": value, "out": out}, blob)
+
+
 def result_prefix(step, call):
     """How the JSON of call `call` of step `step`'s result frame starts, byte for byte."""
     return b'{"ev":"result","step":%d,"call":%d,' % (step, call)
