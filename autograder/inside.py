@@ -412,7 +412,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     signal.signal(signal.SIGALRM, _on_alarm)
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
-    real_exit, pack, write_all, encode = __import__("posix")._exit, protocol.pack, protocol.write_all, protocol.encode
+    real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
     result_frame, write = protocol.result_frame, os.write
     setitimer, timer = signal.setitimer, signal.ITIMER_REAL
     saved_builtins = dict(builtins.__dict__)
@@ -510,12 +510,12 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
                 real_exit(0)
             send(dict(where, raised=_raised(failure, filename)))
             continue
+        printed = captured.take()
         try:
-            parts = []
-            obj = encode(value, parts, [0])
+            frame = result_frame(step_index, call_index, value, printed)
         except BaseException:
-            obj, parts = {"t": "bad", "type": "an object that could not be read"}, []
-        deliver(result_frame(step_index, call_index, obj, b"".join(parts), captured.take()))
+            frame = pack(dict(where, value={"t": "bad", "type": "an object that could not be read"}, out=printed))
+        deliver(frame)
 
 
 # ---------------------------------------------------------------- the worker ------------------

@@ -94,9 +94,7 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list
     exact = {}
     for step_index, values in enumerate(returned or ()):
         for call_index, value in enumerate(values):
-            parts: list[bytes] = []
-            obj = protocol.encode(value, parts, [0])
-            exact[protocol.result_frame(step_index, call_index, obj, b"".join(parts))] = (step_index, call_index)
+            exact[protocol.result_frame(step_index, call_index, value)] = (step_index, call_index)
     steps, frames, offset = [], [], 0
     for step_index, (_step_id, calls) in enumerate(plan):
         places = []
