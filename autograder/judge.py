@@ -24,6 +24,7 @@ float32-sized errors in numbers a float32 can hold, or an exception.
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -76,7 +77,7 @@ def _as_array(value, name: str) -> np.ndarray:
     if isinstance(value, bool):
         raise WrongType(f"{name} is a bool, not an array")
     if isinstance(value, np.ndarray):
-        return value.astype(np.float64)
+        return value.astype(np.float64, copy=False)  # as it came (read-only) when already float64
     if isinstance(value, (list, tuple, int, float)):
         try:
             return np.asarray(_plain(value), dtype=np.float64)
@@ -427,11 +428,11 @@ def _own_allowed(failing_uses: list[str], earlier: dict[str, StepResult]) -> boo
                    for used in failing_uses)
 
 
-def _own(fn: str, depth: int) -> list[_Candidate]:
-    if fn not in diagnoses.PIPELINES:
-        return []
-    return [_Candidate(codes, model, False, key=(fn, depth, n))
-            for n, (codes, _, model) in enumerate(diagnoses.models(fn, depth))]
+def _own(fn: str, depth: int):
+    """The step's own models of `depth` slips, as candidates, made one at a time as they are weighed."""
+    if fn in diagnoses.PIPELINES:
+        for n, (codes, _, model) in enumerate(diagnoses.models(fn, depth)):
+            yield _Candidate(codes, model, False, key=(fn, depth, n))
 
 
 _CARRIED: dict[tuple, Callable] = {}
@@ -499,16 +500,15 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
 
 
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
-           agreed: dict) -> None:
+           agreed: dict, order: list[int]) -> None:
     """Run the model on every call of one function that returned or raised, and tally the evidence.
 
-    Passing calls come first: one the model gets wrong rejects it, and ends the weighing. `agreed`
-    remembers, for one step, whether a student's value and a model value agree, by their ids.
+    `order` lists those calls, passing calls first: one the model gets wrong rejects it, and ends
+    the weighing. `agreed` remembers, for one step, whether a student's value and a model value
+    agree, by their ids.
     """
-    for index in sorted(range(len(calls)), key=lambda i: verdicts[i].kind != "ok"):
+    for index in order:
         call, verdict, want = calls[index], verdicts[index], expected[index]
-        if verdict.kind not in ("ok", "mismatch", "raised"):
-            continue
         value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "raised":
             if error is not None and error[0] == verdict.raised:
@@ -544,6 +544,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     if not failing:
         return [], set()
     accepted = []
+    by_earlier: set = set()  # the failures that accepted diagnoses of earlier steps explain
     agreed: dict = {}
     own = _own_allowed(failing_uses, earlier)
     fns = list(dict.fromkeys(call.fn for call in calls))
@@ -552,18 +553,23 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             indexes = [i for i, call in enumerate(calls) if call.fn == fn]
             to_explain = {i for i in indexes if i in failing}
             if depth == 1:
-                candidates = _carried(fn, failing_uses, earlier) + (_own(fn, 1) if own else [])
+                candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
             else:
                 candidates = _screened(fn, indexes, calls, verdicts, expected, covered) if own else []
+            fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
+                                                  [expected[i] for i in indexes])
+            order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
+                           key=lambda i: fn_verdicts[i].kind != "ok")
             for candidate in candidates:
-                if not candidate.carried and to_explain <= {i for c in accepted if c.carried for i in c.explains}:
+                if not candidate.carried and to_explain <= by_earlier:
                     break  # earlier diagnoses already explain every failure: no model of its own can win
-                _weigh(candidate, [calls[i] for i in indexes], [verdicts[i] for i in indexes],
-                       [expected[i] for i in indexes], agreed)
+                _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order)
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
                         and 2 * len(candidate.explains) >= len(failing)):
                     accepted.append(candidate)
+                    if candidate.carried:
+                        by_earlier |= candidate.explains
         covered = {i for c in accepted for i in c.explains}
         if set(failing) <= covered:
             break  # the search goes one slip deeper only for failures no single slip explains
