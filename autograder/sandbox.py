@@ -1,10 +1,11 @@
 """Where a submission runs: the sandbox modes, what each guarantees, and the one place that picks one.
 
 Every mode runs submissions in workers (see `inside.py`), never in the grader's process, and in
-every sealed mode each submission's own process also seals itself: one pipe of its own, a fresh
-scratch folder, hard limits, no new privileges, seccomp (no sockets, processes, exec, ptrace or
-signals out) and, where the kernel has it, Landlock (read only Python, numpy and shared libraries;
-write only its scratch folder). The modes differ in what surrounds the worker.
+every sealed mode each submission's own process also seals itself: pipes of its own and no
+inherited descriptor, a fresh scratch folder, hard limits, no new privileges, seccomp (no sockets,
+processes, exec, ptrace or signals out) and, where the kernel has it, Landlock (read only Python,
+numpy and shared libraries; write only its scratch folder). The modes differ in what surrounds the
+worker.
 
 `choose()` takes the strongest mode this machine offers, or the one QKV_SANDBOX names (auto, bwrap,
 bwrap-userns, landlock, none). Where no sealed mode works it refuses, with a line saying what to
