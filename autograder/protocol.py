@@ -183,8 +183,9 @@ def blob_length(raw):
 
 
 def result_frame(step, call, value, out=""):
-    """The frame of a call that returned `value`, as a submission's process writes it: the grader
-    knows the reference's own value by these very bytes (runner.prepare).
+    """The frame of call `call` (an int) of step `step` (an int), which returned `value` and printed
+    `out` (a str), as a submission's process writes it: the grader knows the reference's own value
+    by these very bytes (runner.prepare).
 
     What calls mostly return (a float64 array, or a tuple or dict of them, or a bool) is written
     directly, in the very bytes the general path (`encode`, then JSON) would write."""
@@ -208,7 +209,8 @@ _FLOAT64 = b'{"t":"array","dtype":"<f8","shape":[%s],"n":%d}'
 def _plain_array(value, blobs, room, np):
     """A little-endian float64 array's description, its bytes appended to `blobs`; None for any
     other value, or one larger than `room` bytes."""
-    if type(value) is not np.ndarray or value.dtype.str != "<f8" or value.ndim > 32 or value.nbytes > room:
+    if type(value) is not np.ndarray or value.dtype.str != "<f8" or value.ndim > 32 or value.nbytes > room \
+            or not value.size:  # an empty array's sides are checked on the general path
         return None
     data = value.tobytes()
     blobs.append(data)
@@ -360,6 +362,8 @@ def _encode(value, blobs, used, depth, np):
             return {"t": "bad", "type": "numpy array of dtype %s" % value.dtype}
         if little.nbytes > MAX_VALUE_BYTES - used[0]:
             return {"t": "bad", "type": "numpy array of %d bytes (too large)" % value.nbytes}
+        if not value.size and not _sides_fit(value.shape):  # empty, but with sides no reader accepts
+            return {"t": "bad", "type": "empty numpy array of shape %s (too large)" % list(value.shape)}
         data = np.ascontiguousarray(little).tobytes()
         blobs.append(data)
         used[0] += len(data)
@@ -387,6 +391,18 @@ def _encode(value, blobs, used, depth, np):
         return {"t": "dict", "items": {key: _encode(item, blobs, used, depth + 1, np)
                                        for key, item in dict.items(value)}}
     return {"t": "bad", "type": type_name(value)}
+
+
+def _sides_fit(shape):
+    """Is every side of `shape` below 2**31, and the product of its sides (an empty side counted as
+    one) within MAX_VALUE_BYTES? numpy refuses to build a shape whose other sides are vast even
+    when the array is empty, so no reader accepts one: an encoder describes such an array as bad."""
+    volume = 1
+    for size in shape:
+        if size >= 1 << 31:
+            return False
+        volume *= max(size, 1)
+    return volume <= MAX_VALUE_BYTES
 
 
 def type_name(value):
@@ -419,13 +435,12 @@ def check_value(obj, blob_len, offset=0, depth=0):
         dtype, shape, n = obj.get("dtype"), obj.get("shape"), obj.get("n")
         if dtype not in DTYPES or type(shape) is not list or len(shape) > 32 or type(n) is not int:
             _fail("an array with an unsupported description")
-        count = volume = 1
+        count = 1
         for size in shape:
-            if type(size) is not int or not 0 <= size < 1 << 31:
+            if type(size) is not int or size < 0:
                 _fail("an array with an invalid shape")
             count *= size
-            volume *= max(size, 1)  # numpy refuses a shape whose other sides are vast, even when empty
-        if volume > MAX_VALUE_BYTES:
+        if not _sides_fit(shape):
             _fail("an array with an invalid shape")
         if count * int(dtype[2:]) != n or n > blob_len - offset:
             _fail("an array whose data does not match its shape")

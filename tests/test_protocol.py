@@ -186,9 +186,25 @@ class _Pair(tuple):
     {"weights": np.ones(3), "output": np.zeros((1, 2))}, {}, {"ü\n\"": np.ones(1)}, {1: np.ones(1)},
     {"k" * 101: np.ones(1)}, True, False, np.bool_(True), 3, 2.5, None, [np.ones(2)],
     np.zeros(protocol.MAX_VALUE_BYTES // 8 + 1), (np.zeros(protocol.MAX_VALUE_BYTES // 16 + 1),) * 2,
+    (np.zeros(protocol.MAX_VALUE_BYTES // 16),) * 2, np.frombuffer(b"\x01\x00\x00\x00\x00\x00\xf8\x7f"),
+    np.zeros((1,) * 33), np.ones(2, dtype="=f8"), np.ones(2, dtype=np.dtype(float, metadata={"m": 1})),
+    np.ones((2, 2)).view(np.matrix), np.ma.masked_array(np.ones(2)), {"k" * 100: np.ones(1)},
+    {str(i): np.ones(1) for i in range(100)}, {str(i): np.ones(1) for i in range(101)}, {"a\udc80": np.ones(1)},
+    (np.ones(1),) * 10_000, (np.ones(1),) * 10_001, np.empty((0, 2**31)), (np.ones(1), np.empty((2**23 + 1, 0))),
 ])
 @pytest.mark.parametrize("out", ["", "printed\n\u00e9\ud800"])
 def test_a_result_frame_is_the_general_encoding_byte_for_byte(value, out):
     """The common values take a shorter path to their frame: it must write exactly what the general
     path writes, or the grader would no longer know the reference's values by their bytes."""
     assert protocol.result_frame(4, 2, value, out) == _general_frame(4, 2, value, out)
+
+
+@pytest.mark.parametrize("shape", [(0, 2**31), (2**23 + 1, 0), (0, 2**12, 2**12)])
+def test_an_empty_array_with_vast_sides_is_a_bad_value_the_grader_can_read(pipe, shape):
+    """numpy cannot rebuild such an array, so the grader would refuse its frame and lose the calls
+    after it: it travels as a bad value instead, and costs only its own call."""
+    read_end, write_end = pipe
+    os.write(write_end, protocol.result_frame(0, 0, np.empty(shape)))
+    obj, blob = protocol.Reader(read_end).read(time.monotonic() + 1)
+    assert protocol.check_value(obj["value"], len(blob)) == 0
+    assert protocol.decode(obj["value"], blob).type.startswith("empty numpy array of shape")

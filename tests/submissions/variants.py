@@ -105,6 +105,10 @@ WRONG: dict[str, Submission] = {
     "process_dies": _one("    # Receiver 1 takes", "    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)\n"
                          "    # Receiver 1 takes", "ex2_row_normalization", "crashed",
                          status={"ex2_row_normalization": "error"}),
+    # An empty array whose other side is vast: numpy cannot rebuild it, so it travels as a bad value
+    # for that call alone, and the calls after it are still run.
+    "vast_empty_array": _one("    return np.array([[1.0, 1.0, 1.0],", "    return np.empty((0, 2**31))\n"
+                             "    return np.array([[1.0, 1.0, 1.0],", "ex2_row_normalization", "wrong-type"),
     "memory_limit": _one("    output_before, weights_before", "    np.ones(2**40)\n    output_before, weights_before",
                          "ex5_intervention", "memory-limit", status={"ex5_intervention": "error"}),
     "mutates_softmax_input": _one(SOFTMAX_MAX, "s -= s.max(axis=-1, keepdims=True)\n    shifted = s",
