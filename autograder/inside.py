@@ -328,7 +328,7 @@ class _CappedText:
         self.cap, self.kept, self.total = cap, [], 0
 
     def write(self, text):
-        text = str(text)
+        text = _plain_text(str(text))
         room = self.cap - sum(len(part) for part in self.kept) if self.total < self.cap else 0
         if room > 0:
             self.kept.append(text[:room])
@@ -349,6 +349,16 @@ class _CappedText:
         return text
 
 
+def _plain_text(text, cap=None):
+    """`text` (a str, or a subclass of it) as a plain str that any frame can carry: each lone
+    surrogate written as its escape, as the grader would (so its length is what the grader counts),
+    and, given `cap`, cut to at most `cap` characters."""
+    text = str.__str__(text)
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if cap is None or len(text) <= cap else text[:cap - 1] + "…"
+
+
 def _where(exc, filename):
     """The last line of the submission's own code that the exception passed through."""
     tb, line = exc.__traceback__, None
@@ -360,13 +370,21 @@ def _where(exc, filename):
 
 
 def _raised(exc, filename):
+    """An exception as plain data; whatever the exception's own code does, this returns."""
     try:
-        message = str(exc)
+        kind = _plain_text(type(exc).__name__, 100)
+    except BaseException:
+        kind = "Exception"
+    try:
+        message = _plain_text(str(exc), 301)
     except BaseException:
         message = "(a message that could not be read)"
-    if len(message) > 300:
-        message = message[:300] + "…"
-    return {"type": type(exc).__name__[:100], "message": message, "where": _where(exc, filename)}
+    try:
+        where = _where(exc, filename)
+        where = None if where is None else _plain_text(where, 300)
+    except BaseException:
+        where = None
+    return {"type": kind, "message": message, "where": where}
 
 
 def _seal_descriptors(keep):
@@ -413,7 +431,8 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
-    result_frame, write = protocol.result_frame, os.write
+    result_frame, write, plain_text = protocol.result_frame, os.write, _plain_text
+    out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
     setitimer, timer = signal.setitimer, signal.ITIMER_REAL
     saved_builtins = dict(builtins.__dict__)
     call_timeout = limits["call_timeout"]
@@ -439,8 +458,14 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         unrung[0] += len(frame)
         write_all(out, frame)
 
+    def printed():
+        try:
+            return plain_text(captured.take(), out_cap)
+        except BaseException:  # the capture object itself was tampered with
+            return "(printed output that could not be read)"
+
     def send(obj, data=b""):
-        obj["out"] = captured.take()
+        obj["out"] = printed()
         deliver(pack(obj, data))
 
     filename = job["filename"]
@@ -485,7 +510,10 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             real_exit(0)
         step_index, call_index = call["step"], call["call"]
         where = {"ev": "result", "step": step_index, "call": call_index}
-        function = getattr(module, call["fn"], None)
+        try:  # a module's own __getattr__ may raise
+            function = getattr(module, call["fn"], None)
+        except BaseException:
+            function = None
         if not callable(function):
             send(dict(where, raised={"type": "MissingName", "message": call["fn"], "where": None}))
             continue
@@ -510,11 +538,11 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
                 real_exit(0)
             send(dict(where, raised=_raised(failure, filename)))
             continue
-        printed = captured.take()
+        text = printed()
         try:
-            frame = result_frame(step_index, call_index, value, printed)
+            frame = result_frame(step_index, call_index, value, text)
         except BaseException:
-            frame = pack(dict(where, value={"t": "bad", "type": "an object that could not be read"}, out=printed))
+            frame = pack(dict(where, value={"t": "bad", "type": "an object that could not be read"}, out=text))
         deliver(frame)
 
 
@@ -701,10 +729,11 @@ def _check_child_frame(obj, blob, expected, used):
 
 
 def _spend(used, count):
-    """Count `count` more bytes of array data against the submission's budget."""
-    used[0] += count
-    if used[0] > protocol.MAX_JOB_BYTES:
+    """Count `count` more bytes of array data against the submission's budget; a result that would
+    go past it is refused, and its bytes are not counted (the grader counts the same way)."""
+    if used[0] + count > protocol.MAX_JOB_BYTES:
         raise protocol.ProtocolError("more array data than a submission may return")
+    used[0] += count
 
 
 class Worker:

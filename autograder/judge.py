@@ -179,13 +179,19 @@ def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL
                 found.append(feedback.array_mismatch(got, want, public, name) if describe and rtol == RTOL else name)
         elif name == "softmax_axis":
             if got not in ((1, -1) if want == -1 else (want,)):
-                found.append(f"softmax_axis is {got!r}" + (f", expected {want!r}" if public else ""))
+                found.append(f"softmax_axis is {_shown(got)}" + (f", expected {want!r}" if public else ""))
         elif name == "divisor":
             if not isclose(got, want, rtol, atol):
-                found.append(f"divisor is {got!r}" + (f", expected {want!r}" if public else ""))
+                found.append(f"divisor is {_shown(got)}" + (f", expected {want!r}" if public else ""))
         elif got != want:
-            found.append(f"{name} is {got!r}" + (f", expected {want!r}" if public else ""))
+            found.append(f"{name} is {_shown(got)}" + (f", expected {want!r}" if public else ""))
     return found
+
+
+def _shown(value) -> str:
+    """A returned value as feedback shows it: its repr, cut short (a shape may be 10 000 numbers long)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 # ------------------------------------------------------------------ grading one step ------------
@@ -243,6 +249,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         detail = {"timeout": "it ran past the time limit", "exit": "it called exit",
                   "memory": "it ran out of memory",
                   "protocol": f"its process sent the grader something that is not a result ({outcome.detail})",
+                  "lost": str(outcome.detail),
                   "disk": f"its scratch folder outgrew its quota ({outcome.detail})",
                   }.get(outcome.fault, f"its process died ({outcome.detail})")
         return _CallVerdict(False, "fault", f"The call did not finish: {detail}.", [code])
@@ -840,6 +847,10 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             results[step.id] = StepResult(step.id, 0.0, step.points, "error",
                                           f"{step.title}: not graded: {run.lost}.", ["crashed"], 0, len(per_case))
             continue
+        if run.lost and any(o is None for o in outcomes) and not any(o is not None and o.fault for o in outcomes):
+            # the run was lost during this step: its calls without an outcome were never graded
+            per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
+                        for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results)
     return list(results.values())
 

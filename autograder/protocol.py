@@ -196,7 +196,11 @@ def result_frame(step, call, value, out=""):
     if described is None:
         blobs = []
         obj = {"ev": "result", "step": step, "call": call, "value": encode(value, blobs, [0]), "out": out}
-        return pack(obj, b"".join(blobs))
+        data = _encode_json(obj).encode()
+        if len(data) > MAX_JSON:  # a value no reader takes: known by its type alone
+            obj["value"], blobs = _bad("%s too large to send" % type_name(value)), []
+            data = _encode_json(obj).encode()
+        return pack_raw(data, b"".join(blobs))
     data = b'{"ev":"result","step":%d,"call":%d,"value":%s,"out":%s}' % (
         step, call, described, _encode_json(out).encode() if out else b'""')
     blob = b"".join(blobs)
@@ -234,8 +238,8 @@ def _plain_value(value, blobs, np):
             parts.append(part)
         if kind is tuple:
             return b'{"t":"tuple","items":[%s]}' % b",".join(parts)
-        if any(type(key) is not str or len(key) > 100 for key in value):
-            return None
+        if not all(type(key) is str and key.isascii() and len(key) <= 100 for key in value):
+            return None  # the general path decides
         return b'{"t":"dict","items":{%s}}' % b",".join(
             [b"%s:%s" % (_encode_json(key).encode(), part) for key, part in zip(value, parts)])
     return _plain_array(value, blobs, MAX_VALUE_BYTES, np)
@@ -347,29 +351,56 @@ def encode(value, blobs, used):
     """
     import numpy as np
 
-    return _encode(value, blobs, used, 0, np)
+    start, state = len(blobs), [used[0], MAX_PARTS]  # array bytes so far, parts still allowed
+    try:
+        described = _encode(value, blobs, state, 0, np)
+    except _TooManyParts:
+        del blobs[start:]
+        return _bad("%s of more than %d parts" % (type_name(value), MAX_PARTS))
+    used[0] = state[0]
+    return described
 
 
-def _encode(value, blobs, used, depth, np):
+MAX_PARTS = 100_000
+"""Values, arrays and containers one returned value may hold in all; no more fit in MAX_JSON."""
+
+
+class _TooManyParts(Exception):
+    pass
+
+
+def _bad(description):
+    """A value known only by a description: a plain str (whatever str subclass a name was), any lone
+    surrogate written as its escape, cut short enough for any reader."""
+    description = "%s" % (description,)
+    if not description.isascii():
+        description = description.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"t": "bad", "type": description[:200]}
+
+
+def _encode(value, blobs, state, depth, np):
+    state[1] -= 1
+    if state[1] < 0:
+        raise _TooManyParts()
     kind = type(value)
     if kind is np.ndarray:
         if value.dtype.kind not in "biuf":
-            return {"t": "bad", "type": "numpy array of dtype %s" % value.dtype}
+            return _bad("numpy array of dtype %s" % value.dtype)
         if value.ndim > 32:
-            return {"t": "bad", "type": "numpy array of %d dimensions" % value.ndim}
+            return _bad("numpy array of %d dimensions" % value.ndim)
         little = value.astype(value.dtype.newbyteorder("<")) if value.dtype.byteorder == ">" else value
         if little.dtype.str not in DTYPES:
-            return {"t": "bad", "type": "numpy array of dtype %s" % value.dtype}
-        if little.nbytes > MAX_VALUE_BYTES - used[0]:
-            return {"t": "bad", "type": "numpy array of %d bytes (too large)" % value.nbytes}
+            return _bad("numpy array of dtype %s" % value.dtype)
+        if little.nbytes > MAX_VALUE_BYTES - state[0]:
+            return _bad("numpy array of %d bytes (too large)" % value.nbytes)
         if not value.size and not _sides_fit(value.shape):  # empty, but with sides no reader accepts
-            return {"t": "bad", "type": "empty numpy array of shape %s (too large)" % list(value.shape)}
+            return _bad("empty numpy array of shape %s (too large)" % list(value.shape))
         data = np.ascontiguousarray(little).tobytes()
         blobs.append(data)
-        used[0] += len(data)
+        state[0] += len(data)
         return {"t": "array", "dtype": little.dtype.str, "shape": list(value.shape), "n": len(data)}
     if isinstance(value, np.ndarray):
-        return {"t": "bad", "type": "%s (a subclass of numpy.ndarray)" % type_name(value)}
+        return _bad("%s (a subclass of numpy.ndarray)" % type_name(value))
     if kind is bool or kind is np.bool_:
         return {"t": "bool", "v": bool(value)}
     if kind is int or (isinstance(value, np.integer) and kind.__module__ == "numpy"):
@@ -380,17 +411,31 @@ def _encode(value, blobs, used, depth, np):
     if value is None:
         return {"t": "none"}
     if kind is list or kind is tuple or (isinstance(value, tuple) and hasattr(kind, "_fields")):
-        if len(value) > MAX_ITEMS or depth >= MAX_DEPTH:
-            return {"t": "bad", "type": "%s nested too deep or too long" % kind.__name__}
-        items = [_encode(item, blobs, used, depth + 1, np) for item in tuple.__iter__(value)] \
-            if kind is not list else [_encode(item, blobs, used, depth + 1, np) for item in list.__iter__(value)]
+        # a tuple subclass's own __len__ and __iter__ are not asked: they could say anything
+        if (list.__len__ if kind is list else tuple.__len__)(value) > MAX_ITEMS or depth >= MAX_DEPTH:
+            return _bad("%s nested too deep or too long" % type_name(value))
+        items = [_encode(item, blobs, state, depth + 1, np) for item in tuple.__iter__(value)] \
+            if kind is not list else [_encode(item, blobs, state, depth + 1, np) for item in list.__iter__(value)]
         return {"t": "list" if kind is list else "tuple", "items": items}
     if kind is dict:
-        if len(value) > 100 or depth >= MAX_DEPTH or any(type(key) is not str or len(key) > 100 for key in value):
-            return {"t": "bad", "type": "dict with keys that are not plain strings"}
-        return {"t": "dict", "items": {key: _encode(item, blobs, used, depth + 1, np)
+        if len(value) > 100 or depth >= MAX_DEPTH or not all(_plain_key(key) for key in value):
+            return _bad("dict with keys that are not plain strings")
+        return {"t": "dict", "items": {key: _encode(item, blobs, state, depth + 1, np)
                                        for key, item in dict.items(value)}}
-    return {"t": "bad", "type": type_name(value)}
+    return _bad(type_name(value))
+
+
+def _plain_key(key):
+    """A dict key any reader takes as it is: a str of at most 100 characters, none of them a lone
+    surrogate (which a reader writes as a six-character escape)."""
+    if type(key) is not str or len(key) > 100:
+        return False
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return True
 
 
 def _sides_fit(shape):
@@ -410,7 +455,7 @@ def type_name(value):
     module = getattr(kind, "__module__", "?")
     name = getattr(kind, "__name__", "?")
     text = name if module in ("builtins", "attention_head") else "%s.%s" % (module, name)
-    return str(text)[:200]
+    return ("%s" % (text,))[:200]  # a plain str, whatever a name or module claims to be
 
 
 class Bad:
