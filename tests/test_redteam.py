@@ -160,6 +160,9 @@ def test_lone_surrogates_in_a_submissions_text_crash_nothing(mode):
     result = outcome.results["b_surrogates.py"]
     text = result.get("output", "") + "".join(step["feedback"] for step in result["steps"])
     assert "\\ud800" in text and "\\ud83d" in text, text[:600]
+    # a long run of them costs nothing either: the module imported and every step was graded
+    assert result.get("output", "").startswith("printed at import: \\ud800\\ud800"), result.get("output", "")[:200]
+    assert "grading worker failed" not in text and "could not be imported" not in text, text[:600]
 
 
 # ------------------------------------------------------------------ signals -------------------
