@@ -361,8 +361,10 @@ def encode(value, blobs, used):
     return described
 
 
-MAX_PARTS = 100_000
-"""Values, arrays and containers one returned value may hold in all; no more fit in MAX_JSON."""
+MAX_PARTS = 20_000
+"""Values, arrays and containers one returned value may hold in all: ample for any answer here (a
+[16, 16] matrix as nested lists has 273), and few enough to describe in a fraction of a call's
+time, however cheaply the value was made ([row] * 1000 shares one row)."""
 
 
 class _TooManyParts(Exception):

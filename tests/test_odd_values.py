@@ -41,6 +41,8 @@ ODD = {
              "    return Lies([0.0] * 10001)"), {EX2: 9}),
     "description_larger_than_a_frame": (COUNTEREXAMPLE.format(
         body="return {'k%099d' % i: {'j%099d' % j: 0.5 for j in range(100)} for i in range(100)}"), {EX2: 9}),
+    "ten_million_numbers_made_in_an_instant": (COUNTEREXAMPLE.format(
+        body="row = [0.0] * 10000\n    return [row] * 1000"), {EX2: 9}),
     "a_shape_ten_thousand_long": (FACTS.format(body="facts['score_shape'] = (1e308,) * 10000"), {EX4: 0}),
     # exceptions whose own code misbehaves
     "message_of_a_str_subclass": (PREDICATE.format(
