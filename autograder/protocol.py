@@ -482,13 +482,9 @@ def check_value(obj, blob_len, offset=0, depth=0):
         dtype, shape, n = obj.get("dtype"), obj.get("shape"), obj.get("n")
         if dtype not in DTYPES or type(shape) is not list or len(shape) > 32 or type(n) is not int:
             _fail("an array with an unsupported description")
-        count = 1
-        for size in shape:
-            if type(size) is not int or size < 0:
-                _fail("an array with an invalid shape")
-            count *= size
-        if not _sides_fit(shape):
+        if any(type(size) is not int or size < 0 for size in shape) or not _sides_fit(shape):
             _fail("an array with an invalid shape")
+        count = math.prod(shape)
         if count * int(dtype[2:]) != n or n > blob_len - offset:
             _fail("an array whose data does not match its shape")
         return offset + n
