@@ -94,10 +94,14 @@ def interrupts_deferred():
 
 def speak_utf8() -> None:
     """Write stdout and stderr in UTF-8 whatever the locale (LC_ALL=C included): the JSON views
-    are UTF-8 by definition, and feedback quotes the chapter's √d_k."""
+    are UTF-8 by definition, and feedback quotes the chapter's √d_k. A lone surrogate, which no
+    UTF-8 text can hold, is written as its escape rather than ending the run."""
     for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
-            stream.reconfigure(encoding="utf-8")
+        if hasattr(stream, "reconfigure"):
+            if (stream.encoding or "").lower().replace("-", "") != "utf8":
+                stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+            else:
+                stream.reconfigure(errors="backslashreplace")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -204,7 +204,7 @@ def grade(root: Path, log=print) -> dict:
     from . import results, sandbox
     from .grading import Grader
     from .runner import Limits, Worker
-    from .submission import SubmissionError, load
+    from .submission import SubmissionError, load, shown_name
 
     config = json.loads((root / "source" / CONFIG).read_text(encoding="utf-8"))
     seed, visibility = int(config["seed"]), config.get("visibility", "visible")
@@ -216,7 +216,8 @@ def grade(root: Path, log=print) -> dict:
         try:
             submission = load(path, name)
         except SubmissionError as exc:
-            problem = str(exc).replace(str(path), name)
+            problem = str(exc).replace(shown_name(str(path)), shown_name(name))
+    name = shown_name(name)  # as results and logs show it: a name that is not UTF-8 has its bytes escaped
     if problem:
         log(f"not graded: {problem}")
         result = results.unreadable(name, problem, seed, sandbox.isolation())
@@ -255,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stdout)
         document, status = PLACEHOLDER, 1
     partial = target.with_name(target.name + ".part")
-    partial.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8",
+                       errors="backslashreplace")  # a lone surrogate, should one slip through, as its escape
     os.replace(partial, target)
     return status
 

@@ -20,7 +20,7 @@ from . import judge, sandbox
 from .results import SubmissionResult, unreadable
 from .runner import Limits, Worker, default_jobs, prepare
 from .steps import ANSWERS, STEPS
-from .submission import Submission, SubmissionError, load
+from .submission import Submission, SubmissionError, load, shown_name
 
 
 class Grader:
@@ -110,7 +110,7 @@ class Grader:
         try:
             submission = load(path, name)
         except SubmissionError as exc:
-            return unreadable(name or str(path), str(exc), self.seed, self.isolation)
+            return unreadable(shown_name(name or str(path)), str(exc), self.seed, self.isolation)
         return self.grade(worker, submission)
 
     def grade_many(self, items: Iterable[tuple[Path, str]], jobs: int | None = None,

@@ -23,6 +23,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .steps import STEPS
+from .submission import cell_grade_id, qkv_metadata
 
 TEMPLATES = Path(__file__).resolve().parent / "nbgrader_templates"
 TEMPLATE = "qkv_feedback"
@@ -51,7 +52,7 @@ def reader_view(notebook) -> dict[str, float]:
     found (nbgrader's reading of each check cell) before taking the scores out."""
     scores = {}
     for cell in notebook.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        grade_id = cell_grade_id(cell)
         if cell.cell_type != "code" or grade_id not in STEP_OF_CHECK:
             continue
         cell.source = HIDDEN.sub("", cell.source)
@@ -70,11 +71,11 @@ class ReaderView(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         scores = reader_view(nb)
-        if scores and "in_kernel" not in nb.metadata.get("qkv", {}):
-            nb.metadata.setdefault("qkv", {})["in_kernel"] = scores
+        if scores and "in_kernel" not in qkv_metadata(nb):
+            nb.metadata["qkv"] = {**qkv_metadata(nb), "in_kernel": scores}
         pending = _ungraded(resources.get("nbgrader", {}))
         for cell in nb.cells:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in pending:
+            if cell_grade_id(cell) in pending:
                 cell.metadata["qkv_pending"] = True
         return nb, resources
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_seed
 from .store import write_atomically
+from .submission import cell_grade_id, qkv_metadata
 
 NOTEBOOK_ID = Path(NOTEBOOK).stem
 TOLERANCE = 0.005  # scores are kept to two decimals
@@ -144,13 +145,13 @@ def in_kernel_scores(notebook, step_ids: dict[str, str]) -> dict[str, float] | N
     """
     from nbgrader import utils
 
-    recorded = notebook.metadata.get("qkv", {})
+    recorded = qkv_metadata(notebook)
     if "in_kernel" in recorded:
         return recorded["in_kernel"]
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     scores = {}
     for cell in notebook.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        grade_id = cell_grade_id(cell)
         if grade_id in steps_of and utils.is_grade(cell) and cell.cell_type == "code":
             try:
                 score, _ = utils.determine_grade(cell)
@@ -271,7 +272,7 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
             continue
         # Whatever the kernel printed goes, but the heatmap's picture: code that ran there could
         # print what no student may see.
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        grade_id = cell_grade_id(cell)
         cell.outputs = (_check_outputs(results[steps_of[grade_id]]) if grade_id in steps_of
                         else _pictures(cell))
         cell.execution_count = None

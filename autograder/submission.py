@@ -6,6 +6,7 @@ view of the submissions folder.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,19 @@ class Submission:
 
 
 def load(path: Path, name: str | None = None) -> Submission:
-    name = name or str(path)
+    """The submission at `path`, named `name` in results (shown as text any writer accepts: a
+    file name that is not UTF-8 has its bytes escaped); raises SubmissionError, its message shown
+    the same way."""
+    try:
+        return _load(path, name or str(path))
+    except SubmissionError as exc:
+        raise SubmissionError(shown_name(str(exc))) from None
+    except Exception as exc:  # a file no check above foresaw: it alone is not graded, and says why
+        raise SubmissionError(shown_name(f"{path}: the grader could not read it ({type(exc).__name__}); "
+                                         f"this is a fault of the grader's, not of the submission")) from None
+
+
+def _load(path: Path, name: str) -> Submission:
     data = read_bytes(path, name)
     if path.suffix not in SUFFIXES:
         raise SubmissionError(f"{path}: not a .py module or .ipynb notebook")
@@ -39,8 +52,8 @@ def load(path: Path, name: str | None = None) -> Submission:
     except UnicodeDecodeError:
         raise SubmissionError(f"{path}: not UTF-8 text")
     if path.suffix == ".py":
-        return Submission(path, name, (text,), False)
-    return Submission(path, name, tuple(notebook_cells(text, path)), True)
+        return Submission(path, shown_name(name), (text,), False)
+    return Submission(path, shown_name(name), tuple(notebook_cells(text, path)), True)
 
 
 def read_bytes(path: Path, name: str | None = None) -> bytes:
@@ -136,22 +149,44 @@ def notebook_cells(text: str, path: Path) -> list[str]:
         raise SubmissionError(f"{path}: corrupt notebook ({type(exc).__name__})")
     if not isinstance(notebook.get("cells"), list):
         raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
-    cells = []
+    cells, budget = [], [MAGIC_WORK]
     for cell in notebook.cells:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        metadata = cell.get("metadata", {})
-        if metadata.get("qkv", {}).get("role") in SKIPPED_ROLES:
+        # nbformat accepts any JSON in metadata: what is not the shape expected counts as absent
+        metadata = _mapping(cell.get("metadata"))
+        role = _mapping(metadata.get("qkv")).get("role")
+        if isinstance(role, str) and role in SKIPPED_ROLES:
             continue
-        nbgrader = metadata.get("nbgrader", {})
+        nbgrader = _mapping(metadata.get("nbgrader"))
         if nbgrader.get("grade") and not nbgrader.get("solution"):
             continue  # an nbgrader test cell: the grader's own business, not the student's code
         source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        code = python_source(source)
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            source = "".join(source)
+        elif not isinstance(source, str):
+            raise SubmissionError(f"{path}: corrupt notebook (a cell whose source is not text)")
+        code = python_source(source, budget)
         if code is not None:
             cells.append(code)
     return cells
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def cell_grade_id(cell) -> str | None:
+    """A notebook cell's nbgrader grade id; None where its metadata is not of that shape (nbformat
+    lets a notebook hold any JSON there)."""
+    grade_id = _mapping(_mapping(cell.get("metadata")).get("nbgrader")).get("grade_id")
+    return grade_id if isinstance(grade_id, str) else None
+
+
+def qkv_metadata(notebook) -> dict:
+    """The notebook's own `qkv` metadata (what this grader records there), or {} where it is
+    absent or not an object."""
+    return _mapping(_mapping(notebook.get("metadata")).get("qkv"))
 
 
 # Cell magics whose body is Python that Jupyter runs; the body of any other (%%bash, %%html,
@@ -162,8 +197,18 @@ NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_ma
               '"system", "getoutput", "set_next_input"), lambda *args, **kwargs: None))')
 
 
-def python_source(source: str) -> str | None:
-    """A code cell's source as plain Python, or None for a cell whose body is not Python."""
+# IPython's transformer reads a cell again for each magic it rewrites: the work grows as the number
+# of magic lines times the cell's length (501 magics in one cell take it 4.5 s). A notebook may
+# spend this much of it, in cell lines read (under 0.4 s); a cell past what is left runs as an
+# error that says why, and the other cells still run.
+MAGIC_WORK = 20_000
+_MAGIC_LINE = re.compile(r"^[ \t]*([%!]|[\w.\[\], ]+=[ \t]*[%!])", re.M)
+
+
+def python_source(source: str, budget: list[int] | None = None) -> str | None:
+    """A code cell's source as plain Python, or None for a cell whose body is not Python.
+
+    `budget`, a one-item list, is the transformer's work this notebook may still spend."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     first, _, rest = source.lstrip("\n").partition("\n")
@@ -172,8 +217,24 @@ def python_source(source: str) -> str | None:
         if name not in RUNS_ITS_BODY:
             return None
         source = "pass\n" + rest  # the body, on the lines where the student wrote it
-    code = TransformerManager().transform_cell(source)
+    magics = len(_MAGIC_LINE.findall(source))
+    if magics:
+        work = magics * (source.count("\n") + 1)
+        if budget is not None and work > budget[0]:
+            return _raising("this cell holds more magics and shell escapes than the grader reads in one "
+                            "notebook; put them in cells of their own, or leave them out")
+        if budget is not None:
+            budget[0] -= work
+    try:
+        code = TransformerManager().transform_cell(source)
+    except Exception as exc:  # IPython gives up on some cells (a chain of rewrites that never ends)
+        return _raising(f"IPython could not read this cell ({type(exc).__name__})")
     return _without_ipython(code) if "get_ipython" in code else code
+
+
+def _raising(message: str) -> str:
+    """A cell that stops with `message`, as a cell Jupyter cannot run stops with its error."""
+    return f"raise SyntaxError({message!r})\n"
 
 
 def _without_ipython(code: str) -> str:
@@ -185,14 +246,14 @@ def _without_ipython(code: str) -> str:
         tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
     except (tokenize.TokenError, SyntaxError):  # it will not compile anyway: the run says why
         return code
-    lines = code.splitlines(keepends=True)
+    lines = code.split("\n")  # as tokenize counts rows: a form feed or U+2028 ends no line here
     for index in reversed(range(len(tokens) - 2)):
         name, opening, closing = tokens[index:index + 3]
         if (name.type == tokenize.NAME and name.string == "get_ipython" and opening.string == "("
                 and closing.string == ")" and name.start[0] == closing.end[0]):
             row, line = name.start[0] - 1, lines[name.start[0] - 1]
             lines[row] = line[:name.start[1]] + NO_IPYTHON + line[closing.end[1]:]
-    return "".join(lines)
+    return "\n".join(lines)
 
 
 @dataclass
@@ -237,7 +298,7 @@ def discover(folder: Path) -> Found:
     items = []
     for path, parts in candidates:
         name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
-        if _shown(name) != name:
+        if shown_name(name) != name:
             reason = "a name that is not UTF-8: rename it to have it graded"
         elif path.name.startswith("."):
             reason = "a hidden file"
@@ -252,10 +313,10 @@ def discover(folder: Path) -> Found:
             items.append((path, name))
             continue
         skipped.append((name, reason))
-    return Found(items, sorted((_shown(name), reason) for name, reason in skipped))
+    return Found(items, sorted((shown_name(name), reason) for name, reason in skipped))
 
 
-def _shown(name: str) -> str:
+def shown_name(name: str) -> str:
     """A file's name as text every writer accepts: bytes that are not UTF-8 (which Python keeps as
     lone surrogates, and no UTF-8 file or terminal can hold) written as their escapes, \\xff."""
     return os.fsencode(name).decode("utf-8", "backslashreplace")

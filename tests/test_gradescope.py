@@ -258,3 +258,11 @@ def test_where_bubblewrap_cannot_start_it_grades_under_landlock_and_records_that
     assert results["score"] == 100.0
     assert results["extra_data"]["isolation"] == "landlock"
     assert "isolation landlock" in done.stdout
+
+
+def test_a_file_name_that_is_not_utf8_is_graded_and_shown_escaped(bundle, tmp_path):
+    """A lone file is graded whatever its name; one whose bytes are not UTF-8 is named with its
+    bytes escaped, and results.json stays UTF-8 (it used to be left unwritten)."""
+    results, _ = grade(bundle, tmp_path, {"st\udcffudent.py": reference_source()})
+    assert results["score"] == 100.0 and results["extra_data"]["submission"] == "st\\xffudent.py"
+    (tmp_path / "autograder" / "results" / "results.json").read_bytes().decode("utf-8")

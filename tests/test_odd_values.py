@@ -32,6 +32,10 @@ ODD = {
     "prints_lone_surrogates_on_import": ("\nprint('\\udcff' * 700)\n", {}),
     "enlarges_its_own_output_capture": (SCALE.format(body="import sys\n    sys.stdout.cap = 10**6\n"
                                                           "    print('x' * 5000)"), {}),
+    # a module-level name that refuses to be compared with the written answers' names
+    "an_answer_key_that_refuses_comparison": ("\nclass K(str):\n    __hash__ = str.__hash__\n\n"
+                                              "    def __eq__(self, other):\n        raise ValueError('no')\n\n\n"
+                                              "del ANSWER_1\nglobals()[K('ANSWER_1')] = 'an answer'\n", {}),
     # values no reader takes
     "dict_key_with_a_lone_surrogate": (FACTS.format(body="facts['note\\udcff' + 'x' * 95] = 1.0"), {EX4: 0}),
     "structured_array": (COUNTEREXAMPLE.format(

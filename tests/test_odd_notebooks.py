@@ -1,0 +1,114 @@
+"""Odd notebooks and odd file names cost only their own submission, and a notebook's cells behave
+as in Jupyter: a cell that will not compile or run ends that cell only. Real qkv-grade runs.
+
+Before, a cell whose metadata or source was not of the expected shape (valid JSON that nbformat
+accepts) stopped the whole folder run with a traceback, as did a cell of more than 500 magics;
+a cell of a few hundred magics held the grader for seconds per cell; one cell with a syntax error
+cost a notebook every point; and a file name that is not UTF-8 made the JSON printed invalid.
+"""
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from support import qkv_grade, reference_source, require_sandbox
+
+from autograder.submission import MAGIC_WORK, python_source
+
+SEED = 3
+
+
+def _notebook(*cells: str | dict) -> str:
+    notebook = nbformat.v4.new_notebook()
+    for cell in cells:
+        notebook.cells.append(nbformat.v4.new_code_cell(cell) if isinstance(cell, str) else cell)
+    return json.dumps(notebook, ensure_ascii=True)  # a lone surrogate travels as its JSON escape
+
+
+def _odd_cell(**fields) -> dict:
+    cell = nbformat.v4.new_code_cell("x = 1\n")
+    cell.update(fields)
+    return cell
+
+
+ODD_BUT_READABLE = {  # each graded in full: the reference is in its first cell
+    "metadata_a_string": _odd_cell(metadata={"qkv": "check"}),
+    "metadata_a_list": _odd_cell(metadata=[]),
+    "metadata_null": _odd_cell(metadata=None),
+    "role_a_list": _odd_cell(metadata={"qkv": {"role": ["check"]}}),
+    "nbgrader_a_list": _odd_cell(metadata={"nbgrader": [1]}),
+    "five_hundred_and_one_magics": "%time x = 1\n" * 501,
+    "a_syntax_error": "def (:\n",
+    "a_keyboard_interrupt": "raise KeyboardInterrupt\n",
+    "a_lone_surrogate_in_a_comment": "# \udcff\nx = 1\n",
+    "a_form_feed_before_get_ipython": "# a\x0cb\nx = get_ipython()\ny = 2\n",
+}
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory):
+    """One folder: a correct notebook, then every odd one, then a source that is not text."""
+    require_sandbox()
+    folder = tmp_path_factory.mktemp("odd") / "class"
+    folder.mkdir()
+    (folder / "a_correct.ipynb").write_text(_notebook(reference_source()))
+    for name, cell in ODD_BUT_READABLE.items():
+        (folder / f"{name}.ipynb").write_text(_notebook(reference_source(), cell))
+    (folder / "z_source_not_text.ipynb").write_text(_notebook(reference_source(),
+                                                              _odd_cell(source=["x = 1\n", 2])))
+    done = qkv_grade(str(folder), "--format", "json", "--seed", str(SEED), "--out", str(folder.parent / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {result["submission"]: result for result in json.loads(done.stdout)}
+
+
+def test_a_correct_notebook_beside_odd_ones_gets_full_marks(folder_run):
+    assert folder_run["a_correct.ipynb"]["score"] == 100.0
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BUT_READABLE))
+def test_an_odd_cell_costs_nothing_beyond_itself(folder_run, name):
+    result = folder_run[f"{name}.ipynb"]
+    assert result["score"] == 100.0, [(s["id"], s["status"], s["feedback"][:200]) for s in result["steps"]]
+
+
+def test_a_cell_whose_source_is_not_text_makes_only_its_notebook_unreadable(folder_run):
+    result = folder_run["z_source_not_text.ipynb"]
+    assert result["score"] == 0.0 and "a cell whose source is not text" in result["error"], result.get("error")
+
+
+def test_magics_cost_a_bounded_amount_of_the_graders_work():
+    """IPython rereads a cell for each magic it rewrites; past the notebook's budget a cell is
+    not handed to it, and runs as an error that says why."""
+    budget = [MAGIC_WORK]
+    small = python_source("%time x = 1\ny = 2\n", budget)
+    assert "run_line_magic" in small and budget[0] == MAGIC_WORK - 3  # one magic, three lines
+    large = python_source("%time x = 1\n" * 300 + "y = 2\n" * 3000, budget)
+    assert large.startswith("raise SyntaxError(") and "magics" in large
+    compile(large, "cell", "exec")
+
+
+def test_a_file_name_that_is_not_utf8_is_graded_and_printed_escaped(tmp_path):
+    require_sandbox()
+    path = tmp_path / "st\udcffudent.py"
+    path.write_text(reference_source())
+    for form in ("json", "gradescope"):
+        done = qkv_grade(str(path), "--format", form, "--seed", str(SEED), env={"PYTHONIOENCODING": "utf-8:strict"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        document = json.loads(done.stdout)
+        name = document["submission"] if form == "json" else document["extra_data"]["submission"]
+        assert name.endswith("st\\xffudent.py") and document["score"] == 100.0, done.stdout[:300]
+
+
+def test_the_nbgrader_steps_read_odd_metadata_as_absent():
+    """The trusted nbgrader path and its feedback step read the same cells: metadata of any other
+    shape (a string, a list, a grade id that is not a string) counts as absent, never as a crash."""
+    from autograder.nbgrader_feedback import reader_view
+    from autograder.nbgrader_trusted import in_kernel_scores
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["qkv"] = "in_kernel"
+    notebook.cells = [_odd_cell(metadata=[]), _odd_cell(metadata={"nbgrader": "check_qkv"}),
+                      _odd_cell(metadata={"nbgrader": {"grade_id": ["check_qkv"]}})]
+    assert in_kernel_scores(notebook, {"qkv": "check_qkv"}) == {}
+    assert reader_view(notebook) == {}
