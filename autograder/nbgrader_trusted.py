@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -147,7 +148,13 @@ def in_kernel_scores(notebook, step_ids: dict[str, str]) -> dict[str, float] | N
 
     recorded = qkv_metadata(notebook)
     if "in_kernel" in recorded:
-        return recorded["in_kernel"]
+        # nbgrader carries a submitted notebook's metadata over: only scores of the shape written
+        # here are read (they are shown beside the trusted ones, never graded); any other is none
+        kept = recorded["in_kernel"]
+        if isinstance(kept, dict) and all(isinstance(score, (int, float)) and not isinstance(score, bool)
+                                          and math.isfinite(score) for score in kept.values()):
+            return {step: float(score) for step, score in kept.items() if step in step_ids}
+        return None
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     scores = {}
     for cell in notebook.cells:

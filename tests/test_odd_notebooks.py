@@ -112,3 +112,18 @@ def test_the_nbgrader_steps_read_odd_metadata_as_absent():
                       _odd_cell(metadata={"nbgrader": {"grade_id": ["check_qkv"]}})]
     assert in_kernel_scores(notebook, {"qkv": "check_qkv"}) == {}
     assert reader_view(notebook) == {}
+
+
+@pytest.mark.parametrize("planted, read", [
+    ("x", None), ({"qkv": "a"}, None), ({"qkv": float("nan")}, None), ({"qkv": True}, None),
+    ({"qkv": 8, "not_a_step": 3.0}, {"qkv": 8.0}),
+])
+def test_in_kernel_scores_planted_in_a_notebook_are_read_only_in_the_shape_written_here(planted, read):
+    """nbgrader carries a submitted notebook's metadata into the autograded one, so a student can
+    plant `in_kernel` there: anything not of the shape this grader writes is no in-kernel result,
+    rather than a crash of the course's report."""
+    from autograder.nbgrader_trusted import in_kernel_scores
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["qkv"] = {"in_kernel": planted}
+    assert in_kernel_scores(notebook, {"qkv": "check_qkv"}) == read
