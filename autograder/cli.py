@@ -361,14 +361,15 @@ def _print_folder(graded, skipped, run, args, page) -> None:
     elif args.format == "gradescope":
         sys.stdout.write(json.dumps([results.to_gradescope(r) for r in graded], indent=2, ensure_ascii=False) + "\n")
     else:
-        names = {name: results.printable(name) for name in [r.submission for r in graded] + [n for n, _ in skipped]}
+        names = {name: results.printable(name, one_line=True)
+                 for name in [r.submission for r in graded] + [n for n, _ in skipped]}
         width = max([len(shown) for shown in names.values()] + [1])
         for result in graded:
             flags = sorted({code for step in result.steps for code in step.diagnoses})
             sys.stdout.write(f"{names[result.submission]:<{width}}  {result.score:>6g} / {result.max_score:g}"
                              + (f"  {', '.join(flags)}" if flags else "") + "\n")
         for name, reason in skipped:
-            sys.stdout.write(f"{names[name]:<{width}}  not graded: {results.printable(reason)}\n")
+            sys.stdout.write(f"{names[name]:<{width}}  not graded: {results.printable(reason, one_line=True)}\n")
         where = (f"results in {run.folder}/ (one JSON each, summary.csv)" if run.finished
                  else f"results not complete in {run.folder}/")
         sys.stdout.write(f"\n{len(graded)} submissions graded with seed {run.seed}; {where}"

@@ -134,11 +134,13 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
 _INVISIBLE = {0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
 
 
-def printable(text: str) -> str:
+def printable(text: str, one_line: bool = False) -> str:
     """`text` safe for a terminal: control characters (ESC, BEL, carriage returns, …) and the
     invisible direction marks that reorder a line are shown escaped, never sent as they are.
-    Submission names, messages and output come from students."""
-    return "".join(char if char in "\n\t" or (" " <= char < "\x7f") or (
+    Submission names, messages and output come from students. `one_line` escapes line breaks and
+    tabs too: a name in a listing of one line per submission must not start a line of its own."""
+    kept = "" if one_line else "\n\t"
+    return "".join(char if char in kept or (" " <= char < "\x7f") or (
         ord(char) > 0x9f and ord(char) not in _INVISIBLE) else "\\x%02x" % ord(char) if ord(char) < 0x100
         else "\\u%04x" % ord(char) for char in text)
 
@@ -173,7 +175,7 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
         return f"\x1b[{_COLOURS[status]}m{text}\x1b[0m" if colour else text
 
     width = max(len(step.id) for step in result.steps)
-    lines = [f"{printable(result.submission)}: {result.score:g} / {result.max_score:g}", ""]
+    lines = [f"{printable(result.submission, one_line=True)}: {result.score:g} / {result.max_score:g}", ""]
     lines.append(f"  {'step':<{width}}  {'score':>11}  status")
     for step in result.steps:
         score = f"{step.score:g} / {step.max_score:g}"

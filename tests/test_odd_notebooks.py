@@ -127,3 +127,18 @@ def test_in_kernel_scores_planted_in_a_notebook_are_read_only_in_the_shape_writt
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["qkv"] = {"in_kernel": planted}
     assert in_kernel_scores(notebook, {"qkv": "check_qkv"}) == read
+
+
+def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_path):
+    """A name is escaped whole in the one-line-per-submission listing: a line break in it cannot
+    print a line that passes for another submission's grade."""
+    require_sandbox()
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "alice.py").write_text(reference_source())
+    (folder / "x\nmallory.py  100 of 100\nz.py").write_text("x = 1\n")
+    done = qkv_grade(str(folder), "--seed", str(SEED), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    listing = done.stdout.split("\n\n")[0].splitlines()
+    assert len(listing) == 2 and not any(line.startswith("mallory") for line in done.stdout.splitlines()), done.stdout
+    assert any("x\\x0amallory.py" in line for line in listing), listing
