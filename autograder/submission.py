@@ -202,7 +202,9 @@ NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_ma
 # spend this much of it, in cell lines read (under 0.4 s); a cell past what is left runs as an
 # error that says why, and the other cells still run.
 MAGIC_WORK = 20_000
-_MAGIC_LINE = re.compile(r"^[ \t]*([%!]|[\w.\[\], ]+=[ \t]*[%!])", re.M)
+# A line magic or shell escape (`%time f()`, `!ls`, `x = !ls`), or help (`np.exp?`): each one the
+# transformer rewrites on its own pass. A comment ending in `?` is not counted; over-counting is safe.
+_MAGIC_LINE = re.compile(r"^[ \t]*([%!]|[\w.\[\], ]+=[ \t]*[%!])|^[^#\n]*\?[ \t]*$", re.M)
 
 
 def python_source(source: str, budget: list[int] | None = None) -> str | None:

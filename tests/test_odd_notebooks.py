@@ -86,6 +86,8 @@ def test_magics_cost_a_bounded_amount_of_the_graders_work():
     large = python_source("%time x = 1\n" * 300 + "y = 2\n" * 3000, budget)
     assert large.startswith("raise SyntaxError(") and "magics" in large
     compile(large, "cell", "exec")
+    assert python_source("x = 1\n" + "x?\n" * 300, [MAGIC_WORK]).startswith("raise SyntaxError(")  # help, too
+    assert "y = 2  # why?" in python_source("y = 2  # why?\n", budget)  # a comment is no help request
 
 
 def test_a_file_name_that_is_not_utf8_is_graded_and_printed_escaped(tmp_path):
