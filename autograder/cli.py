@@ -98,10 +98,7 @@ def speak_utf8() -> None:
     UTF-8 text can hold, is written as its escape rather than ending the run."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
-            if (stream.encoding or "").lower().replace("-", "") != "utf8":
-                stream.reconfigure(encoding="utf-8", errors="backslashreplace")
-            else:
-                stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -328,7 +328,7 @@ class _CappedText:
         self.cap, self.kept, self.total = cap, [], 0
 
     def write(self, text):
-        text = _plain_text(str(text))
+        text = protocol.plain_text(str(text))
         room = self.cap - sum(len(part) for part in self.kept) if self.total < self.cap else 0
         if room > 0:
             self.kept.append(text[:room])
@@ -349,16 +349,6 @@ class _CappedText:
         return text
 
 
-def _plain_text(text, cap=None):
-    """`text` (a str, or a subclass of it) as a plain str that any frame can carry: each lone
-    surrogate written as its escape, as the grader would (so its length is what the grader counts),
-    and, given `cap`, cut to at most `cap` characters."""
-    text = str.__str__(text)
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if cap is None or len(text) <= cap else text[:cap - 1] + "…"
-
-
 def _where(exc, filename):
     """The last line of the submission's own code that the exception passed through."""
     tb, line = exc.__traceback__, None
@@ -372,16 +362,16 @@ def _where(exc, filename):
 def _raised(exc, filename):
     """An exception as plain data; whatever the exception's own code does, this returns."""
     try:
-        kind = _plain_text(type(exc).__name__, 100)
+        kind = protocol.plain_text(type(exc).__name__, 100)
     except BaseException:
         kind = "Exception"
     try:
-        message = _plain_text(str(exc), 301)
+        message = protocol.plain_text(str(exc), 301)
     except BaseException:
         message = "(a message that could not be read)"
     try:
         where = _where(exc, filename)
-        where = None if where is None else _plain_text(where, 300)
+        where = None if where is None else protocol.plain_text(where, 300)
     except BaseException:
         where = None
     return {"type": kind, "message": message, "where": where}
@@ -431,7 +421,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
-    result_frame, write, plain_text = protocol.result_frame, os.write, _plain_text
+    result_frame, write, plain_text = protocol.result_frame, os.write, protocol.plain_text
     out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
     setitimer, timer = signal.setitimer, signal.ITIMER_REAL
     saved_builtins = dict(builtins.__dict__)

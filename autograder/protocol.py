@@ -162,6 +162,16 @@ class Reader:
 _RESULT = b'{"ev":"result",'
 
 
+def plain_text(text, cap=None):
+    """`text` (a str, or a subclass of it) as a plain str that any frame carries and any UTF-8
+    writer accepts: each lone surrogate written as its escape, \\udXXX, as a reader writes it (so
+    its length is what a reader counts), and, given `cap`, cut to at most `cap` characters."""
+    text = str.__str__(text)
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if cap is None or len(text) <= cap else text[:cap - 1] + "…"
+
+
 def _escape_surrogates(value):
     """`value` with every lone surrogate in its strings (keys too) written as its escape, \\udXXX.
 
@@ -169,7 +179,7 @@ def _escape_surrogates(value):
     one, but no UTF-8 file or terminal can: every result writer would fail on it."""
     kind = type(value)
     if kind is str:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return plain_text(value)
     if kind is list:
         return [_escape_surrogates(item) for item in value]
     if kind is dict:
@@ -372,12 +382,8 @@ class _TooManyParts(Exception):
 
 
 def _bad(description):
-    """A value known only by a description: a plain str (whatever str subclass a name was), any lone
-    surrogate written as its escape, cut short enough for any reader."""
-    description = "%s" % (description,)
-    if not description.isascii():
-        description = description.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"t": "bad", "type": description[:200]}
+    """A value known only by a description, as plain text short enough for any reader."""
+    return {"t": "bad", "type": plain_text("%s" % (description,), 200)}
 
 
 def _encode(value, blobs, state, depth, np):
@@ -428,16 +434,9 @@ def _encode(value, blobs, state, depth, np):
 
 
 def _plain_key(key):
-    """A dict key any reader takes as it is: a str of at most 100 characters, none of them a lone
-    surrogate (which a reader writes as a six-character escape)."""
-    if type(key) is not str or len(key) > 100:
-        return False
-    if not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-    return True
+    """A dict key any reader takes: a str of at most 100 characters as a reader counts them (a lone
+    surrogate is a six-character escape there)."""
+    return type(key) is str and len(plain_text(key)) <= 100
 
 
 def _sides_fit(shape):

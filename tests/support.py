@@ -67,6 +67,20 @@ def require_sandbox() -> None:
         pytest.skip(message)
 
 
+def graded_in_worker(grader, tmp_path: Path, source: str, mode: str | None = None):
+    """`source` graded as attention_head.py by `grader` in a worker of its own (in sandbox mode
+    `mode`, or the strongest): (the runner's Run, the SubmissionResult)."""
+    from autograder.runner import Worker
+    from autograder.submission import load
+
+    path = tmp_path / "attention_head.py"
+    path.write_text(source)
+    submission = load(path)
+    with Worker(grader.limits, mode) as worker:
+        run = worker.receive(grader.send(worker, submission))
+    return run, grader.judge(submission, run, 0.0)
+
+
 def qkv_grade(*args: str, cwd: Path | None = None, timeout: float = 300,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autograder.cli", *args], cwd=cwd, capture_output=True,

@@ -3,11 +3,10 @@ value, however close, is read and compared as before. Real workers, real sandbox
 from __future__ import annotations
 
 import pytest
-from support import REPO, reference_source, require_sandbox, variant
+from support import graded_in_worker, reference_source, require_sandbox, variant
 
 from autograder.grading import Grader
-from autograder.runner import EXACT, Worker
-from autograder.submission import load
+from autograder.runner import EXACT
 
 SEED = 7
 
@@ -19,12 +18,7 @@ def grader():
 
 
 def _graded(grader, tmp_path, source: str):
-    path = tmp_path / "attention_head.py"
-    path.write_text(source)
-    submission = load(path)
-    with Worker(grader.limits) as worker:
-        run = worker.receive(grader.send(worker, submission))
-    return run, grader.judge(submission, run, 0.0)
+    return graded_in_worker(grader, tmp_path, source)
 
 
 def test_the_reference_is_known_by_its_bytes_and_scores_full_marks(grader, tmp_path):

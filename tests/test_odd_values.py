@@ -10,11 +10,10 @@ misbehaves is still that call's exception.
 from __future__ import annotations
 
 import pytest
-from support import IN_CI, require_sandbox, variant
+from support import IN_CI, graded_in_worker, require_sandbox, variant
 
 from autograder import protocol, sandbox
 from autograder.grading import Grader
-from autograder.runner import Worker
 from autograder.submission import load
 
 SEED = 5
@@ -65,12 +64,8 @@ def grader():
 
 
 def _graded(grader, tmp_path, source: str, mode: str | None = None):
-    path = tmp_path / "attention_head.py"
-    path.write_text(source)
-    submission = load(path)
-    with Worker(grader.limits, mode) as worker:
-        run = worker.receive(grader.send(worker, submission))
-    return run, {step.id: step for step in grader.judge(submission, run, 0.0).steps}
+    run, result = graded_in_worker(grader, tmp_path, source, mode)
+    return run, {step.id: step for step in result.steps}
 
 
 @pytest.mark.parametrize("mode", sandbox.AUTO_ORDER)
