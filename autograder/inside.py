@@ -1090,6 +1090,7 @@ def _scratch_root():
 
 
 def main():
+    import resource  # noqa: F401  (loaded here once: every child sets its limits with it)
     import signal
 
     config = json.loads(sys.argv[1])
