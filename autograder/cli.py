@@ -146,6 +146,9 @@ def _main(argv: list[str] | None = None) -> int:
     if args.resume and not path.is_dir():
         return _fail("--resume finishes an interrupted folder run: give that folder")
 
+    # The grader's numpy works on arrays of a few dozen numbers: a BLAS thread per core would only
+    # spin at start-up, on the cores the workers are loading on. An explicit setting is kept.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     with interrupts_deferred():
         from .runner import Limits, Worker, WorkerFailed
         from .sandbox import SandboxUnavailable
