@@ -85,6 +85,11 @@ def main() -> None:
     for mode in measured:
         many = statistics.median(r[1][mode][1] for r in rounds)
         print(f"per submission in the folder, {mode}: {1000 * many / args.submissions:.1f} ms")
+    # The spread says how far one round's ratio can be trusted on this machine.
+    print("floor in each round: " + " ".join(f"{r[0]:.3f}" for r in rounds) + " s")
+    for mode in measured:
+        print(f"{args.submissions} submissions, {mode}, ratio in each round: "
+              + " ".join(f"{r[1][mode][1] / r[0]:.1f}x" for r in rounds))
 
 
 if __name__ == "__main__":
