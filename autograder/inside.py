@@ -31,7 +31,9 @@ process):
   - seccomp refuses it sockets, new processes and threads, exec, ptrace, reading other processes'
     memory, signals, limits, priorities or scheduling aimed at any process but itself (signals the
     kernel would send on its behalf too), System V IPC and POSIX message queues (which outlive a
-    process), namespaces and mounts;
+    process), namespaces and mounts; and what Landlock leaves open: changing a file's mode, owner,
+    times, extended attributes or attribute flags (anywhere: a file it may only read is still a
+    file it may own), truncating by path, and watching folders (inotify, fanotify);
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
 answered (and never waits to: a child that answered calls it never read is ended), and keeps time
@@ -100,7 +102,12 @@ _NR = {
                    mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, setpriority=141, ioprio_set=251,
                    migrate_pages=256, move_pages=279, process_madvise=440, process_mrelease=448,
                    prlimit64=302, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
-                   sched_setattr=314, fallocate=285, fcntl=72, ioctl=16, capset=126),
+                   sched_setattr=314, fallocate=285, fcntl=72, ioctl=16, capset=126,
+                   chmod=90, fchmod=91, fchmodat=268, fchmodat2=452, chown=92, fchown=93, lchown=94,
+                   fchownat=260, utime=132, utimes=235, utimensat=280, futimesat=261, setxattr=188,
+                   lsetxattr=189, fsetxattr=190, removexattr=197, lremovexattr=198, fremovexattr=199,
+                   setxattrat=463, removexattrat=466, truncate=76, inotify_init=253, inotify_init1=294,
+                   inotify_add_watch=254, fanotify_init=300, fanotify_mark=301),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -116,7 +123,11 @@ _NR = {
                     mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, setpriority=140,
                     ioprio_set=30, migrate_pages=238, move_pages=239, process_madvise=440, process_mrelease=448,
                     prlimit64=261, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
-                    sched_setattr=274, fallocate=47, fcntl=25, ioctl=29, capset=91),
+                    sched_setattr=274, fallocate=47, fcntl=25, ioctl=29, capset=91,
+                    fchmod=52, fchmodat=53, fchmodat2=452, fchown=55, fchownat=54, utimensat=88, setxattr=5,
+                    lsetxattr=6, fsetxattr=7, removexattr=14, lremovexattr=15, fremovexattr=16, setxattrat=463,
+                    removexattrat=466, truncate=45, inotify_init1=26, inotify_add_watch=27, fanotify_init=262,
+                    fanotify_mark=263),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
@@ -125,7 +136,9 @@ _SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_set
 # Commands refused by their second argument: whatever makes the kernel signal a process on the
 # child's behalf (a descriptor's owner, its signal, a lease, a folder notice) or types into a terminal.
 _COMMANDS = {"fcntl": (8, 10, 15, 1024, 1026),  # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY
-             "ioctl": (0x8901, 0x8902, 0x5412)}  # FIOSETOWN, SIOCSPGRP, TIOCSTI
+             # FIOSETOWN, SIOCSPGRP, TIOCSTI; then a file's attribute flags and version (chattr), in
+             # their long and 32-bit forms, and its extended attributes (FS_IOC_FSSETXATTR)
+             "ioctl": (0x8901, 0x8902, 0x5412, 0x40086602, 0x40046602, 0x40087602, 0x40047602, 0x401C5820)}
 _REFUSED = tuple(name for name in (_NR or {})
                  if name not in _SELF_ONLY + _SELF_OR_ZERO + tuple(_COMMANDS) + ("clone3", "capset"))
 

@@ -13,6 +13,7 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import itertools
 import json
 import os
 import pwd
@@ -530,11 +531,12 @@ def _reap_orphans() -> None:
 
 
 def snapshot(path: Path, recursive: bool = True) -> dict[str, tuple]:
-    """Every entry under `path` with its type, mode, owner, size and content digest."""
+    """`path` and every entry under it with its type, mode, owner, size, modification time,
+    extended attributes and content digest."""
     seen: dict[str, tuple] = {}
     if not path.exists():
         return seen
-    entries = path.rglob("*") if recursive else path.iterdir()
+    entries = itertools.chain([path], path.rglob("*") if recursive else path.iterdir())
     try:
         for entry in entries:
             try:
@@ -547,8 +549,12 @@ def snapshot(path: Path, recursive: bool = True) -> dict[str, tuple]:
                     digest = hashlib.sha256(entry.read_bytes()).hexdigest()
                 except OSError:
                     pass
+            try:
+                attributes = sorted(os.listxattr(entry, follow_symlinks=False))
+            except OSError:
+                attributes = []
             seen[str(entry)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode), info.st_uid,
-                                info.st_size, digest)
+                                info.st_size, info.st_mtime_ns, tuple(attributes), digest)
     except OSError:
         pass
     return seen

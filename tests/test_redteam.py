@@ -94,6 +94,7 @@ GROUPS = {
                        attacker("b", "locked_writer", "collusion_writer", "locked_writer", base="correct"),
                        attacker("c", "locked_reader", "collusion_reader", "locked_reader"), victim("d", "colnorm")],
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
+    "metadata": lambda: _between_classmates(attacker("b", "metadata")),
 }
 
 
@@ -352,6 +353,11 @@ def test_a_planted_pth_or_sitecustomize_never_lands(mode):
 @per_mode
 def test_the_instructors_home_cannot_be_changed(mode):
     check(mode, "files", "home_writes")
+
+
+@per_mode
+def test_no_file_outside_the_scratch_folder_has_its_mode_owner_times_or_attributes_changed(mode):
+    check(mode, "metadata")
 
 
 @per_mode
