@@ -780,8 +780,6 @@ class Worker:
 
     def run_child(self, job, start, tag, used):
         """Run the plan from step `start` in a fresh sealed child; returns where to go on, or None."""
-        import shutil
-
         limits = job["limits"]
         calls = sum(len(step) for step in job["steps"][start:])
         scratch = _new_folder(self.scratch_root, "s")
@@ -806,11 +804,10 @@ class Worker:
                 os.close(calls_out)
             except OSError:
                 pass
-            shutil.rmtree(scratch, ignore_errors=True)
-            if os.path.lexists(scratch):  # it took permissions away: give them back once it is gone
+            remove_tree(scratch)
+            if os.path.lexists(scratch):  # the child is still writing to it: once it is gone, then
                 self.forks.ended(pid)
-                _unlock(scratch)
-                shutil.rmtree(scratch, ignore_errors=True)
+                remove_tree(scratch)
 
     def read_watching(self, reader, deadline, scratch):
         """The child's next frame; meanwhile, every DISK_POLL seconds, its scratch folder must
@@ -973,24 +970,67 @@ def _over_quota(scratch):
     return False
 
 
-def _unlock(scratch):
-    """Give back the permissions a child took away in its scratch folder, so it can be removed whole.
-
-    The worker runs as the child's user, so owns every folder in it and may chmod each; the child
-    has ended, so nothing changes meanwhile. A folder left r-x would otherwise survive its removal,
-    and what it holds would be there for the next submission to read.
-    """
-    folders = [scratch]
-    while folders:
-        folder = folders.pop()
-        try:
-            if os.path.islink(folder) or not os.path.isdir(folder):
+def remove_tree(path):
+    """Remove the folder `path` and all it holds, following no link, as deep as it goes: a child may
+    nest folders thousands deep, past any recursion limit and any path's length, so this walks with
+    one open folder at a time and names relative to it. A folder the child made unreadable or
+    unwritable is given back its permissions first (its remover is its owner, or root). Best
+    effort: what cannot be removed is left, and the walk still ends."""
+    opening = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        here = os.open(path, opening)
+    except OSError:
+        return
+    entered = []  # the names of the folders between `path` and `here`
+    stuck = [set()]  # per level: the folders there that could not be entered or removed
+    try:
+        while True:
+            inner = None
+            try:
+                with os.scandir(here) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            if entry.name not in stuck[-1]:
+                                inner = entry.name
+                                break
+                        else:
+                            try:
+                                os.unlink(entry.name, dir_fd=here)
+                            except OSError:
+                                pass
+            except OSError:
+                pass
+            if inner is not None:
+                try:
+                    os.chmod(inner, 0o700, dir_fd=here)
+                    below = os.open(inner, opening, dir_fd=here)
+                except OSError:
+                    stuck[-1].add(inner)
+                    continue
+                os.close(here)
+                here = below
+                entered.append(inner)
+                stuck.append(set())
                 continue
-            os.chmod(folder, 0o700)
-            with os.scandir(folder) as found:
-                folders += [entry.path for entry in found if entry.is_dir(follow_symlinks=False)]
-        except OSError:
-            pass
+            if not entered:
+                break
+            above = os.open("..", opening, dir_fd=here)
+            os.close(here)
+            here = above
+            stuck.pop()
+            name = entered.pop()
+            try:
+                os.rmdir(name, dir_fd=here)
+            except OSError:
+                stuck[-1].add(name)
+    except OSError:
+        pass
+    finally:
+        os.close(here)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def _load_numpy(folder):
@@ -1147,9 +1187,7 @@ def main():
             head["steps"], head["arguments"] = steps, arguments
             worker.serve(head, stdin, blob_len)
     finally:
-        import shutil
-
-        shutil.rmtree(scratch_root, ignore_errors=True)
+        remove_tree(scratch_root)
 
 
 def _read_mapped(fd, count):

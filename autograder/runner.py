@@ -188,10 +188,10 @@ class Worker:
                 except OSError:
                     pass
         scratch, self._scratch = self._scratch, None
-        if scratch:
-            import shutil
+        if scratch:  # the worker's scratch folders, where it could not remove them itself
+            from .inside import remove_tree
 
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
 
     def __enter__(self) -> "Worker":
         return self

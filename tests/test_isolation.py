@@ -368,3 +368,28 @@ def test_a_submission_cannot_make_the_kernel_signal_another_process_for_it(tmp_p
 '''
     feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
     assert "tried: owner refused, sig refused, notify refused" in feedback, feedback
+
+
+def test_a_scratch_tree_of_any_depth_is_removed_whole_without_following_links(tmp_path):
+    from autograder.inside import remove_tree
+
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (outside / "kept").write_text("not the tree's")
+    (tree / "link").symlink_to(outside)
+    here = os.open(tree, os.O_RDONLY)
+    for depth in range(1500):  # past the recursion limit, and 300 KB as a path
+        name = f"{depth:04d}" + "d" * 196
+        os.mkdir(name, dir_fd=here)
+        below = os.open(name, os.O_RDONLY, dir_fd=here)
+        os.close(os.open("file", os.O_WRONLY | os.O_CREAT, dir_fd=below))
+        os.symlink("/", "root", dir_fd=below)
+        if depth % 500 == 1:
+            os.chmod(name, 0o100, dir_fd=here)  # neither listable nor writable, for its owner
+        os.close(here)
+        here = below
+    os.close(here)
+    remove_tree(str(tree))
+    assert not tree.exists()
+    assert (outside / "kept").read_text() == "not the tree's"

@@ -23,6 +23,7 @@ its process sends, and the text of its feedback.
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
 import subprocess
@@ -95,6 +96,7 @@ GROUPS = {
                        attacker("c", "locked_reader", "collusion_reader", "locked_reader"), victim("d", "colnorm")],
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
     "metadata": lambda: _between_classmates(attacker("b", "metadata")),
+    "deep_scratch": lambda: _between_classmates(attacker("b", "deep_scratch")),
 }
 
 
@@ -358,6 +360,13 @@ def test_the_instructors_home_cannot_be_changed(mode):
 @per_mode
 def test_no_file_outside_the_scratch_folder_has_its_mode_owner_times_or_attributes_changed(mode):
     check(mode, "metadata")
+
+
+@per_mode
+def test_folders_nested_to_the_recursion_limit_in_the_scratch_folder_are_removed_and_crash_nothing(mode):
+    scratch_roots = set(glob.glob("/tmp/qkv-scratch-*"))
+    check(mode, "deep_scratch")
+    assert set(glob.glob("/tmp/qkv-scratch-*")) <= scratch_roots, "a worker's scratch folder was left behind"
 
 
 @per_mode
