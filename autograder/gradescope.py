@@ -164,26 +164,15 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     `attention_head.py` (or `.ipynb`) wins, at the top or in a folder (an uploaded zip or a
     repository); otherwise a lone .py or .ipynb file is graded whatever its name.
     """
-    from .submission import HELPERS, SUFFIXES
+    from .submission import HELPERS, SUFFIXES, walk
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
     # No symbolic link is followed: a linked folder is not looked into, and a linked file is a
     # candidate like any other, which reading then refuses (its target is never opened).
-    found: list[tuple[Path, int]] = []
-
-    def walk(directory: Path, depth: int) -> None:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith(".") or entry.name == "__pycache__":
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    walk(Path(entry.path), depth + 1)
-                elif entry.name.endswith(SUFFIXES) and entry.name not in HELPERS \
-                        and not entry.name.startswith("test_"):
-                    found.append((Path(entry.path), depth))
-
-    walk(folder, 1)
+    found = [(Path(entry.path), len(parts)) for entry, parts, problem in walk(folder)
+             if not problem and entry.name.endswith(SUFFIXES) and not entry.name.startswith((".", "test_"))
+             and entry.name not in HELPERS]
     candidates = [path for path, _ in sorted(found, key=lambda item: (item[1], str(item[0])))]
     for suffix in SUFFIXES:
         named = [path for path in candidates if path.name == "attention_head" + suffix]

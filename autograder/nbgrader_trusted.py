@@ -224,22 +224,15 @@ def _copy_files(folders: list[Path], target: Path) -> None:
     """What autograde puts beside the notebook: the submission's files, then the source's.
 
     Only regular files are copied, each read without following a link; a linked file or folder
-    is left behind (its target is never opened).
+    is left behind (its target is never opened), and so are hidden folders, `__pycache__` and
+    folders nested deeper than `submission.MAX_DEPTH`.
     """
-    from .submission import SubmissionError, read_bytes
-
-    def walk(folder: Path, parts: tuple[str, ...]):
-        with os.scandir(folder) as entries:
-            for entry in sorted(entries, key=lambda entry: entry.name):
-                if entry.is_symlink() or entry.name in ("__pycache__", ".ipynb_checkpoints"):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    yield from walk(Path(entry.path), parts + (entry.name,))
-                elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb"):
-                    yield Path(entry.path), parts + (entry.name,)
+    from .submission import SubmissionError, read_bytes, walk
 
     for folder in folders:
-        for path, parts in list(walk(folder, ())):
+        files = [(Path(entry.path), parts) for entry, parts, problem in walk(folder)
+                 if not problem and entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb")]
+        for path, parts in files:
             try:
                 data = read_bytes(path, "/".join(parts))
             except SubmissionError:

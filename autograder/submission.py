@@ -9,6 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 SUFFIXES = (".py", ".ipynb")
 # Cells the grader does not run: the notebook's own checks and plots, and nbgrader's test cells.
@@ -282,20 +283,13 @@ def discover(folder: Path) -> Found:
     """
     candidates: list[tuple[Path, tuple[str, ...]]] = []
     skipped: list[tuple[str, str]] = []
-
-    def walk(directory: Path, parts: tuple[str, ...]) -> None:
-        with os.scandir(directory) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                here = parts + (entry.name,)
-                if entry.is_symlink() and not entry.name.endswith(SUFFIXES):
-                    skipped.append(("/".join(here), "a symbolic link: not followed"))
-                elif entry.is_dir(follow_symlinks=False):
-                    if not entry.name.startswith(".") and entry.name != "__pycache__":
-                        walk(Path(entry.path), here)
-                elif entry.name.endswith(SUFFIXES):
-                    candidates.append((Path(entry.path), here))
-
-    walk(folder, ())
+    for entry, here, problem in walk(folder):
+        if problem:
+            skipped.append(("/".join(here), problem))
+        elif entry.is_symlink() and not entry.name.endswith(SUFFIXES):
+            skipped.append(("/".join(here), "a symbolic link: not followed"))
+        elif entry.name.endswith(SUFFIXES):
+            candidates.append((Path(entry.path), here))
     names = {parts for _, parts in candidates}
     items = []
     for path, parts in candidates:
@@ -316,6 +310,46 @@ def discover(folder: Path) -> Found:
             continue
         skipped.append((name, reason))
     return Found(items, sorted((shown_name(name), reason) for name, reason in skipped))
+
+
+MAX_DEPTH = 32
+"""Folders below the one graded that are looked into: nbgrader's layout needs three."""
+
+
+def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
+    """Every file and link below `folder`, depth first in name order, as (entry, the parts of its
+    path below `folder`, ""), and every folder that is not looked into as (entry, parts, why).
+
+    Hidden folders (Jupyter's checkpoints among them) and `__pycache__` are passed over silently;
+    a folder deeper than MAX_DEPTH, or one that cannot be listed, comes with its reason. No
+    symbolic link is followed, and the walk keeps its own stack: a submission's folder may be
+    nested thousands deep. That `folder` itself cannot be listed raises OSError.
+    """
+    with os.scandir(folder) as found:
+        stack = [((), iter(sorted(found, key=_by_name)))]
+    while stack:
+        parts, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        here = parts + (entry.name,)
+        if not entry.is_dir(follow_symlinks=False):
+            yield entry, here, ""
+        elif entry.name.startswith(".") or entry.name == "__pycache__":
+            continue
+        elif len(here) > MAX_DEPTH:
+            yield entry, here, f"a folder more than {MAX_DEPTH} folders down: not looked into"
+        else:
+            try:
+                with os.scandir(entry.path) as found:
+                    stack.append((here, iter(sorted(found, key=_by_name))))
+            except OSError as exc:
+                yield entry, here, f"a folder that cannot be read ({exc.strerror}): not looked into"
+
+
+def _by_name(entry: os.DirEntry) -> str:
+    return entry.name
 
 
 def shown_name(name: str) -> str:

@@ -199,6 +199,28 @@ def notebook_scores(notebook_path: Path) -> dict[str, float]:
 # --- file systems that fail ---------------------------------------------------------------------
 
 @contextlib.contextmanager
+def nested(folder: Path, depth: int, last_file: str | None = None):
+    """`depth` folders named d inside `folder`, one inside the next (deeper than Python's recursion
+    limit), with `last_file` in the deepest; removed afterwards without recursion, which neither
+    pytest's nor shutil's clean-up can do."""
+    from autograder.inside import remove_tree
+
+    here = os.open(folder, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=here)
+        below = os.open("d", os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = below
+    if last_file:
+        os.close(os.open(last_file, os.O_WRONLY | os.O_CREAT, dir_fd=here))
+    os.close(here)
+    try:
+        yield folder / "d"
+    finally:
+        remove_tree(str(folder / "d"))
+
+
+@contextlib.contextmanager
 def read_only(folder: Path):
     """`folder` made read-only, for root too: a read-only bind mount of itself."""
     _mount(["--bind", str(folder), str(folder)])

@@ -23,7 +23,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from support import REPO, REFERENCE, qkv_grade, reference_source, require_sandbox, sandbox_mode, variant
+from support import REPO, REFERENCE, nested, qkv_grade, reference_source, require_sandbox, sandbox_mode, variant
 
 from autograder.steps import BY_ID, STEP_IDS
 
@@ -212,6 +212,15 @@ def test_a_lone_file_under_another_name_or_a_folder_is_found(bundle, tmp_path):
     assert results["score"] == 100.0 and results["extra_data"]["submission"] == "my_head.py"
     results, _ = grade(bundle, tmp_path / "folder", {"repo/attention_head.py": reference_source(),
                                                      "repo/notes.py": "x = 1"})
+    assert results["score"] == 100.0 and results["extra_data"]["submission"] == "repo/attention_head.py"
+
+
+def test_a_folder_nested_a_thousand_deep_beside_the_submission_changes_nothing(bundle, tmp_path):
+    root = install(bundle, tmp_path / "autograder")
+    (root / "submission" / "repo").mkdir(parents=True)
+    (root / "submission" / "repo" / "attention_head.py").write_text(reference_source())
+    with nested(root / "submission" / "repo", 1000):
+        results, _ = run_autograder(root)
     assert results["score"] == 100.0 and results["extra_data"]["submission"] == "repo/attention_head.py"
 
 

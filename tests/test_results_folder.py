@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from support import REPO, copy_sample_class, qkv_grade, read_only, reference_source, small_disk, variant
+from support import REPO, copy_sample_class, nested, qkv_grade, read_only, reference_source, small_disk, variant
 
 from autograder.store import INCOMPLETE, result_file
 
@@ -86,6 +86,22 @@ def test_every_file_found_is_graded_or_listed_as_skipped_with_a_reason(tmp_path)
     assert rows["conftest.py"]["skipped"] and not rows["zed.py"]["skipped"]
     for name in ("zed.ipynb", "attention_head-Copy1.ipynb", "conftest.py"):
         assert name in done.stdout and "not graded" in done.stdout
+
+
+def test_a_folder_nested_a_thousand_deep_is_listed_as_skipped_and_everyone_is_graded(tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    (folder / "submitted" / "mallory" / "ps1").mkdir(parents=True)
+    (folder / "submitted" / "una" / "ps1").mkdir(parents=True)
+    (folder / "submitted" / "una" / "ps1" / "attention_head.py").write_text(reference_source())
+    (folder / "submitted" / "mallory" / "ps1" / "attention_head.py").write_text(reference_source())
+    with nested(folder / "submitted" / "mallory" / "ps1", 1000):
+        done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", *FAST)
+    assert done.returncode == 0, done.stderr
+    rows = {row["submission"]: row for row in csv.DictReader((out / "latest" / "summary.csv").open())}
+    graded = {name for name, row in rows.items() if not row["skipped"]}
+    assert graded == {"submitted/una/ps1/attention_head.py", "submitted/mallory/ps1/attention_head.py"}
+    [deep] = [name for name, row in rows.items() if row["skipped"]]
+    assert deep.startswith("submitted/mallory/ps1/d/d/") and "32 folders down" in rows[deep]["skipped"]
 
 
 def test_a_second_run_never_mixes_with_the_first(tmp_path):

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from support import ASSIGNMENT, IN_CI, NOTEBOOK, REFERENCE, build_course, gradebook_scores, qkv_grade, reference_source
+from support import (ASSIGNMENT, IN_CI, NOTEBOOK, REFERENCE, build_course, gradebook_scores, nested, qkv_grade,
+                     reference_source)
 
 FAST = ("--timeout", "0.5")
 
@@ -87,7 +88,7 @@ def test_a_linked_submission_on_gradescope_is_unreadable_and_never_opened(tmp_pa
         assert token[1] not in done.stdout + done.stderr + everything_written(root / "results")
 
 
-def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied(tmp_path, token):
+def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied_nor_deep_folders(tmp_path, token):
     try:
         import nbgrader  # noqa: F401
     except ImportError:
@@ -103,13 +104,19 @@ def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied(tmp_path
     (submitted / "zoe").symlink_to(submitted / "ann", target_is_directory=True)
     (submitted / "bea" / ASSIGNMENT / "secret.txt").symlink_to(token[0])
     (submitted / "bea" / ASSIGNMENT / "timestamp.txt").symlink_to(token[0])
-    done = subprocess.run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT, *FAST],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    (submitted / "bea" / ASSIGNMENT / "data").mkdir()
+    (submitted / "bea" / ASSIGNMENT / "data" / "notes.txt").write_text("copied")
+    # deeper than the recursion limit: copying stops at MAX_DEPTH and crashes nothing
+    with nested(submitted / "bea" / ASSIGNMENT / "data", 1000, "deepest.txt"):
+        done = subprocess.run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT,
+                               *FAST], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     scores = {student: sum(steps.values()) for student, steps in gradebook_scores(course).items()}
     assert scores["ann"] == scores["bea"] == 100
     assert scores["mal"] == 0 and scores["zoe"] == 0
     autograded = course / "autograded"
     assert not (autograded / "bea" / ASSIGNMENT / "secret.txt").exists()
+    assert (autograded / "bea" / ASSIGNMENT / "data" / "notes.txt").read_text() == "copied"
+    assert not [path for path in (autograded / "bea").rglob("deepest.txt")]
     assert not [path for path in autograded.rglob("*") if path.is_symlink()]
     assert token[1] not in done.stdout + done.stderr + everything_written(autograded)
