@@ -150,6 +150,10 @@ def notebook_cells(text: str, path: Path) -> list[str]:
         raise SubmissionError(f"{path}: corrupt notebook ({type(exc).__name__})")
     if not isinstance(notebook.get("cells"), list):
         raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
+    code_cells = sum(1 for cell in notebook.cells if isinstance(cell, dict) and cell.get("cell_type") == "code")
+    if code_cells > MAX_CELLS:
+        raise SubmissionError(f"{path}: {code_cells} code cells, more than a submission may hold ({MAX_CELLS}): "
+                              "merge or delete cells")
     cells, budget = [], [MAGIC_WORK]
     for cell in notebook.cells:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -203,9 +207,13 @@ NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_ma
 # spend this much of it, in cell lines read (under 0.4 s); a cell past what is left runs as an
 # error that says why, and the other cells still run.
 MAGIC_WORK = 20_000
-# A line magic or shell escape (`%time f()`, `!ls`, `x = !ls`), or help (`np.exp?`): each one the
-# transformer rewrites on its own pass. A comment ending in `?` is not counted; over-counting is safe.
-_MAGIC_LINE = re.compile(r"^[ \t]*([%!]|[\w.\[\], ]+=[ \t]*[%!])|^[^#\n]*\?[ \t]*$", re.M)
+# What the transformer rewrites, each on a pass over the whole cell: a line that starts with an
+# escape (`%time f()`, `!ls`, `?np.exp`, and autocall's `/f x`, `,f x`, `;f x`), an assignment from
+# one (`x = !ls`, `y = %who_ls`), or help at its end (`np.exp?`). Over-counting is safe; what matters
+# is missing none. Every branch reads a line in time proportional to its length.
+_MAGIC_LINE = re.compile(r"^[ \t]*[%!?/,;]|=[ \t]*[%!]|^[^#\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
+MAX_CELLS = 2000
+"""Code cells a notebook may hold: the released one has a few dozen."""
 
 
 def python_source(source: str, budget: list[int] | None = None) -> str | None:
@@ -214,7 +222,12 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
     `budget`, a one-item list, is the transformer's work this notebook may still spend."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    first, _, rest = source.lstrip("\n").partition("\n")
+    while True:  # IPython passes over leading lines that hold only whitespace, and so does this
+        line, newline, after = source.partition("\n")
+        if not newline or line.strip():
+            break
+        source = after
+    first, _, rest = source.partition("\n")
     if first.startswith("%%"):
         name = first[2:].split()[0] if first[2:].split() else ""
         if name not in RUNS_ITS_BODY:
@@ -250,12 +263,17 @@ def _without_ipython(code: str) -> str:
     except (tokenize.TokenError, SyntaxError):  # it will not compile anyway: the run says why
         return code
     lines = code.split("\n")  # as tokenize counts rows: a form feed or U+2028 ends no line here
-    for index in reversed(range(len(tokens) - 2)):
-        name, opening, closing = tokens[index:index + 3]
+    calls: dict[int, list[tuple[int, int]]] = {}  # per row, the columns each call spans, in order
+    for name, opening, closing in zip(tokens, tokens[1:], tokens[2:]):
         if (name.type == tokenize.NAME and name.string == "get_ipython" and opening.string == "("
                 and closing.string == ")" and name.start[0] == closing.end[0]):
-            row, line = name.start[0] - 1, lines[name.start[0] - 1]
-            lines[row] = line[:name.start[1]] + NO_IPYTHON + line[closing.end[1]:]
+            calls.setdefault(name.start[0] - 1, []).append((name.start[1], closing.end[1]))
+    for row, spans in calls.items():  # each line rebuilt once, however many calls it holds
+        line, pieces, done = lines[row], [], 0
+        for start, end in spans:
+            pieces += [line[done:start], NO_IPYTHON]
+            done = end
+        lines[row] = "".join(pieces) + line[done:]
     return "\n".join(lines)
 
 

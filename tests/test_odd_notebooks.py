@@ -9,12 +9,13 @@ cost a notebook every point; and a file name that is not UTF-8 made the JSON pri
 from __future__ import annotations
 
 import json
+import time
 
 import nbformat
 import pytest
 from support import qkv_grade, reference_source, require_sandbox
 
-from autograder.submission import MAGIC_WORK, python_source
+from autograder.submission import MAGIC_WORK, MAX_CELLS, NO_IPYTHON, SubmissionError, notebook_cells, python_source
 
 SEED = 3
 
@@ -43,6 +44,7 @@ ODD_BUT_READABLE = {  # each graded in full: the reference is in its first cell
     "a_keyboard_interrupt": "raise KeyboardInterrupt\n",
     "a_lone_surrogate_in_a_comment": "# \udcff\nx = 1\n",
     "a_form_feed_before_get_ipython": "# a\x0cb\nx = get_ipython()\ny = 2\n",
+    "a_line_of_200000_spaces_beside_a_magic": " " * 200_000 + "\n%time x = 1\n",
 }
 
 
@@ -88,6 +90,28 @@ def test_magics_cost_a_bounded_amount_of_the_graders_work():
     compile(large, "cell", "exec")
     assert python_source("x = 1\n" + "x?\n" * 300, [MAGIC_WORK]).startswith("raise SyntaxError(")  # help, too
     assert "y = 2  # why?" in python_source("y = 2  # why?\n", budget)  # a comment is no help request
+    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", "x? # help\n"):
+        assert python_source(escape * 300 + "y = 2\n" * 3000, [MAGIC_WORK]).startswith("raise SyntaxError("), escape
+
+
+def test_a_cell_of_many_get_ipython_calls_is_read_in_time_proportional_to_its_length():
+    """Each call used to rebuild its whole line: 80 000 on one line held the grader for 77 s."""
+    started = time.monotonic()
+    code = python_source("_ = [" + "get_ipython()," * 80_000 + "]\n", [MAGIC_WORK])
+    assert time.monotonic() - started < 30
+    assert code.count(NO_IPYTHON) == 80_000 and "get_ipython" not in code
+
+
+def test_a_cell_magic_after_whitespace_only_lines_still_runs_its_body():
+    assert "x = 1" in python_source("   \n\t\n%%time\nx = 1\n", [MAGIC_WORK])
+    assert python_source("  \n%%bash\nls\n", [MAGIC_WORK]) is None
+
+
+def test_a_notebook_of_more_code_cells_than_a_submission_holds_is_unreadable(tmp_path):
+    text = _notebook(*["x = 1\n"] * (MAX_CELLS + 1))
+    with pytest.raises(SubmissionError, match="code cells, more than a submission may hold"):
+        notebook_cells(text, tmp_path / "many.ipynb")
+    assert len(notebook_cells(_notebook(*["x = 1\n"] * MAX_CELLS), tmp_path / "enough.ipynb")) == MAX_CELLS
 
 
 def test_a_file_name_that_is_not_utf8_is_graded_and_printed_escaped(tmp_path):
