@@ -162,9 +162,10 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     """The file to grade in Gradescope's submission folder, or None and a message for the student.
 
     `attention_head.py` (or `.ipynb`) wins, at the top or in a folder (an uploaded zip or a
-    repository); otherwise a lone .py or .ipynb file is graded whatever its name.
+    repository), the module before the notebook unless the module is the released starter handed
+    back untouched; otherwise a lone .py or .ipynb file is graded whatever its name.
     """
-    from .submission import HELPERS, SUFFIXES, walk
+    from .submission import HELPERS, SUFFIXES, untouched_starter, walk
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
@@ -174,10 +175,13 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
              if not problem and entry.name.endswith(SUFFIXES) and not entry.name.startswith((".", "test_"))
              and entry.name not in HELPERS]
     candidates = [path for path, _ in sorted(found, key=lambda item: (item[1], str(item[0])))]
-    for suffix in SUFFIXES:
-        named = [path for path in candidates if path.name == "attention_head" + suffix]
-        if named:
-            return named[0], ""
+    modules, notebooks = ([path for path in candidates if path.name == "attention_head" + suffix]
+                          for suffix in SUFFIXES)
+    # The module wins, unless it is the starter handed back untouched beside the notebook worked in.
+    if modules and not (notebooks and untouched_starter(modules[0], str(modules[0].relative_to(folder)))):
+        return modules[0], ""
+    if notebooks:
+        return notebooks[0], ""
     if len(candidates) == 1:
         return candidates[0], ""
     if not candidates:

@@ -5,6 +5,7 @@ view of the submissions folder.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -37,8 +38,11 @@ def load(path: Path, name: str | None = None) -> Submission:
     the same way."""
     try:
         return _load(path, name or str(path))
-    except SubmissionError as exc:
-        raise SubmissionError(shown_name(str(exc))) from None
+    except SubmissionError as exc:  # said of the submission's name, not of the instructor's path
+        message = str(exc)
+        if name and message.startswith(f"{path}:"):
+            message = name + message[len(str(path)):]
+        raise SubmissionError(shown_name(message)) from None
     except Exception as exc:  # a file no check above foresaw: it alone is not graded, and says why
         raise SubmissionError(shown_name(f"{path}: the grader could not read it ({type(exc).__name__}); "
                                          f"this is a fault of the grader's, not of the submission")) from None
@@ -48,13 +52,53 @@ def _load(path: Path, name: str) -> Submission:
     data = read_bytes(path, name)
     if path.suffix not in SUFFIXES:
         raise SubmissionError(f"{path}: not a .py module or .ipynb notebook")
+    if path.suffix == ".py":
+        return Submission(path, shown_name(name), (module_text(data, path),), False)
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # JSON is UTF-8; an editor may have put a BOM in front
     except UnicodeDecodeError:
         raise SubmissionError(f"{path}: not UTF-8 text")
-    if path.suffix == ".py":
-        return Submission(path, shown_name(name), (text,), False)
     return Submission(path, shown_name(name), tuple(notebook_cells(text, path)), True)
+
+
+def module_text(data: bytes, path: Path) -> str:
+    """A .py file's text, decoded as Python decodes a module: UTF-8, a BOM, or the encoding its
+    coding line declares (`# -*- coding: latin-1 -*-`)."""
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except SyntaxError as exc:
+        if str(exc.msg).startswith("unknown encoding"):  # a coding line naming no codec Python has
+            raise SubmissionError(f"{path}: its coding line names an encoding Python does not know") from None
+    except (UnicodeDecodeError, LookupError):
+        pass
+    raise SubmissionError(f"{path}: not UTF-8 text (nor in an encoding a coding line declares)")
+
+
+def untouched_starter(path: Path, name: str | None = None) -> bool:
+    """Is the .py file at `path` the released starter module as it was handed out (comments and
+    layout aside)? A student who worked in the notebook often hands in both."""
+    import ast
+
+    try:
+        mine = ast.dump(ast.parse(module_text(read_bytes(path, name), path)))
+    except (SubmissionError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return mine == _starter_ast()
+
+
+@functools.lru_cache(maxsize=1)
+def _starter_ast() -> str:
+    import ast
+    import importlib.util
+
+    from .release import stub_module
+
+    reference = importlib.util.find_spec("solutions.attention_head").origin
+    return ast.dump(ast.parse(stub_module(Path(reference).read_text(encoding="utf-8"))))
 
 
 def read_bytes(path: Path, name: str | None = None) -> bytes:
@@ -295,7 +339,8 @@ def discover(folder: Path) -> Found:
     or an `attention_head.py` / `attention_head.ipynb` at any depth (nbgrader's
     `submitted/<student>/<assignment>/` layout). The released self-check's helper files and test
     files are skipped, and so is a notebook beside a module of the same name (the module is
-    graded). Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
+    graded), unless that module is the released starter, untouched: then the notebook is the work
+    and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
     symbolic link is followed: one named like a submission is graded as one (and found
     unreadable by `load`), any other is listed as skipped.
     """
@@ -309,6 +354,9 @@ def discover(folder: Path) -> Found:
         elif entry.name.endswith(SUFFIXES):
             candidates.append((Path(entry.path), here))
     names = {parts for _, parts in candidates}
+    starters = {parts for path, parts in candidates  # handed in untouched beside the notebook worked in
+                if path.suffix == ".py" and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
+                and untouched_starter(path, "/".join(parts))}
     items = []
     for path, parts in candidates:
         name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
@@ -321,7 +369,9 @@ def discover(folder: Path) -> Found:
         elif len(parts) > 1 and stem != "attention_head":
             reason = ("in a student's folder only attention_head.py or attention_head.ipynb is "
                       "graded")
-        elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names:
+        elif parts in starters:
+            reason = f"the starter module, untouched: {stem}.ipynb beside it is graded instead"
+        elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names - starters:
             reason = f"{stem}.py beside it is graded instead"
         else:
             items.append((path, name))

@@ -215,6 +215,20 @@ def test_a_lone_file_under_another_name_or_a_folder_is_found(bundle, tmp_path):
     assert results["score"] == 100.0 and results["extra_data"]["submission"] == "repo/attention_head.py"
 
 
+def test_a_notebook_uploaded_beside_the_untouched_starter_module_is_the_one_graded(bundle, tmp_path):
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(nbformat.v4.new_code_cell(reference_source()))
+    starter = (REPO / "assignments" / "attention_head" / "attention_head.py").read_text()
+    results, _ = grade(bundle, tmp_path / "both", {"attention_head.py": starter,
+                                                   "attention_head.ipynb": nbformat.writes(notebook)})
+    assert results["score"] == 100.0 and results["extra_data"]["submission"] == "attention_head.ipynb"
+    results, _ = grade(bundle, tmp_path / "worked", {"attention_head.py": reference_source(),
+                                                     "attention_head.ipynb": nbformat.writes(notebook)})
+    assert results["extra_data"]["submission"] == "attention_head.py"
+
+
 def test_a_folder_nested_a_thousand_deep_beside_the_submission_changes_nothing(bundle, tmp_path):
     root = install(bundle, tmp_path / "autograder")
     (root / "submission" / "repo").mkdir(parents=True)

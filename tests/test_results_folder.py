@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import jsonschema
+import nbformat
 import pytest
 
 from support import REPO, copy_sample_class, nested, qkv_grade, read_only, reference_source, small_disk, variant
@@ -102,6 +103,40 @@ def test_a_folder_nested_a_thousand_deep_is_listed_as_skipped_and_everyone_is_gr
     assert graded == {"submitted/una/ps1/attention_head.py", "submitted/mallory/ps1/attention_head.py"}
     [deep] = [name for name, row in rows.items() if row["skipped"]]
     assert deep.startswith("submitted/mallory/ps1/d/d/") and "32 folders down" in rows[deep]["skipped"]
+
+
+def test_a_notebook_handed_in_beside_the_untouched_starter_module_is_the_one_graded(tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    starter = (REPO / "assignments" / "attention_head" / "attention_head.py").read_text()
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(nbformat.v4.new_code_cell(reference_source()))
+    worked = nbformat.writes(notebook)
+    for student, module in (("ann", starter), ("bea", "# reformatted, nothing written\n" + starter + "\n\n"),
+                            ("cal", variant(NO_SCALING))):
+        (folder / student).mkdir(parents=True)
+        (folder / student / "attention_head.py").write_text(module)
+        (folder / student / "attention_head.ipynb").write_text(worked)
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", "--format", "json", *FAST)
+    assert done.returncode == 0, done.stderr
+    scores = {result["submission"]: result["score"] for result in json.loads(done.stdout)}
+    assert scores == {"ann/attention_head.ipynb": 100.0, "bea/attention_head.ipynb": 100.0,
+                      "cal/attention_head.py": scores["cal/attention_head.py"]} and scores["cal/attention_head.py"] < 100
+    rows = {row["submission"]: row["skipped"] for row in csv.DictReader((out / "latest" / "summary.csv").open())}
+    assert "starter module, untouched" in rows["ann/attention_head.py"]
+    assert "attention_head.py beside it is graded" in rows["cal/attention_head.ipynb"]
+
+
+def test_a_module_with_a_bom_or_a_declared_encoding_is_read_as_python_reads_it(tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "bom.py").write_bytes(b"\xef\xbb\xbf" + reference_source().encode())
+    (folder / "latin.py").write_bytes(("# -*- coding: latin-1 -*-\n# Zoë\n" + reference_source()).encode("latin-1"))
+    (folder / "bytes.py").write_bytes(b"# \xff\n" + reference_source().encode())
+    done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--seed", "4", "--format", "json", *FAST)
+    results = {result["submission"]: result for result in json.loads(done.stdout)}
+    assert results["bom.py"]["score"] == results["latin.py"]["score"] == 100.0
+    assert results["bytes.py"]["error"].startswith("bytes.py: not UTF-8 text"), results["bytes.py"]["error"]
+    assert str(tmp_path) not in done.stdout  # messages name the submission, not the instructor's folders
 
 
 def test_a_second_run_never_mixes_with_the_first(tmp_path):
