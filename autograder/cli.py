@@ -29,6 +29,21 @@ def use_own_tools() -> None:
     os.environ["PATH"] = os.pathsep.join(own + rest)
 
 
+MAX_SEED = 2**63
+"""Seeds are 0 up to this (numpy takes no negative one): what a JSON reader holds exactly, too."""
+
+
+def seed_option(text: str) -> int:
+    """A --seed value, for argparse: a whole number from 0 to MAX_SEED - 1."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= seed < MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{seed} is out of range: a seed is a whole number from 0 to 2**63 - 1")
+    return seed
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qkv-grade",
@@ -39,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=("text", "json", "gradescope"), default="text",
                         help="text for people (default), json (the published results schema), or "
                              "Gradescope's results.json")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_option, default=None,
                         help="seed of the hidden cases (default: a fresh one, recorded in the results)")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder mode: where each run writes its own folder, run-<time>-seed<N>/, "

@@ -20,6 +20,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from .cli import MAX_SEED, seed_option
+
 NOTEBOOK = "attention_head.ipynb"
 COURSE_FILE = "qkv_course.json"
 CONFIG_FILE = "nbgrader_config.py"
@@ -68,8 +70,8 @@ def course_seed(course: Path | None) -> int:
         seed = json.loads((course / COURSE_FILE).read_text(encoding="utf-8"))["seed"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CourseError(f"{course / COURSE_FILE} holds no seed ({exc})") from None
-    if type(seed) is not int:
-        raise CourseError(f"{course / COURSE_FILE}: the seed must be an integer")
+    if type(seed) is not int or not 0 <= seed < MAX_SEED:
+        raise CourseError(f"{course / COURSE_FILE}: the seed must be a whole number from 0 to 2**63 - 1")
     return seed
 
 
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("course", type=Path, help="the course folder (created if missing)")
     parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT,
                         help="the assignment's name in nbgrader (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_option, default=None,
                         help="seed of the hidden cases, fixed for the course's life "
                              "(default: a fresh one)")
     parser.add_argument("--force", action="store_true",

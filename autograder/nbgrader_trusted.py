@@ -673,6 +673,8 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cli import seed_option
+
     parser = argparse.ArgumentParser(
         prog="qkv-grade --nbgrader",
         description="Grade every submitted notebook of an nbgrader course in the isolated runner "
@@ -680,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
                     "notebooks. Use this instead of trusting `nbgrader autograde`.")
     parser.add_argument("course", type=Path, help="the course folder (holding nbgrader_config.py)")
     parser.add_argument("assignment", help="the assignment's name in nbgrader, e.g. ps1")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_option, default=None,
                         help="seed of the hidden cases (default: the course's, from qkv_course.json)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import jsonschema
 import nbformat
@@ -126,6 +128,20 @@ def test_bad_invocations_get_one_line_and_no_traceback(tmp_path, args, message):
     assert done.returncode == 2
     assert done.stderr.strip() == f"qkv-grade: error: {message}"
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("seed", ["-5", "9223372036854775808"])
+def test_a_seed_numpy_cannot_take_is_refused_before_anything_is_written(tmp_path, seed):
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "ok.py").write_text(reference_source())
+    for args in (["class", "--out", "out"], ["class/ok.py"], ["--gradescope-bundle", "bundle.zip"]):
+        done = qkv_grade(*args, f"--seed={seed}", cwd=tmp_path)
+        assert done.returncode == 2 and "a seed is a whole number from 0 to 2**63 - 1" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["class"]
+    course = subprocess.run([sys.executable, "-m", "autograder.nbgrader_course", str(tmp_path / "course"),
+                             f"--seed={seed}"], capture_output=True, text=True)
+    assert course.returncode == 2 and "a seed is a whole number" in course.stderr and not (tmp_path / "course").exists()
 
 
 def test_a_corrupt_notebook_alone_is_reported_not_crashed_on(tmp_path):
