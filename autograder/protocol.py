@@ -355,9 +355,12 @@ DTYPES = ("<f8", "<f4", "<f2", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", 
 def encode(value, blobs, used):
     """Describe `value` as JSON-able plain data, appending array bytes to `blobs`.
 
-    Exact types only: a subclass of ndarray, list or dict, or any other object, is described by its
-    type name, so nothing a submission defines can pretend to be a number. `used` is a one-item
-    list: the array bytes described so far.
+    As CONTRACT.md promises, a subclass of ndarray, tuple (a NamedTuple), list or dict is read as
+    its base type, through the base type's own methods only (a subclass's own `__len__` or
+    `__iter__` could say anything), and floats wider than float64 (longdouble) arrive as float64,
+    as np.asarray(..., dtype=float) would give them; any other object is described by its type
+    name, so nothing a submission defines can pretend to be a number. `used` is a one-item list:
+    the array bytes described so far.
     """
     import numpy as np
 
@@ -391,7 +394,11 @@ def _encode(value, blobs, state, depth, np):
     if state[1] < 0:
         raise _TooManyParts()
     kind = type(value)
+    if kind is not np.ndarray and isinstance(value, np.ndarray):  # np.matrix, say: its plain array
+        value, kind = np.ndarray.view(value, np.ndarray), np.ndarray
     if kind is np.ndarray:
+        if value.dtype.kind == "f" and value.dtype.itemsize > 8:
+            value = value.astype(np.float64)
         if value.dtype.kind not in "biuf":
             return _bad("numpy array of dtype %s" % value.dtype)
         if value.ndim > 32:
@@ -407,8 +414,6 @@ def _encode(value, blobs, state, depth, np):
         blobs.append(data)
         state[0] += len(data)
         return {"t": "array", "dtype": little.dtype.str, "shape": list(value.shape), "n": len(data)}
-    if isinstance(value, np.ndarray):
-        return _bad("%s (a subclass of numpy.ndarray)" % type_name(value))
     if kind is bool or kind is np.bool_:
         return {"t": "bool", "v": bool(value)}
     if kind is int or (isinstance(value, np.integer) and kind.__module__ == "numpy"):
@@ -418,18 +423,17 @@ def _encode(value, blobs, state, depth, np):
         return {"t": "float", "v": number if math.isfinite(number) else repr(number)}
     if value is None:
         return {"t": "none"}
-    if kind is list or kind is tuple or (isinstance(value, tuple) and hasattr(kind, "_fields")):
-        # a tuple subclass's own __len__ and __iter__ are not asked: they could say anything
-        if (list.__len__ if kind is list else tuple.__len__)(value) > MAX_ITEMS or depth >= MAX_DEPTH:
+    if isinstance(value, (list, tuple)):
+        base = list if isinstance(value, list) else tuple
+        if base.__len__(value) > MAX_ITEMS or depth >= MAX_DEPTH:
             return _bad("%s nested too deep or too long" % type_name(value))
-        items = [_encode(item, blobs, state, depth + 1, np) for item in tuple.__iter__(value)] \
-            if kind is not list else [_encode(item, blobs, state, depth + 1, np) for item in list.__iter__(value)]
-        return {"t": "list" if kind is list else "tuple", "items": items}
-    if kind is dict:
-        if len(value) > 100 or depth >= MAX_DEPTH or not all(_plain_key(key) for key in value):
+        return {"t": base.__name__, "items": [_encode(item, blobs, state, depth + 1, np)
+                                              for item in base.__iter__(value)]}
+    if isinstance(value, dict):
+        items = list(dict.items(value)) if dict.__len__(value) <= 100 else None
+        if items is None or depth >= MAX_DEPTH or not all(_plain_key(key) for key, _ in items):
             return _bad("dict with keys that are not plain strings")
-        return {"t": "dict", "items": {key: _encode(item, blobs, state, depth + 1, np)
-                                       for key, item in dict.items(value)}}
+        return {"t": "dict", "items": {key: _encode(item, blobs, state, depth + 1, np) for key, item in items}}
     return _bad(type_name(value))
 
 

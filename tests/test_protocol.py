@@ -123,17 +123,33 @@ def test_nesting_is_bounded():
         protocol.check_value(value, 0)
 
 
-def test_a_named_tuple_travels_as_a_tuple_and_a_subclass_of_ndarray_does_not():
+def test_subclasses_travel_as_their_base_type_read_through_its_own_methods():
+    """CONTRACT.md §1: array-likes as np.asarray gives them, and any tuple subclass as a tuple."""
+    from collections import OrderedDict
     from typing import NamedTuple
 
     class Pair(NamedTuple):
         o: np.ndarray
         a: np.ndarray
 
+    class Liar(tuple):  # its own length and items are not asked
+        def __len__(self):
+            return 10**9
+
+        def __iter__(self):
+            return iter(())
+
+    for value, kind, items in ((Pair(np.ones(2), np.zeros(2)), "tuple", 2), (Liar((np.ones(2), 1.0)), "tuple", 2),
+                               (OrderedDict(a=np.ones(1)), "dict", 1)):
+        described = protocol.encode(value, [], [0])
+        assert described["t"] == kind and len(described["items"]) == items
     parts: list[bytes] = []
-    described = protocol.encode(Pair(np.ones(2), np.zeros(2)), parts, [0])
-    assert described["t"] == "tuple" and len(described["items"]) == 2
-    assert protocol.encode(np.ones(2).view(np.matrix), [], [0])["t"] == "bad"
+    assert protocol.encode(np.arange(4.0).reshape(2, 2).view(np.matrix), parts, [0])["shape"] == [2, 2]
+    assert np.frombuffer(parts[0]).tolist() == [0.0, 1.0, 2.0, 3.0]
+    parts = []
+    assert protocol.encode(np.full(3, 0.1, dtype=np.longdouble), parts, [0])["dtype"] == "<f8"
+    assert np.frombuffer(parts[0]).tolist() == [0.1] * 3
+    assert protocol.encode(np.ones(2, dtype=complex), [], [0])["t"] == "bad"
 
 
 @pytest.mark.parametrize("tail", [b',"ev":"done","job":2}', b',"step":5}', b',"call":3}', b',"ev":"fault"}'])

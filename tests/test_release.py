@@ -378,7 +378,13 @@ def test_a_wrong_type_or_a_changed_argument_is_explained_as_such(tmp_path):
     wrong = '''
 
 def scores(q, k):
-    return np.asmatrix(q @ k.T)
+    return str(q @ k.T)
+
+
+def softmax_rows(s):  # np.matrix is an array-like, read as the hidden graders read it
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    a = e / e.sum(axis=-1, keepdims=True)
+    return np.asmatrix(a) if a.ndim == 2 else a
 
 
 def mix(a, v):
@@ -392,7 +398,8 @@ def scale(d, d_k):
     (folder / "attention_head.py").write_text(REFERENCE.read_text(encoding="utf-8") + wrong,
                                               encoding="utf-8")
     steps = SelfCheck(folder).steps()
-    assert "matrix" in steps["scores"][1] and "wrong type" in steps["scores"][1]
+    assert "a string" in steps["scores"][1] and "wrong type" in steps["scores"][1]
+    assert steps["softmax"][0] == "passed"
     assert "came back as None, which is the wrong type" in steps["mix"][1]
     assert "changed its argument D" in steps["scale"][1]
     assert steps["qkv"][0] == "passed"

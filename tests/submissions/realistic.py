@@ -228,3 +228,15 @@ UNUSUAL["namedtuples"] = Submission((
     (QKV_RETURN, "    return Projections(q, k, v)\n"),
     ("    return o, a\n", "    return Attended(o, a)\n"),
     (HEAD_RETURN, "    return Attended(*attention(q, k, v))\n")))
+
+# Other array-likes and containers CONTRACT.md §1 accepts: a plain tuple subclass, an
+# OrderedDict, np.matrix for a 2-D result, and longdouble, all read as np.asarray would.
+UNUSUAL["tuple_subclass_and_ordered_dict"] = Submission((
+    ("import numpy as np\n", "import numpy as np\nfrom collections import OrderedDict\n\n\n"
+                             "class Pair(tuple):\n    pass\n"),
+    ("    return o, a\n", "    return Pair((o, a))\n"),
+    ('    return {\n        "weights_before"', '    return OrderedDict({\n        "weights_before"'),
+    ('        "output_after": output_after,\n    }\n', '        "output_after": output_after,\n    })\n')))
+UNUSUAL["matrix_and_longdouble"] = Submission((
+    (MIX_LINE, "o = np.asmatrix(a @ v) if a.ndim == 2 else a @ v  #"),
+    (SCALE_LINE, "s = (d / np.sqrt(d_k)).astype(np.longdouble)  # [T, T]")))
