@@ -101,3 +101,17 @@ def _root_line(names: list[str], state: str, verb: str) -> str:
     if len(names) > 1:
         return f"Your {quoted} steps are {state}; this step uses them, so {verb} those first."
     return f"Your {quoted} step is {state}; this step uses it, so {verb} that first."
+
+
+def stopped_cells(stopped: list[dict]) -> str:
+    """Why a notebook may lack a function: the cells that stopped with an error, each of which ran
+    only up to the line that raised, as in Jupyter."""
+    lines = ["A cell of your notebook stopped with an error, so what came after that line in it never ran:"
+             if len(stopped) == 1 else
+             f"{len(stopped)} cells of your notebook stopped with an error, so what came after those lines never ran:"]
+    for raised in stopped:
+        lines.append(f"  {raised['type']}: {raised['message']}" + (f" ({raised['where']})" if raised.get("where") else ""))
+    if any(raised["type"] == "ModuleNotFoundError" for raised in stopped):
+        lines.append("Only numpy and Python's standard library are there when a notebook is graded: keep other "
+                     "imports (plotting, say) in cells of their own.")
+    return "\n".join(lines)

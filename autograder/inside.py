@@ -366,8 +366,9 @@ def _where(exc, filename):
     """The last line of the submission's own code that the exception passed through."""
     tb, line = exc.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith(filename):
-            line = "%s line %d, in %s" % (filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        code = tb.tb_frame.f_code
+        if code.co_filename.startswith(filename):  # a notebook's cells are "name.ipynb, cell N"
+            line = "%s line %d, in %s" % (code.co_filename, tb.tb_lineno, code.co_name)
         tb = tb.tb_next
     return line[:300] if line else None
 
@@ -478,14 +479,17 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     # A module runs as one piece; a notebook cell by cell, as Jupyter does: an error or an exit in
     # one cell ends that cell only, and the next cell still runs.
     notebook = filename.endswith(".ipynb")
+    stopped = []  # the notebook's cells that stopped with an error, as Jupyter would show them
     try:
         for index, cell in enumerate(job["cells"]):
             try:  # in a notebook, a cell that will not compile or run ends that cell only, as in Jupyter
                 exec(compile(cell, "%s, cell %d" % (filename, index + 1) if notebook else filename, "exec"),
                      module.__dict__)
-            except BaseException:
+            except BaseException as exc:
                 if not notebook:
                     raise
+                if len(stopped) < protocol.MAX_STOPPED:
+                    stopped.append(_raised(exc, filename))
     except ExitCalled:
         restore_builtins()
         send({"ev": "imported", "ok": False, "error": {"type": "ExitCalled", "message": "", "where": None}})
@@ -503,7 +507,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         except BaseException:
             answers[name] = False
         restore_builtins()
-    send({"ev": "imported", "ok": True, "answers": answers})
+    send(dict({"ev": "imported", "ok": True, "answers": answers}, **({"stopped": stopped} if stopped else {})))
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
@@ -707,10 +711,12 @@ def _check_child_frame(obj, blob, expected, used):
     if expected is None:
         if event != "imported" or type(obj.get("ok")) is not bool:
             raise protocol.ProtocolError("something other than the module's import result")
-        protocol.only(obj, "ev", "ok", "error", "answers", "out")
+        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped")
         clean = {"ev": "imported", "ok": obj["ok"], "out": text or ""}
         if obj["ok"]:
             clean["answers"] = protocol.answers(obj.get("answers", {}))
+            if "stopped" in obj:
+                clean["stopped"] = protocol.stopped(obj["stopped"])
         else:
             clean["error"] = protocol.raised(obj.get("error"))
         return clean, b""

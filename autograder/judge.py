@@ -713,7 +713,8 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 
 
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
-               earlier: dict[str, StepResult]) -> StepResult:
+               earlier: dict[str, StepResult], stopped: list[dict] = ()) -> StepResult:
+    """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing."""
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i]) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
     passed = [all(v.ok for v in case_verdicts) for case_verdicts in verdicts]
@@ -745,6 +746,8 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
         detail = f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
+        if stopped:
+            detail += "\n" + feedback.stopped_cells(stopped)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
     text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
                                   {used: earlier[used].status for used in _first_causes(failing_uses)}, carried)
@@ -851,7 +854,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             # the run was lost during this step: its calls without an outcome were never graded
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
-        results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results)
+        results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped)
     return list(results.values())
 
 

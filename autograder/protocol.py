@@ -339,6 +339,17 @@ def result_body(obj, blob, used):
     return used + len(blob)
 
 
+MAX_STOPPED = 5
+"""Notebook cells that stopped with an error, reported per submission."""
+
+
+def stopped(obj):
+    """The notebook cells that stopped with an error: a short list of exception descriptions."""
+    if type(obj) is not list or len(obj) > MAX_STOPPED:
+        _fail("stopped cells that are not a short list")
+    return [raised(item) for item in obj]
+
+
 def answers(obj):
     if type(obj) is not dict or len(obj) > 16:
         _fail("answers that are not a small object")

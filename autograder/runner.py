@@ -60,6 +60,8 @@ class Run:
     import_output: str = ""
     answers: dict[str, bool] = field(default_factory=dict)
     """For each requested module-level answer name: present and non-empty."""
+    stopped: list[dict] = field(default_factory=list)
+    """The notebook cells that stopped with an error (at most protocol.MAX_STOPPED), each as `raised`."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
     most_calls: int = 1
@@ -273,6 +275,7 @@ class Worker:
                     run.import_output = protocol.text(obj, "out", optional=True) or ""
                     if run.imported:
                         run.answers = dict(protocol.answers(obj.get("answers", {})))
+                        run.stopped = protocol.stopped(obj.get("stopped", []))
                 continue
             step = protocol.index(obj, "step", optional=True)
             call = protocol.index(obj, "call", optional=True)

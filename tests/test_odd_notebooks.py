@@ -168,3 +168,24 @@ def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_p
     listing = done.stdout.split("\n\n")[0].splitlines()
     assert len(listing) == 2 and not any(line.startswith("mallory") for line in done.stdout.splitlines()), done.stdout
     assert any("x\\x0amallory.py" in line for line in listing), listing
+
+
+def test_a_cell_that_stopped_with_an_error_is_named_where_its_functions_are_missing(tmp_path):
+    """Jupyter shows a cell's error under it; graded, the functions it never defined would only be
+    'not implemented yet', with nothing to say why."""
+    require_sandbox()
+    path = tmp_path / "plots_first.ipynb"
+    path.write_text(_notebook("x = 1\n", "import matplotlib.pyplot as plt\n" + reference_source(), "def (:\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    result = json.loads(done.stdout)
+    feedback = {step["id"]: step["feedback"] for step in result["steps"]}
+    assert result["score"] == 0.0 and all(step["status"] == "not_implemented" for step in result["steps"])
+    for text in feedback.values():
+        assert "2 cells of your notebook stopped with an error" in text
+        assert "ModuleNotFoundError: No module named 'matplotlib' (plots_first.ipynb, cell 2 line 1, in <module>)" in text
+        assert "SyntaxError: invalid syntax (plots_first.ipynb, cell 3, line 1)" in text
+        assert "keep other imports (plotting, say) in cells of their own" in text
+    correct = tmp_path / "correct.ipynb"
+    correct.write_text(_notebook(reference_source(), "import matplotlib\n"))
+    result = json.loads(qkv_grade(str(correct), "--format", "json", "--seed", str(SEED)).stdout)
+    assert result["score"] == 100.0  # a cell that stopped costs nothing when nothing is missing
