@@ -146,19 +146,23 @@ class Run:
 
     @classmethod
     def resume(cls, out: Path, source: Path) -> "Run":
-        """The newest unfinished run of `source` in `out`, locked, with the results it kept."""
+        """The newest run of `source` in `out`, locked, with the results it kept, if that run is
+        unfinished. An older unfinished run is history: a newer one, finished, took its place."""
         wanted = str(source.resolve())
-        unfinished = []
-        for folder in sorted(out.glob("run-*" + INCOMPLETE)) if out.is_dir() else []:
+        runs = []
+        for folder in sorted(out.glob("run-*")) if out.is_dir() else []:
             try:
                 manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
             if manifest.get("source") == wanted:
-                unfinished.append((manifest.get("started", 0), folder, manifest))
-        if not unfinished:
+                started = manifest.get("started", 0)
+                runs.append((started if isinstance(started, (int, float)) else 0, str(folder), folder, manifest))
+        if not runs:
             raise NothingToResume(f"{out}: no unfinished run of {source} to resume")
-        _, folder, manifest = max(unfinished, key=lambda found: found[:2])
+        _, _, folder, manifest = max(runs, key=lambda found: found[:2])
+        if not folder.name.endswith(INCOMPLETE):
+            raise NothingToResume(f"{out}: the latest run of {source}, {folder.name}, is finished: nothing to resume")
         run = cls(folder, manifest)
         run._take_lock()
         for stale in folder.glob(".*.tmp"):  # a killed run's half-written file

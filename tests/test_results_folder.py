@@ -198,6 +198,24 @@ def test_resume_without_an_unfinished_run_says_so_in_one_line(tmp_path):
     assert "no unfinished run" in done.stderr
 
 
+def test_resume_takes_up_only_the_latest_run_never_an_older_one_a_finished_run_replaced(tmp_path):
+    from autograder import store
+
+    folder, out = _copy_class(tmp_path, copies=1), tmp_path / "out"
+    older = store.Run.start(out, folder, 1, {"timeout": 0.5})
+    older.mark("interrupted")
+    older.close()
+    newer = store.Run.start(out, folder, 2, {"timeout": 0.5})
+    newer.mark("interrupted")
+    newer.close()
+    done = qkv_grade(str(folder), "--out", str(out), "--resume", *FAST)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "latest" / "run.json").read_text())["seed"] == 2
+    again = qkv_grade(str(folder), "--out", str(out), "--resume", *FAST)
+    assert again.returncode == 2 and "is finished: nothing to resume" in again.stderr, again.stderr
+    assert json.loads((out / "latest" / "run.json").read_text())["seed"] == 2
+
+
 def _text_grades(stdout: str) -> dict[str, str]:
     return {line.split()[0]: line.split()[1] for line in stdout.splitlines() if " / " in line}
 
