@@ -373,6 +373,16 @@ def test_a_check_cell_names_the_mistake_in_the_hidden_graders_words(tmp_path):
     assert "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"])) in result.stderr
 
 
+def test_a_call_that_never_returns_is_stopped_and_the_other_checks_still_run(tmp_path):
+    folder = released_copy(tmp_path)
+    looping = "\n\ndef head_facts(t, d_k, d_v):\n    while True:\n        try:\n            pass\n        except Exception:\n            pass\n"
+    (folder / "attention_head.py").write_text(REFERENCE.read_text(encoding="utf-8") + looping, encoding="utf-8")
+    steps = SelfCheck(folder).steps()
+    assert steps["ex4_shapes"][0] == "failure"
+    assert "it was still running after 10 s, so it was stopped: look for a loop that never ends" in steps["ex4_shapes"][1]
+    assert all(outcome == "passed" for step, (outcome, _) in steps.items() if step != "ex4_shapes")
+
+
 def test_a_wrong_type_or_a_changed_argument_is_explained_as_such(tmp_path):
     folder = released_copy(tmp_path)
     wrong = '''

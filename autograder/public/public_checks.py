@@ -13,6 +13,7 @@ message names the mistake in the same words as the hidden graders.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.util
@@ -32,6 +33,9 @@ MODULE = "attention_head.py"
 NOTEBOOK = "attention_head.ipynb"
 GRADED_CELL_ROLES = ("setup", "solution")  # the notebook cells a grader runs; the others it skips
 ATOL = 1e-9  # absolute tolerance of every comparison
+CALL_SECONDS = 10
+"""How long one call on the chapter's example may run (where the system can stop it): far more
+than any correct function needs, so only a loop that never ends reaches it."""
 SHOWN_MISMATCHES = 5  # how many differing elements a message lists
 WRAP = 76  # a check cell's line length: nbgrader's Validate indents by 4 and cuts lines near 90
 SLIP_RTOL, SLIP_ATOL = 1e-6, 1e-8  # how closely a wrong value must match a known mistake's
@@ -116,6 +120,34 @@ class _NotImplemented(_Problem):
     status = "not_implemented"
 
 
+class _TooSlow(BaseException):
+    """Raised into a call that ran past CALL_SECONDS (a BaseException, so `except Exception` in
+    the student's loop does not swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Stop the call inside after `seconds`, where a timer signal can (Unix, the main thread);
+    elsewhere the call just runs."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum, _frame):
+        raise _TooSlow()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @dataclass(frozen=True)
 class _Raised:
     """Stands for a call that raised instead of returning."""
@@ -153,7 +185,12 @@ def _call(namespace: dict, name: str, *args: _Arg):
     positional = [value for arg, value in zip(args, given) if arg.keyword is None]
     keywords = {arg.keyword: value for arg, value in zip(args, given) if arg.keyword is not None}
     try:
-        result = function(*positional, **keywords)
+        with _time_limit(CALL_SECONDS):
+            result = function(*positional, **keywords)
+    except _TooSlow:
+        _returned.append(_Raised("a call that never returned"))
+        raise _Problem(f"Called {call}; it was still running after {CALL_SECONDS} s, so it was stopped: "
+                       f"look for a loop that never ends.") from None
     except NotImplementedError:
         _returned.append(_Raised("NotImplementedError"))
         raise _NotImplemented(f"calling {call} raised NotImplementedError: {name}, or a function "
