@@ -114,19 +114,20 @@ def step_cells(coursedir, assignment: str) -> dict[str, str]:
     return cells
 
 
-def submissions(coursedir, assignment: str) -> list[tuple[Path, str]]:
-    """(notebook path, student id) for every submission, sorted by student.
+def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
+    """(notebook path, student id) for every submission, sorted by student; and (student id,
+    why) for every student whose assignment folder holds no notebook of that name.
 
     No symbolic link is followed: a student folder, assignment folder or notebook that is a link
     is still that student's submission, which reading then finds unreadable.
     """
     pattern = Path(coursedir.format_path(coursedir.submitted_directory, "*", assignment))
     submitted = pattern.parent.parent
-    found = []
+    found, missing = [], []
     try:
         entries = sorted(os.scandir(submitted), key=lambda entry: entry.name)
     except FileNotFoundError:
-        return []
+        return [], []
     for entry in entries:
         if entry.name.startswith("."):
             continue
@@ -134,7 +135,14 @@ def submissions(coursedir, assignment: str) -> list[tuple[Path, str]]:
         if entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and (
                 os.path.islink(notebook.parent) or os.path.lexists(notebook))):
             found.append((notebook, entry.name))
-    return found
+        elif entry.is_dir(follow_symlinks=False) and notebook.parent.is_dir():
+            try:
+                others = sorted(name for name in os.listdir(notebook.parent) if name.endswith(".ipynb"))
+            except OSError:
+                others = []
+            missing.append((entry.name, f"its {pattern.name} folder holds no {NOTEBOOK}"
+                            + (f" (only {', '.join(others[:3])}: rename the one to grade)" if others else "")))
+    return found, missing
 
 
 # --- grading ------------------------------------------------------------------------------------
@@ -503,7 +511,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
 
     step_ids = step_cells(coursedir, assignment)
     settle_pending(coursedir, assignment, step_ids)
-    items = submissions(coursedir, assignment)
+    items, missing = submissions(coursedir, assignment)
     if not items:
         raise TrustedError(f"no submitted notebooks: expected "
                            f"{coursedir.submitted_directory}/<student>/{assignment}/{NOTEBOOK} "
@@ -527,7 +535,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     except SQLAlchemyError as error:
         reason = str(getattr(error, "orig", None) or error).splitlines()[0]
         raise NotRecorded(graded, seed, f"{coursedir.db_url}: {reason}") from None
-    return graded, seed
+    return graded, seed, missing
 
 
 class NotRecorded(Exception):
@@ -632,13 +640,19 @@ def _autograded(coursedir, assignment: str, student: str):
 
 # --- the command --------------------------------------------------------------------------------
 
-def report(graded: list[Graded], assignment: str, seed: int, seconds: float, recorded: bool = True) -> str:
-    width = max(len(one.student) for one in graded)
+def report(graded: list[Graded], assignment: str, seed: int, seconds: float, recorded: bool = True,
+           missing: list[tuple[str, str]] = ()) -> str:
+    """`missing`: (student, why) for each student who submitted the assignment without its notebook."""
+    from .results import printable
+
+    width = max([len(one.student) for one in graded] + [len(student) for student, _ in missing])
     lines = []
     for one in graded:
         flags = sorted({code for step in one.result.steps for code in step.diagnoses})
         lines.append(f"{one.student:<{width}}  {one.result.score:>6g} / {one.result.max_score:g}"
                      + (f"  {', '.join(flags)}" if flags else ""))
+    for student, why in missing:
+        lines.append(f"{printable(student, one_line=True):<{width}}  not graded: {why}")
     lines.append("")
     lines.append(f"{len(graded)} notebooks of {assignment} graded with seed {seed} in {seconds:.1f} s; "
                  + ("the gradebook holds these scores." if recorded else
@@ -716,8 +730,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
-        graded, seed = grade_course(args.course, args.assignment, args.seed, args.jobs,
-                                    Limits(call_timeout=args.timeout), waiting=waiting)
+        graded, seed, missing = grade_course(args.course, args.assignment, args.seed, args.jobs,
+                                             Limits(call_timeout=args.timeout), waiting=waiting)
     except (TrustedError, CourseError, SandboxUnavailable, WorkerFailed) as error:
         return _fail(str(error))
     except NotRecorded as error:
@@ -729,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
                      EXIT_UNWRITTEN)
     except KeyboardInterrupt:
         return _fail("interrupted (each student's grade is the one before this run, or this run's)", 130)
-    sys.stdout.write(report(graded, args.assignment, seed, time.perf_counter() - started))
+    sys.stdout.write(report(graded, args.assignment, seed, time.perf_counter() - started, missing=missing))
     return 0
 
 

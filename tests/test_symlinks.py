@@ -104,6 +104,9 @@ def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied_nor_deep
     (submitted / "zoe").symlink_to(submitted / "ann", target_is_directory=True)
     (submitted / "bea" / ASSIGNMENT / "secret.txt").symlink_to(token[0])
     (submitted / "bea" / ASSIGNMENT / "timestamp.txt").symlink_to(token[0])
+    (submitted / "emp" / ASSIGNMENT).mkdir(parents=True)  # handed in nothing, or the notebook renamed
+    (submitted / "ren" / ASSIGNMENT).mkdir(parents=True)
+    shutil.copyfile(submitted / "ann" / ASSIGNMENT / NOTEBOOK, submitted / "ren" / ASSIGNMENT / "attention_head-Copy1.ipynb")
     (submitted / "bea" / ASSIGNMENT / "data").mkdir()
     (submitted / "bea" / ASSIGNMENT / "data" / "notes.txt").write_text("copied")
     # deeper than the recursion limit: copying stops at MAX_DEPTH and crashes nothing
@@ -114,6 +117,9 @@ def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied_nor_deep
     scores = {student: sum(steps.values()) for student, steps in gradebook_scores(course).items()}
     assert scores["ann"] == scores["bea"] == 100
     assert scores["mal"] == 0 and scores["zoe"] == 0
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert f"not graded: its {ASSIGNMENT} folder holds no {NOTEBOOK}" in lines["emp"]
+    assert "(only attention_head-Copy1.ipynb: rename the one to grade)" in lines["ren"]
     autograded = course / "autograded"
     assert not (autograded / "bea" / ASSIGNMENT / "secret.txt").exists()
     assert (autograded / "bea" / ASSIGNMENT / "data" / "notes.txt").read_text() == "copied"
