@@ -353,6 +353,9 @@ def discover(folder: Path) -> Found:
             skipped.append(("/".join(here), "a symbolic link: not followed"))
         elif entry.name.endswith(SUFFIXES):
             candidates.append((Path(entry.path), here))
+        elif entry.name.lower().endswith(SUFFIXES):
+            suffix = "." + entry.name.rsplit(".", 1)[1]
+            skipped.append(("/".join(here), f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded"))
     names = {parts for _, parts in candidates}
     starters = {parts for path, parts in candidates  # handed in untouched beside the notebook worked in
                 if path.suffix == ".py" and parts[:-1] + (path.name[:-3] + ".ipynb",) in names

@@ -74,19 +74,26 @@ def test_every_file_found_is_graded_or_listed_as_skipped_with_a_reason(tmp_path)
     (folder / "zed.py").write_text(reference_source())
     (folder / "zed.ipynb").write_text("{}")
     (folder / "conftest.py").write_text("")
+    (folder / "SHOUTED.PY").write_text(reference_source())
     (folder / "submitted" / "una" / "ps1" / "attention_head-Copy1.ipynb").write_text("{}")
     (folder / "submitted" / "una" / "ps1" / "attention_head.py").write_text(reference_source())
     done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", *FAST)
     assert done.returncode == 0, done.stderr
     check_run(out / "latest")
     rows = {row["submission"]: row for row in csv.DictReader((out / "latest" / "summary.csv").open())}
-    assert set(rows) == {"zed.py", "zed.ipynb", "conftest.py", "submitted/una/ps1/attention_head-Copy1.ipynb",
+    assert set(rows) == {"zed.py", "zed.ipynb", "conftest.py", "SHOUTED.PY", "submitted/una/ps1/attention_head-Copy1.ipynb",
                          "submitted/una/ps1/attention_head.py"}
+    assert "rename it to end in .py" in rows["SHOUTED.PY"]["skipped"]
     assert "zed.py beside it" in rows["zed.ipynb"]["skipped"]
     assert "only attention_head.py" in rows["submitted/una/ps1/attention_head-Copy1.ipynb"]["skipped"]
     assert rows["conftest.py"]["skipped"] and not rows["zed.py"]["skipped"]
-    for name in ("zed.ipynb", "attention_head-Copy1.ipynb", "conftest.py"):
+    for name in ("zed.ipynb", "attention_head-Copy1.ipynb", "conftest.py", "SHOUTED.PY"):
         assert name in done.stdout and "not graded" in done.stdout
+    as_json = qkv_grade(str(folder), "--out", str(out), "--seed", "4", "--format", "json", *FAST)
+    assert [result["submission"] for result in json.loads(as_json.stdout)] == ["submitted/una/ps1/attention_head.py",
+                                                                                "zed.py"]
+    for name in ("zed.ipynb", "attention_head-Copy1.ipynb", "conftest.py", "SHOUTED.PY"):  # stdout is the JSON alone
+        assert f"qkv-grade: not graded: " in as_json.stderr and name in as_json.stderr
 
 
 def test_a_folder_nested_a_thousand_deep_is_listed_as_skipped_and_everyone_is_graded(tmp_path):
