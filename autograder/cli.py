@@ -392,7 +392,7 @@ def _print_folder(graded, skipped, run, args, page) -> None:
             sys.stdout.write(f"{names[name]:<{width}}  not graded: {results.printable(reason, one_line=True)}\n")
         where = (f"results in {run.folder}/ (one JSON each, summary.csv)" if run.finished
                  else f"results not complete in {run.folder}/")
-        sys.stdout.write(f"\n{len(graded)} submissions graded with seed {run.seed}; {where}"
+        sys.stdout.write(f"\n{len(graded)} submission{'' if len(graded) == 1 else 's'} graded with seed {run.seed}; {where}"
                          + (f"; class report in {page}" if page is not None else "") + ".\n")
     sys.stdout.flush()
 

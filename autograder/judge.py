@@ -873,8 +873,11 @@ def _unimportable(run: Run) -> list[StepResult]:
         status = "error"
         codes = ["exit-called"] if error.get("type") == "ExitCalled" else ["crashed"]
         where = f" ({error['where']})" if error.get("where") else ""
-        reason = (f"Your module could not be imported: it raised {error.get('type', 'an error')}: "
-                  f"{error.get('message', '')}{where}.")
+        if codes == ["exit-called"]:
+            reason = "Your module called exit (or quit, sys.exit, os._exit) while it was being imported."
+        else:
+            reason = (f"Your module could not be imported: it raised {error.get('type', 'an error')}: "
+                      f"{error.get('message', '')}{where}.")
     return [StepResult(step.id, 0.0, step.points, status,
                        "\n".join([f"{step.title}: not graded.", reason] + feedback.diagnosis_lines(codes, step)),
                        list(codes), 0, 1)

@@ -654,7 +654,8 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
     for student, why in missing:
         lines.append(f"{printable(student, one_line=True):<{width}}  not graded: {why}")
     lines.append("")
-    lines.append(f"{len(graded)} notebooks of {assignment} graded with seed {seed} in {seconds:.1f} s; "
+    lines.append(f"{len(graded)} notebook{'' if len(graded) == 1 else 's'} of {assignment} graded with seed {seed} "
+                 f"in {seconds:.1f} s; "
                  + ("the gradebook holds these scores." if recorded else
                     "the gradebook and the autograded notebooks were left as they were."))
     differing = [one for one in graded if one.differences]

@@ -152,7 +152,7 @@ Run the setup cell first, then work down: fill in a solution cell, run the check
     pip install numpy pytest
     pytest                                        # every step
     pytest -k scores                              # one step
-    pytest --submission attention_head.ipynb      # the notebook instead of the module
+    pytest --submission=attention_head.ipynb      # the notebook instead of the module
 
 `pytest` checks `attention_head.py`; when that file is absent, it checks the notebook's setup and
 solution cells instead. There is one test per step, named after the step id. A failing test says

@@ -162,7 +162,8 @@ class Run:
             raise NothingToResume(f"{out}: no unfinished run of {source} to resume")
         _, _, folder, manifest = max(runs, key=lambda found: found[:2])
         if not folder.name.endswith(INCOMPLETE):
-            raise NothingToResume(f"{out}: the latest run of {source}, {folder.name}, is finished: nothing to resume")
+            raise NothingToResume(f"{out}: no unfinished run of {source} to resume (its latest, {folder.name}, "
+                                  "is finished)")
         run = cls(folder, manifest)
         run._take_lock()
         for stale in folder.glob(".*.tmp"):  # a killed run's half-written file
@@ -202,7 +203,13 @@ class Run:
             pass
 
     def finish(self, summary: str, skipped: list[tuple[str, str]]) -> None:
-        """Write the summary, then give the folder its final name and point `latest` at it."""
+        """Write the summary, then give the folder its final name and point `latest` at it. A result
+        saved before an interruption for a submission no longer there is removed: a finished run
+        holds exactly the results its summary lists."""
+        kept = {result_file(name) for name in self.saved} | {MANIFEST, SUMMARY}
+        for path in self.folder.iterdir():
+            if path.name.endswith(".json") and path.name not in kept:
+                path.unlink()
         write_atomically(self.folder / SUMMARY, summary)
         self.manifest.update(status="finished", finished=time.time(),
                              submissions={name: result_file(name) for name in sorted(self.saved)},

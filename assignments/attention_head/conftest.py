@@ -72,7 +72,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if len(missing) == len(outcomes) and path is not None and path.suffix == ".py" \
                 and notebook.is_file():
             write(textwrap.fill(f"This checked {path.name}, which is still untouched. If you work "
-                                f"in the notebook, check it instead: pytest --submission "
+                                f"in the notebook, check it instead: pytest --submission="
                                 f"{public_checks.NOTEBOOK}", width=WIDTH))
         wrong = [step for step, status in outcomes.items()
                  if status not in ("passed", "not_implemented")]
