@@ -180,7 +180,6 @@ def _img(uri: str, alt: str) -> str:
 def render(results: list[SubmissionResult]) -> str:
     """The whole page as one string. `results` must not be empty."""
     total = len(results)
-    graded = [result for result in results if not result.error]
     scores = sorted(result.score for result in results)
     top = max(result.max_score for result in results)
     seeds = sorted({result.seed for result in results})
@@ -215,12 +214,13 @@ def render(results: list[SubmissionResult]) -> str:
 
     parts.append("<h2>Misconceptions</h2>")
     if found:
-        parts.append("<p>How many students showed each diagnosis, in any step. Below the chart, each "
+        parts.append("<p>How many students showed each diagnosis, in any step, and what share of the class "
+                     "they are. Below the chart, each "
                      "diagnosis with the explanation its students read and who they are.</p>")
         parts.append(_img(diagnosis_chart(found), "How many students showed each diagnosis"))
         for code, students in found.items():
             info = CODES.get(code)
-            share = 100.0 * len(students) / len(graded)
+            share = 100.0 * len(students) / total  # of the class, as the steps' shares are
             what = f"{info.what[0].upper()}{info.what[1:]}" if info else "No explanation is recorded for this code."
             reread = f" Reread {_e(info.section)}." if info and info.section else ""
             kind = "fault" if code in FAULTS else "misconception"

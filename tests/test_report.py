@@ -106,6 +106,18 @@ def _result(name: str, code: str) -> SubmissionResult:
     return SubmissionResult(name, steps, seed=3, isolation="landlock")
 
 
+def test_every_share_is_of_the_whole_class_unreadable_files_included():
+    from autograder.report import render
+
+    text = render([_result("ann.py", "keys-not-transposed"), _result("bea.py", "keys-not-transposed"),
+                   _result("cal.py", "scaled-by-d_k"), unreadable("dot.py", "not UTF-8 text", 3, "landlock")])
+    assert "keys-not-transposed</code>: 2 students (50%)" in text and "scaled-by-d_k</code>: 1 student (25%)" in text
+    scores_row = re.search(r"<tr><td><code>scores</code>.*?</tr>", text).group(0)
+    assert scores_row.endswith('<td class="n">0%</td></tr>')
+    qkv_row = re.search(r"<tr><td><code>qkv</code>.*?</tr>", text).group(0)
+    assert qkv_row.endswith('<td class="n">75%</td></tr>')  # 3 of the 4 files
+
+
 def test_student_controlled_names_are_escaped():
     from autograder.report import render
 
