@@ -878,7 +878,9 @@ def _unimportable(run: Run) -> list[StepResult]:
         else:
             reason = (f"Your module could not be imported: it raised {error.get('type', 'an error')}: "
                       f"{error.get('message', '')}{where}.")
+    # The same for every step: the reason says where to look (no section of the chapter does)
     return [StepResult(step.id, 0.0, step.points, status,
-                       "\n".join([f"{step.title}: not graded.", reason] + feedback.diagnosis_lines(codes, step)),
+                       "\n".join([f"{step.title}: not graded.", reason]
+                                 + feedback.diagnosis_lines(codes, step, carried=frozenset(codes))),
                        list(codes), 0, 1)
             for step in STEPS]

@@ -187,7 +187,12 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
         lines.append("Written answers: " + ("all present (graded by a person)." if not missing
                                             else "still empty: " + ", ".join(missing) + "."))
     failing = [step for step in result.steps if step.status != "passed"]
-    if failing:
+    shared = {step.feedback.partition("\n")[2] for step in failing}
+    if len(failing) > 1 and len(shared) == 1 and shared != {""}:  # one reason for all (the module never ran)
+        lines += ["", "Feedback", "", paint(f"── every step ", failing[0].status)
+                  + f"({sum(step.score for step in failing):g} / {sum(step.max_score for step in failing):g})"]
+        lines.extend("  " + line for line in printable(shared.pop()).splitlines())
+    elif failing:
         lines.append("")
         lines.append("Feedback")
         for step in failing:

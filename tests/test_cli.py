@@ -104,6 +104,15 @@ def test_text_output_is_a_table_then_feedback_without_colour_when_piped(tmp_path
     assert "--seed 1" in done.stdout
 
 
+def test_a_module_that_never_ran_gets_its_reason_once_not_once_per_step(tmp_path):
+    (tmp_path / "broken.py").write_text("def (:\n")
+    done = qkv_grade(str(tmp_path / "broken.py"), "--seed", "1", *FAST)
+    assert done.returncode == 0
+    assert done.stdout.count("── ") == 1 and "── every step (0 / 100)" in done.stdout
+    assert done.stdout.count("could not be imported: it raised SyntaxError: invalid syntax (broken.py, line 1)") == 1
+    assert "Where to look" not in done.stdout  # no step's advice fits a module that never ran
+
+
 def test_gradescope_format_has_one_test_per_step(tmp_path):
     path = tmp_path / "attention_head.py"
     path.write_text(reference_source())
