@@ -65,6 +65,7 @@ def test_rerunning_the_derivation_reproduces_the_file_byte_for_byte(tmp_path):
 def test_derivation_check_mode_accepts_the_committed_file():
     result = run_derive("--check")
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("attention.json is up to date.")
 
 
 def test_derivation_check_mode_rejects_a_file_that_differs(tmp_path):

@@ -253,6 +253,7 @@ def main(argv=None):
         if on_disk != expected:
             print(f"derive.py: {args.output} is out of date; rerun without --check", file=sys.stderr)
             return 1
+        print(f"derive.py --check: {args.output} is up to date.")  # as qkv-release --check says it
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(expected, encoding="utf-8", newline="\n")
