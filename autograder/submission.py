@@ -61,21 +61,32 @@ def _load(path: Path, name: str) -> Submission:
     return Submission(path, shown_name(name), tuple(notebook_cells(text, path)), True)
 
 
+# Text codecs written in Python whose decoding takes time far beyond a file's length (punycode's is
+# quadratic: a 32 MiB file would hold the grader for a day), or that decode nothing.
+_SLOW_CODECS = {"punycode", "idna", "undefined"}
+
+
 def module_text(data: bytes, path: Path) -> str:
-    """A .py file's text, decoded as Python decodes a module: UTF-8, a BOM, or the encoding its
-    coding line declares (`# -*- coding: latin-1 -*-`)."""
+    """A .py file's text, decoded as Python decodes a module: UTF-8, a BOM, or the text encoding
+    its coding line declares (`# -*- coding: latin-1 -*-`), except the few whose decoding is not
+    done in time proportional to the file."""
+    import codecs
     import io
     import tokenize
 
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
     except SyntaxError as exc:
         if str(exc.msg).startswith("unknown encoding"):  # a coding line naming no codec Python has
             raise SubmissionError(f"{path}: its coding line names an encoding Python does not know") from None
-    except (UnicodeDecodeError, LookupError):
-        pass
-    raise SubmissionError(f"{path}: not UTF-8 text (nor in an encoding a coding line declares)")
+        raise SubmissionError(f"{path}: not UTF-8 text (nor in an encoding a coding line declares)") from None
+    if codecs.lookup(encoding).name in _SLOW_CODECS:
+        raise SubmissionError(f"{path}: its coding line names {encoding}, which the grader does not read: "
+                              "use UTF-8")
+    try:
+        return data.decode(encoding)
+    except Exception:  # a codec's errors are not all UnicodeDecodeError
+        raise SubmissionError(f"{path}: not text in the encoding its coding line declares ({encoding})") from None
 
 
 def untouched_starter(path: Path, name: str | None = None) -> bool:
@@ -83,22 +94,27 @@ def untouched_starter(path: Path, name: str | None = None) -> bool:
     layout aside)? A student who worked in the notebook often hands in both."""
     import ast
 
-    try:
+    starter, tree = _starter()
+    try:  # a file far from the starter's size is not the starter: it is not even parsed
+        if os.lstat(path).st_size > 2 * len(starter) + 4096:
+            return False
         mine = ast.dump(ast.parse(module_text(read_bytes(path, name), path)))
-    except (SubmissionError, SyntaxError, ValueError, RecursionError, MemoryError):
+    except (OSError, SubmissionError, SyntaxError, ValueError, RecursionError, MemoryError):
         return False
-    return mine == _starter_ast()
+    return mine == tree
 
 
 @functools.lru_cache(maxsize=1)
-def _starter_ast() -> str:
+def _starter() -> tuple[bytes, str]:
+    """The released starter module, as bytes and as its syntax tree's dump."""
     import ast
     import importlib.util
 
     from .release import stub_module
 
     reference = importlib.util.find_spec("solutions.attention_head").origin
-    return ast.dump(ast.parse(stub_module(Path(reference).read_text(encoding="utf-8"))))
+    text = stub_module(Path(reference).read_text(encoding="utf-8"))
+    return text.encode("utf-8"), ast.dump(ast.parse(text))
 
 
 def read_bytes(path: Path, name: str | None = None) -> bytes:
@@ -247,10 +263,10 @@ NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_ma
 
 
 # IPython's transformer reads a cell again for each magic it rewrites: the work grows as the number
-# of magic lines times the cell's length (501 magics in one cell take it 4.5 s). A notebook may
-# spend this much of it, in cell lines read (under 0.4 s); a cell past what is left runs as an
-# error that says why, and the other cells still run.
-MAGIC_WORK = 20_000
+# of magic lines times the cell's length, 1 to 2 µs per character read (501 magics in one cell take
+# it 4.5 s). A notebook may spend this much of it, in characters read (under 0.5 s); a cell past what
+# is left runs as an error that says why, and the other cells still run.
+MAGIC_WORK = 250_000
 # What the transformer rewrites, each on a pass over the whole cell: a line that starts with an
 # escape (`%time f()`, `!ls`, `?np.exp`, and autocall's `/f x`, `,f x`, `;f x`), an assignment from
 # one (`x = !ls`, `y = %who_ls`), or help at its end (`np.exp?`). Over-counting is safe; what matters
@@ -266,20 +282,18 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
     `budget`, a one-item list, is the transformer's work this notebook may still spend."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    while True:  # IPython passes over leading lines that hold only whitespace, and so does this
-        line, newline, after = source.partition("\n")
-        if not newline or line.strip():
-            break
-        source = after
-    first, _, rest = source.partition("\n")
-    if first.startswith("%%"):
-        name = first[2:].split()[0] if first[2:].split() else ""
-        if name not in RUNS_ITS_BODY:
+    lines = source.splitlines(keepends=True)  # lines as IPython splits them: \r, \f, U+2028 end one too
+    start = next((index for index, line in enumerate(lines) if line.strip()), len(lines))
+    lines = lines[start:]  # IPython passes over leading lines that hold only whitespace, and so does this
+    if lines and lines[0].startswith("%%"):
+        words = lines[0][2:].split()
+        if (words[0] if words else "") not in RUNS_ITS_BODY:
             return None
-        source = "pass\n" + rest  # the body, on the lines where the student wrote it
-    magics = len(_MAGIC_LINE.findall(source))
+        lines[0] = "pass\n"  # the body, on the lines where the student wrote it
+    source = "".join(lines)
+    magics = len(_MAGIC_LINE.findall("\n".join(source.splitlines())))
     if magics:
-        work = magics * (source.count("\n") + 1)
+        work = magics * max(len(source), 1)
         if budget is not None and work > budget[0]:
             return _raising("this cell holds more magics and shell escapes than the grader reads in one "
                             "notebook; put them in cells of their own, or leave them out")

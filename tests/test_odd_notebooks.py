@@ -84,14 +84,17 @@ def test_magics_cost_a_bounded_amount_of_the_graders_work():
     not handed to it, and runs as an error that says why."""
     budget = [MAGIC_WORK]
     small = python_source("%time x = 1\ny = 2\n", budget)
-    assert "run_line_magic" in small and budget[0] == MAGIC_WORK - 3  # one magic, three lines
+    assert "run_line_magic" in small and budget[0] == MAGIC_WORK - 18  # one magic, a cell of 18 characters
     large = python_source("%time x = 1\n" * 300 + "y = 2\n" * 3000, budget)
     assert large.startswith("raise SyntaxError(") and "magics" in large
     compile(large, "cell", "exec")
     assert python_source("x = 1\n" + "x?\n" * 300, [MAGIC_WORK]).startswith("raise SyntaxError(")  # help, too
     assert "y = 2  # why?" in python_source("y = 2  # why?\n", budget)  # a comment is no help request
-    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", "x? # help\n"):
+    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", "x? # help\n",
+                   "%time 1\r", "%time 1\x0c", "%time 1\u2028"):  # lines end where IPython ends them
         assert python_source(escape * 300 + "y = 2\n" * 3000, [MAGIC_WORK]).startswith("raise SyntaxError("), escape
+    # charged by the cell's length, not its lines: one long line read once per magic
+    assert python_source("%time x\n" * 100 + "x = [" + "1," * 2000 + "]\n", [MAGIC_WORK]).startswith("raise SyntaxError(")
 
 
 def test_a_cell_of_many_get_ipython_calls_is_read_in_time_proportional_to_its_length():
@@ -104,7 +107,11 @@ def test_a_cell_of_many_get_ipython_calls_is_read_in_time_proportional_to_its_le
 
 def test_a_cell_magic_after_whitespace_only_lines_still_runs_its_body():
     assert "x = 1" in python_source("   \n\t\n%%time\nx = 1\n", [MAGIC_WORK])
+    assert "x = 1" in python_source("%%time\rx = 1\n", [MAGIC_WORK])
     assert python_source("  \n%%bash\nls\n", [MAGIC_WORK]) is None
+    started = time.monotonic()  # 800 000 blank lines were once passed over one copy at a time
+    assert python_source(" \n" * 800_000 + "x = 1\n", [MAGIC_WORK]) == "x = 1\n"
+    assert time.monotonic() - started < 10
 
 
 def test_a_notebook_of_more_code_cells_than_a_submission_holds_is_unreadable(tmp_path):

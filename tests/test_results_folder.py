@@ -133,16 +133,31 @@ def test_a_notebook_handed_in_beside_the_untouched_starter_module_is_the_one_gra
     assert "attention_head.py beside it is graded" in rows["cal/attention_head.ipynb"]
 
 
+def test_a_module_far_larger_than_the_starter_is_not_parsed_to_be_compared_with_it(tmp_path):
+    from autograder.submission import untouched_starter
+
+    large = tmp_path / "attention_head.py"  # parsing it took 13 s and 2 GB of the grader's memory
+    large.write_text("x = [" + "-1," * 1_300_000 + "]\n")
+    started = time.monotonic()
+    assert not untouched_starter(large)
+    assert time.monotonic() - started < 5
+    assert untouched_starter(REPO / "assignments" / "attention_head" / "attention_head.py")
+
+
 def test_a_module_with_a_bom_or_a_declared_encoding_is_read_as_python_reads_it(tmp_path):
     folder = tmp_path / "class"
     folder.mkdir()
     (folder / "bom.py").write_bytes(b"\xef\xbb\xbf" + reference_source().encode())
     (folder / "latin.py").write_bytes(("# -*- coding: latin-1 -*-\n# Zoë\n" + reference_source()).encode("latin-1"))
     (folder / "bytes.py").write_bytes(b"# \xff\n" + reference_source().encode())
+    (folder / "puny.py").write_bytes(b"# coding: punycode\n-" + b"9" * 300_000)  # its decoder is quadratic
+    (folder / "codec.py").write_bytes(b"# coding: rot13\n" + reference_source().encode())
     done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--seed", "4", "--format", "json", *FAST)
     results = {result["submission"]: result for result in json.loads(done.stdout)}
     assert results["bom.py"]["score"] == results["latin.py"]["score"] == 100.0
     assert results["bytes.py"]["error"].startswith("bytes.py: not UTF-8 text"), results["bytes.py"]["error"]
+    assert results["puny.py"]["error"] == "puny.py: its coding line names punycode, which the grader does not read: use UTF-8"
+    assert results["codec.py"]["error"] == "codec.py: not text in the encoding its coding line declares (rot13)"
     assert str(tmp_path) not in done.stdout  # messages name the submission, not the instructor's folders
 
 
