@@ -107,7 +107,8 @@ _NR = {
                    fchownat=260, utime=132, utimes=235, utimensat=280, futimesat=261, setxattr=188,
                    lsetxattr=189, fsetxattr=190, removexattr=197, lremovexattr=198, fremovexattr=199,
                    setxattrat=463, removexattrat=466, truncate=76, inotify_init=253, inotify_init1=294,
-                   inotify_add_watch=254, fanotify_init=300, fanotify_mark=301),
+                   inotify_add_watch=254, fanotify_init=300, fanotify_mark=301, file_setattr=469,
+                   open_tree_attr=467),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -127,7 +128,7 @@ _NR = {
                     fchmod=52, fchmodat=53, fchmodat2=452, fchown=55, fchownat=54, utimensat=88, setxattr=5,
                     lsetxattr=6, fsetxattr=7, removexattr=14, lremovexattr=15, fremovexattr=16, setxattrat=463,
                     removexattrat=466, truncate=45, inotify_init1=26, inotify_add_watch=27, fanotify_init=262,
-                    fanotify_mark=263),
+                    fanotify_mark=263, file_setattr=469, open_tree_attr=467),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
@@ -490,6 +491,8 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
                     raise
                 if len(stopped) < protocol.MAX_STOPPED:
                     stopped.append(_raised(exc, filename))
+                    if isinstance(exc, (ExitCalled, SystemExit)):  # as Jupyter would say, not as caught here
+                        stopped[-1].update(type="SystemExit", message="the cell called exit()")
     except ExitCalled:
         restore_builtins()
         send({"ev": "imported", "ok": False, "error": {"type": "ExitCalled", "message": "", "where": None}})
@@ -988,6 +991,7 @@ def remove_tree(path):
     except OSError:
         return
     entered = []  # the names of the folders between `path` and `here`
+    above = []  # the (device, inode) of each folder entered from, to check the way back up by
     stuck = [set()]  # per level: the folders there that could not be entered or removed
     try:
         while True:
@@ -1008,11 +1012,12 @@ def remove_tree(path):
                 pass
             if inner is not None:
                 try:
-                    os.chmod(inner, 0o700, dir_fd=here)
-                    below = os.open(inner, opening, dir_fd=here)
+                    below = _enter(inner, here, opening)
                 except OSError:
                     stuck[-1].add(inner)
                     continue
+                info = os.fstat(here)
+                above.append((info.st_dev, info.st_ino))
                 os.close(here)
                 here = below
                 entered.append(inner)
@@ -1020,9 +1025,12 @@ def remove_tree(path):
                 continue
             if not entered:
                 break
-            above = os.open("..", opening, dir_fd=here)
+            parent = os.open("..", opening, dir_fd=here)
+            info = os.fstat(parent)
             os.close(here)
-            here = above
+            here = parent
+            if (info.st_dev, info.st_ino) != above.pop():  # moved meanwhile: go no further than here
+                break
             stuck.pop()
             name = entered.pop()
             try:
@@ -1037,6 +1045,26 @@ def remove_tree(path):
         os.rmdir(path)
     except OSError:
         pass
+
+
+def _enter(name, folder, opening):
+    """Open the folder `name` in `folder` (never through a link), first giving it back the
+    permissions a child may have taken away: through a handle on the folder itself, not through
+    its name, which a child still finishing a call could meanwhile make a link elsewhere."""
+    try:
+        below = os.open(name, opening, dir_fd=folder)
+    except PermissionError:  # not readable: a handle on the folder, and its permissions through that
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        try:
+            os.chmod("/proc/self/fd/%d" % handle, 0o700)
+            below = os.open(".", opening, dir_fd=handle)
+        finally:
+            os.close(handle)
+    try:
+        os.fchmod(below, 0o700)  # writable and searchable, so what it holds can be removed
+    except OSError:
+        pass
+    return below
 
 
 def _load_numpy(folder):

@@ -25,6 +25,7 @@ killed its kernel is graded on every step its code reaches.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import math
 import os
@@ -245,8 +246,15 @@ def _copy_files(folders: list[Path], target: Path) -> None:
                 data = read_bytes(path, "/".join(parts))
             except SubmissionError:
                 continue  # replaced by a link or a FIFO meanwhile: not copied
-            (target / Path(*parts)).parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(target / Path(*parts), data)
+            try:
+                (target / Path(*parts)).parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(target / Path(*parts), data)
+            except (IsADirectoryError, NotADirectoryError, FileExistsError):
+                pass  # a student's folder named as a file (its own, or the source's beside it): that
+                # one file is not copied, which costs no one else's grade
+            except OSError as error:
+                if error.errno != errno.ENAMETOOLONG:  # a name one letter too long for autograded/
+                    raise
 
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
@@ -645,14 +653,17 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
     """`missing`: (student, why) for each student who submitted the assignment without its notebook."""
     from .results import printable
 
-    width = max([len(one.student) for one in graded] + [len(student) for student, _ in missing])
+    # student ids and their files' names are the students' own: one line each, escapes escaped
+    names = {student: printable(student, one_line=True) for student in [one.student for one in graded]
+             + [student for student, _ in missing]}
+    width = max(len(name) for name in names.values())
     lines = []
     for one in graded:
         flags = sorted({code for step in one.result.steps for code in step.diagnoses})
-        lines.append(f"{one.student:<{width}}  {one.result.score:>6g} / {one.result.max_score:g}"
+        lines.append(f"{names[one.student]:<{width}}  {one.result.score:>6g} / {one.result.max_score:g}"
                      + (f"  {', '.join(flags)}" if flags else ""))
     for student, why in missing:
-        lines.append(f"{printable(student, one_line=True):<{width}}  not graded: {why}")
+        lines.append(f"{names[student]:<{width}}  not graded: {printable(why, one_line=True)}")
     lines.append("")
     lines.append(f"{len(graded)} notebook{'' if len(graded) == 1 else 's'} of {assignment} graded with seed {seed} "
                  f"in {seconds:.1f} s; "
@@ -669,21 +680,21 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
         lines.append("In-kernel results (nbgrader autograde) that differ from these, step by step "
                      "(in-kernel -> trusted):")
         for one in differing:
-            lines.append(f"  {one.student}: in-kernel {sum(one.in_kernel.values()):g}, trusted "
+            lines.append(f"  {names[one.student]}: in-kernel {sum(one.in_kernel.values()):g}, trusted "
                          f"{one.result.score:g}; {'; '.join(one.differences)}")
-    missing = [one.student for one in graded if one.in_kernel is None]
-    if missing and len(missing) == len(graded):
+    no_kernel = [names[one.student] for one in graded if one.in_kernel is None]
+    if no_kernel and len(no_kernel) == len(graded):
         lines.append("")
         lines.append("No in-kernel results to compare: nbgrader autograde has not run on these "
                      "notebooks (these scores do not need it).")
-    elif missing:
+    elif no_kernel:
         lines.append("")
         lines.append(f"No in-kernel result (autograde not run, or its kernel died): "
-                     f"{', '.join(missing)}")
+                     f"{', '.join(no_kernel)}")
     unwritten = [one for one in graded if one.feedback_notebook.startswith("not written")]
     for one in unwritten:
-        lines.append(f"{one.student}: no autograded notebook, so no feedback file "
-                     f"({one.feedback_notebook}).")
+        lines.append(f"{names[one.student]}: no autograded notebook, so no feedback file "
+                     f"({printable(one.feedback_notebook, one_line=True)}).")
     return "\n".join(lines) + "\n"
 
 

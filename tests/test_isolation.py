@@ -390,6 +390,22 @@ def test_a_scratch_tree_of_any_depth_is_removed_whole_without_following_links(tm
         os.close(here)
         here = below
     os.close(here)
+    outside.chmod(0o751)
     remove_tree(str(tree))
     assert not tree.exists()
-    assert (outside / "kept").read_text() == "not the tree's"
+    assert (outside / "kept").read_text() == "not the tree's" and outside.stat().st_mode & 0o777 == 0o751
+
+
+def test_a_folder_whose_name_became_a_link_is_neither_entered_nor_given_permissions(tmp_path):
+    from autograder.inside import _enter
+
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o751)
+    (tmp_path / "swapped").symlink_to(outside)  # what a child finishing a call could make of a folder
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError):
+            _enter("swapped", folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    finally:
+        os.close(folder)
+    assert outside.stat().st_mode & 0o777 == 0o751

@@ -182,13 +182,15 @@ def test_a_cell_that_stopped_with_an_error_is_named_where_its_functions_are_miss
     'not implemented yet', with nothing to say why."""
     require_sandbox()
     path = tmp_path / "plots_first.ipynb"
-    path.write_text(_notebook("x = 1\n", "import matplotlib.pyplot as plt\n" + reference_source(), "def (:\n"))
+    path.write_text(_notebook("x = 1\n", "import matplotlib.pyplot as plt\n" + reference_source(), "def (:\n",
+                              "exit()\n"))
     done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
     result = json.loads(done.stdout)
     feedback = {step["id"]: step["feedback"] for step in result["steps"]}
     assert result["score"] == 0.0 and all(step["status"] == "not_implemented" for step in result["steps"])
     for text in feedback.values():
-        assert "2 cells of your notebook stopped with an error" in text
+        assert "3 cells of your notebook stopped with an error" in text
+        assert "SystemExit: the cell called exit() (plots_first.ipynb, cell 4 line 1, in <module>)" in text
         assert "ModuleNotFoundError: No module named 'matplotlib' (plots_first.ipynb, cell 2 line 1, in <module>)" in text
         assert "SyntaxError: invalid syntax (plots_first.ipynb, cell 3, line 1)" in text
         assert "keep other imports (plotting, say) in cells of their own" in text
@@ -196,3 +198,18 @@ def test_a_cell_that_stopped_with_an_error_is_named_where_its_functions_are_miss
     correct.write_text(_notebook(reference_source(), "import matplotlib\n"))
     result = json.loads(qkv_grade(str(correct), "--format", "json", "--seed", str(SEED)).stdout)
     assert result["score"] == 100.0  # a cell that stopped costs nothing when nothing is missing
+
+
+def test_the_nbgrader_listing_keeps_each_student_on_one_line_whatever_their_names():
+    from pathlib import Path
+
+    from autograder.nbgrader_trusted import Graded, report
+    from autograder.results import unreadable
+
+    forged = "x\nalice     100 / 100\x1b[2K"
+    graded = [Graded(forged, Path("a.ipynb"), unreadable("a", "corrupt", 1, "bwrap"), None, "written")]
+    text = report(graded, "ps1", 1, 0.1, missing=[("mal\rlory", f"its ps1 folder holds no attention_head.ipynb "
+                                                                  f"(only {forged}.ipynb: rename the one to grade)")])
+    lines = text.splitlines()
+    assert lines[0].startswith("x\\x0aalice") and lines[1].startswith("mal\\x0dlory") and lines[2] == ""
+    assert "\x1b" not in text and not any(line.startswith("alice") for line in lines)

@@ -107,6 +107,9 @@ def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied_nor_deep
     (submitted / "emp" / ASSIGNMENT).mkdir(parents=True)  # handed in nothing, or the notebook renamed
     (submitted / "ren" / ASSIGNMENT).mkdir(parents=True)
     shutil.copyfile(submitted / "ann" / ASSIGNMENT / NOTEBOOK, submitted / "ren" / ASSIGNMENT / "attention_head-Copy1.ipynb")
+    (submitted / "bea" / ASSIGNMENT / "steps.json").unlink(missing_ok=True)
+    (submitted / "bea" / ASSIGNMENT / "steps.json").mkdir()  # a folder where the source has a file
+    (submitted / "bea" / ASSIGNMENT / "steps.json" / "mine.txt").write_text("x")
     (submitted / "bea" / ASSIGNMENT / "data").mkdir()
     (submitted / "bea" / ASSIGNMENT / "data" / "notes.txt").write_text("copied")
     # deeper than the recursion limit: copying stops at MAX_DEPTH and crashes nothing

@@ -30,6 +30,11 @@ def _metadata():
     import fcntl
     import numpy
 
+    # file_getattr/file_setattr (Linux 6.17): the same attribute flags, without an ioctl
+    attributes = ctypes.create_string_buffer(24)
+    path = numpy.__file__.encode()
+    if libc.syscall(468, -100, path, attributes, 24, 0) == 0 and libc.syscall(469, -100, path, attributes, 24, 0) == 0:
+        _hole("set the attribute flags of %s with file_setattr" % numpy.__file__)
     try:
         with open(numpy.__file__, "rb") as handle:
             flags = bytearray(8)
