@@ -371,12 +371,11 @@ def _print_folder(graded, skipped, run, args, page) -> None:
 
     from . import results
 
-    if args.format in ("json", "gradescope"):
-        if args.format == "json":
-            sys.stdout.write(results.to_json(graded, single=False))
-        else:
-            sys.stdout.write(json.dumps([results.to_gradescope(r) for r in graded], indent=2, ensure_ascii=False) + "\n")
-        # stdout is the JSON alone: what was found and not graded goes to stderr
+    if args.format == "json":
+        sys.stdout.write(results.to_json(graded, single=False))
+    elif args.format == "gradescope":
+        sys.stdout.write(json.dumps([results.to_gradescope(r) for r in graded], indent=2, ensure_ascii=False) + "\n")
+    if args.format != "text":  # stdout is the JSON alone: what was found and not graded goes to stderr
         for name, reason in skipped:
             sys.stderr.write(f"qkv-grade: not graded: {results.printable(name, one_line=True)}: "
                              f"{results.printable(reason, one_line=True)}\n")

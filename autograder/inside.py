@@ -510,7 +510,10 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         except BaseException:
             answers[name] = False
         restore_builtins()
-    send(dict({"ev": "imported", "ok": True, "answers": answers}, **({"stopped": stopped} if stopped else {})))
+    imported = {"ev": "imported", "ok": True, "answers": answers}
+    if stopped:  # sent only when there are some: most submissions' frame stays as it was
+        imported["stopped"] = stopped
+    send(imported)
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
@@ -814,7 +817,7 @@ class Worker:
             except OSError:
                 pass
             remove_tree(scratch)
-            if os.path.lexists(scratch):  # the child is still writing to it: once it is gone, then
+            if os.path.lexists(scratch):  # what is left, the child may still be writing: once it is gone
                 self.forks.ended(pid)
                 remove_tree(scratch)
 

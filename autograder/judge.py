@@ -871,11 +871,12 @@ def _unimportable(run: Run) -> list[StepResult]:
     else:
         error = run.import_error or {}
         status = "error"
-        codes = ["exit-called"] if error.get("type") == "ExitCalled" else ["crashed"]
-        where = f" ({error['where']})" if error.get("where") else ""
-        if codes == ["exit-called"]:
+        if error.get("type") == "ExitCalled":
+            codes = ["exit-called"]
             reason = "Your module called exit (or quit, sys.exit, os._exit) while it was being imported."
         else:
+            codes = ["crashed"]
+            where = f" ({error['where']})" if error.get("where") else ""
             reason = (f"Your module could not be imported: it raised {error.get('type', 'an error')}: "
                       f"{error.get('message', '')}{where}.")
     # The same for every step: the reason says where to look (no section of the chapter does)

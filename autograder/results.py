@@ -189,7 +189,7 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
     failing = [step for step in result.steps if step.status != "passed"]
     shared = {step.feedback.partition("\n")[2] for step in failing}
     if len(failing) > 1 and len(shared) == 1 and shared != {""}:  # one reason for all (the module never ran)
-        lines += ["", "Feedback", "", paint(f"── every step ", failing[0].status)
+        lines += ["", "Feedback", "", paint("── every step ", failing[0].status)
                   + f"({sum(step.score for step in failing):g} / {sum(step.max_score for step in failing):g})"]
         lines.extend("  " + line for line in printable(shared.pop()).splitlines())
     elif failing:
