@@ -517,25 +517,24 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
-    decode, calls = protocol.decode, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
+    read_call, calls = protocol.read_call, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
     while True:  # the worker hands over a step's calls at a time, the next only once these have answered
         try:
             if not calls.buffered():  # every call handed over has answered: the worker reads them now
                 ring()
-            call, blob = calls.read(None)
+            raw = calls.read_raw(None)
         except protocol.ProtocolError:
             real_exit(0)
-        step_index, call_index = call["step"], call["call"]
+        # Read-only arrays backed by immutable bytes: writing into one raises where it happens.
+        step_index, call_index, name, args = read_call(raw)
         where = {"ev": "result", "step": step_index, "call": call_index}
         try:  # a module's own __getattr__ may raise
-            function = getattr(module, call["fn"], None)
+            function = getattr(module, name, None)
         except BaseException:
             function = None
         if not callable(function):
-            send(dict(where, raised={"type": "MissingName", "message": call["fn"], "where": None}))
+            send(dict(where, raised={"type": "MissingName", "message": name, "where": None}))
             continue
-        # Read-only arrays backed by immutable bytes: writing into one raises where it happens.
-        args = decode(call["args"], blob)
         failure = value = None
         try:
             setitimer(timer, call_timeout)

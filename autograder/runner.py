@@ -101,10 +101,7 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list
     for step_index, (_step_id, calls) in enumerate(plan):
         places = []
         for call_index, (name, args) in enumerate(calls):
-            parts: list[bytes] = []
-            encoded = protocol.encode(list(args), parts, [0])
-            frame = protocol.pack({"step": step_index, "call": call_index, "fn": name, "args": encoded},
-                                  b"".join(parts))
+            frame = protocol.call_frame(step_index, call_index, name, args)
             places.append([offset, len(frame)])
             frames.append(frame)
             offset += len(frame)

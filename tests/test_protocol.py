@@ -224,3 +224,26 @@ def test_an_empty_array_with_vast_sides_is_a_bad_value_the_grader_can_read(pipe,
     obj, blob = protocol.Reader(read_end).read(time.monotonic() + 1)
     assert protocol.check_value(obj["value"], len(blob)) == 0
     assert protocol.decode(obj["value"], blob).type.startswith("empty numpy array of shape")
+
+
+def test_a_planned_call_reaches_the_submission_as_read_only_values(pipe):
+    reader_fd, writer_fd = pipe
+    x = np.arange(12.0).reshape(3, 4)
+    args = (x, [x[:1], np.array([True, False])], 3, None, float("inf"), (np.arange(4, dtype=np.int64),),
+            {"w": x.T})
+    os.write(writer_fd, protocol.call_frame(2, 5, "attention", args))
+    step, call, name, got = protocol.read_call(protocol.Reader(reader_fd).read_raw(time.monotonic() + 5))
+    assert (step, call, name) == (2, 5, "attention")
+    assert [type(value) for value in got] == [np.ndarray, list, int, type(None), float, tuple, dict]
+    assert np.array_equal(got[0], x) and np.array_equal(got[1][0], x[:1]) and got[1][1].tolist() == [True, False]
+    assert got[2:5] == [3, None, float("inf")] and got[5][0].tolist() == [0, 1, 2, 3]
+    assert np.array_equal(got[6]["w"], x.T)
+    with pytest.raises(ValueError, match="read-only"):
+        got[0][0, 0] = 1.0
+    with pytest.raises(ValueError):
+        got[0].flags.writeable = True
+
+
+def test_only_plain_values_make_a_planned_call():
+    with pytest.raises(ValueError, match="cannot be sent"):
+        protocol.call_frame(0, 0, "attention", (object(),))
