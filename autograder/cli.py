@@ -445,5 +445,26 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+def command() -> None:
+    """qkv-grade as a command: `main`, then the process ends at once where nothing is left to do.
+
+    After a class run, tearing the interpreter down object by object takes tens of milliseconds
+    for nothing: every result is written, flushed and closed by then. So where no exit handler is
+    registered and no other thread runs, the standard streams are flushed and the process ends
+    there; otherwise, and if a stream cannot be flushed, Python ends it as usual."""
+    import atexit
+    import threading
+
+    code = main()
+    if getattr(atexit, "_ncallbacks", lambda: 1)() == 0 and threading.active_count() == 1:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

@@ -186,3 +186,39 @@ def test_folder_run_starts_its_workers_before_loading_numpy():
              "print(sorted(name for name in sys.modules if name == 'numpy' or name.startswith('numpy.')))\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_command_ends_at_once_with_everything_written(tmp_path):
+    """The command skips the interpreter's teardown, never the output: a class's JSON arrives whole,
+    with main's exit status."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "ada.py").write_text(reference_source())
+    (folder / "ben.py").write_text(STUB.read_text())
+    code = ("import sys; from autograder import cli; "
+            "sys.argv = ['qkv-grade', sys.argv[1], '--format', 'json', '--seed', '1', '--out', sys.argv[2]]; "
+            "cli.command()")
+    done = subprocess.run([sys.executable, "-c", code, str(folder), str(tmp_path / "out")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [(result["submission"], result["score"]) for result in json.loads(done.stdout)] == [
+        ("ada.py", 100.0), ("ben.py", 0.0)]
+    usage = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing"), str(tmp_path / "out")],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert usage.returncode == 2 and "missing" in usage.stderr
+
+
+def test_the_command_leaves_the_exit_to_python_while_exit_handlers_wait(monkeypatch):
+    import atexit
+
+    from autograder import cli
+
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    ran = []
+    atexit.register(ran.append, 1)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli.command()
+    finally:
+        atexit.unregister(ran.append)
+    assert ended.value.code == 3
