@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="folder mode: finish the newest unfinished run of this folder in --out "
                              "(same seed and time limit), grading only what it has not saved")
-    parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core, plus one)")
+    parser.add_argument("--jobs", type=int, default=None, help="folder mode: parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
                         help="folder mode: also write a class report to DIR: index.html (scores, steps, "

@@ -1,8 +1,9 @@
 """Grading one submission or many: cases and expected values once per seed, runs in parallel.
 
 The reference solution runs here, in the grader's process, on the hidden cases; submissions run
-only in workers. One worker per core serves a queue of submissions; a submission that breaks its
-worker costs only its own remaining steps, and the worker is restarted for the next one.
+only in workers. One worker per core serves a queue of submissions, each worker holding the next
+one ready behind the one it runs; a submission that breaks its worker costs only its own remaining
+steps, and the worker is restarted for the next one (which gets it again if it had not begun).
 """
 from __future__ import annotations
 
@@ -87,12 +88,13 @@ class Grader:
         started = time.perf_counter()
         return self.judge(submission, worker.receive(self.send(worker, submission)), started)
 
-    def send(self, worker: Worker, submission: Submission):
-        """Start the submission's run in the worker; `judge` turns the received run into a result."""
+    def send(self, worker: Worker, submission: Submission, queued: bool = False):
+        """Start the submission's run in the worker; `judge` turns the received run into a result.
+        `queued`: behind a run not yet received (see Worker.send; None when it would not fit)."""
         # The submission's own file name: what a student sees in tracebacks and line numbers.
         name = submission.path.name if submission.path.suffix in (".py", ".ipynb") else (
             "attention_head.ipynb" if submission.notebook else "attention_head.py")
-        return worker.send(name, list(submission.cells), self.plan, self._answers(submission))
+        return worker.send(name, list(submission.cells), self.plan, self._answers(submission), queued)
 
     @staticmethod
     def _answers(submission: Submission) -> tuple[str, ...]:
@@ -129,6 +131,8 @@ class Grader:
         results: list[SubmissionResult | None] = [None] * len(items)
         lock = threading.Lock()
         failures: list[BaseException] = []
+        held: list = []  # (index, submission): loaded, and waiting for a worker with nothing to do
+        retried: set[int] = set()
 
         def record(index: int, result: SubmissionResult) -> None:
             results[index] = result
@@ -136,31 +140,68 @@ class Grader:
                 with lock:
                     progress(result)
 
+        def next_job(worker: Worker, queued: bool):
+            """Send the next submission to `worker`: (index, submission, run, started); None when
+            there is none left, or when it is too large to wait behind the one running."""
+            while True:
+                with lock:
+                    waiting = held.pop() if held else None
+                if waiting is not None:
+                    index, submission = waiting
+                else:
+                    try:
+                        index, (path, name) = todo.get_nowait()
+                    except queue.Empty:
+                        return None
+                    try:
+                        submission = load(path, name)
+                    except SubmissionError as exc:
+                        record(index, unreadable(name, str(exc), self.seed, self.isolation))
+                        continue
+                run = self.send(worker, submission, queued)
+                if run is None:  # it waits until the worker has nothing else to do
+                    with lock:
+                        held.append((index, submission))
+                    return None
+                return index, submission, run, time.perf_counter()
+
+        def fill(worker: Worker, flight: list) -> None:
+            """Two jobs in flight: the one the worker runs, and the next, waiting behind it."""
+            while len(flight) < 2:
+                job = next_job(worker, queued=bool(flight))
+                if job is None:
+                    return
+                flight.append(job)
+
         def serve():
-            # Pipelined: the worker runs submission N+1 while this thread judges submission N.
+            # Pipelined: the worker runs submission N+1, with N+2 waiting behind it, while this
+            # thread judges submission N; so the worker never waits for the grader.
             try:
                 with (started.pop() if started else Worker(self.limits, self.isolation)) as worker:
-                    received = None  # (index, submission, run, started), not judged yet
+                    flight: list = []  # (index, submission, run, started), sent and not yet received
                     while True:
-                        try:
-                            index, (path, name) = todo.get_nowait()
-                        except queue.Empty:
-                            index = None
-                        sent = None
-                        if index is not None:
-                            try:
-                                submission = load(path, name)
-                            except SubmissionError as exc:
-                                record(index, unreadable(name, str(exc), self.seed, self.isolation))
-                            else:
-                                sent = (index, submission, self.send(worker, submission), time.perf_counter())
-                        if received is not None:
-                            record(received[0], self.judge(*received[1:]))
-                            received = None
-                        if sent is not None:
-                            received = (sent[0], sent[1], worker.receive(sent[2]), sent[3])
-                        elif index is None:
+                        fill(worker, flight)
+                        if not flight:
                             return
+                        index, submission, run, began = flight.pop(0)
+                        run = worker.receive(run)
+                        if flight:  # the one waiting behind starts now
+                            flight[0] = flight[0][:3] + (time.perf_counter(),)
+                        if run.lost:  # the worker was ended: the job behind it never ran
+                            again = [(queued[0], queued[1]) for queued in flight]
+                            flight.clear()
+                            with lock:
+                                # nor did this one, if nothing of it came back: the worker died
+                                # before it began (once; a submission that ends it twice is lost)
+                                retry = _untouched(run) and index not in retried
+                                if retry:
+                                    retried.add(index)
+                                    again.insert(0, (index, submission))
+                                held.extend(reversed(again))  # taken from the end: in order
+                            if retry:
+                                continue
+                        fill(worker, flight)  # the next job runs while this one is judged
+                        record(index, self.judge(submission, run, began))
             except BaseException as exc:  # surfaced below; never lose the other workers' results
                 failures.append(exc)
 
@@ -172,3 +213,9 @@ class Grader:
         if failures and any(result is None for result in results):
             raise failures[0]
         return results  # type: ignore[return-value]
+
+
+def _untouched(run) -> bool:
+    """Did nothing of a run come back: no import result, no fault, no call's outcome?"""
+    return (not run.imported and run.import_error is None and run.import_fault is None and not run.import_output
+            and all(outcome is None for outcomes in run.outcomes for outcome in outcomes))

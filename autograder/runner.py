@@ -22,6 +22,7 @@ from . import protocol, sandbox
 
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ class Worker:
         self._ready = False
         self._plan_id: str | None = None
         self._scratch: str | None = None
+        self._room = 0
+        """Bytes the channel to the worker holds: a job queued behind another must fit in it."""
 
     # -- process management -------------------------------------------------------------------
 
@@ -135,10 +138,12 @@ class Worker:
         argv, env = sandbox.worker_command(self.mode)
         self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL, env=env, close_fds=True)
-        try:  # room for a whole submission's results while the grader is busy judging the last one
-            fcntl.fcntl(self._process.stdout.fileno(), F_SETPIPE_SZ, 1 << 20)
-        except OSError:
-            pass
+        for stream in (self._process.stdout, self._process.stdin):
+            try:  # room for a whole submission's results while the grader is busy judging the last
+                fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, 1 << 20)  # one, and for the next job
+            except OSError:
+                pass
+        self._room = fcntl.fcntl(self._process.stdin.fileno(), F_GETPIPE_SZ)
         self._reader = protocol.Reader(self._process.stdout.fileno(), max_blob=protocol.MAX_VALUE_BYTES)
         self._ready = False  # checked on first use, so the caller can work while the worker loads
         self._plan_id = None
@@ -204,26 +209,36 @@ class Worker:
         """Run `plan` (per step: a list of (function name, args)) against the submission's cells."""
         return self.receive(self.send(filename, cells, plan, answers))
 
-    def send(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = ()) -> Run:
-        """Start a submission's run; `receive` collects it. The worker runs one job at a time."""
+    def send(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = (),
+             queued: bool = False) -> Run | None:
+        """Start a submission's run; `receive` collects it. The worker runs one job at a time, and
+        reads the next when it is done with one.
+
+        `queued`: another job is running, and this one waits behind it. It is sent only if it fits
+        whole in the channel's free space (None otherwise: send it once the other is received), so
+        the grader never waits on a worker that may itself be waiting for the grader to read."""
         prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         if self._process is None or self._process.poll() is not None or (
                 self._plan_id is not None and self._plan_id != prepared.id):
+            if queued:
+                return None
             self.close()  # a worker grades one plan: a new plan gets a new worker
             self.start()
         if not self._ready:
             self._wait_ready()
         limits = self.limits
-        job = next(_jobs)
         frames = []
         if self._plan_id != prepared.id:  # the worker keeps the plan it was last sent, decoded
             frames.append(protocol.pack_raw(b'{"plan_id":"%s","steps":' % prepared.id.encode() + prepared.plan_json
                                             + b"}", prepared.blob))
-            self._plan_id = prepared.id
+        job = next(_jobs)
         head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
                 "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
                            "memory": limits.memory, "output": limits.output}}
         frames.append(protocol.pack(head, json.dumps(cells).encode()))
+        if queued and sum(len(frame) for frame in frames) > self._room // 2:
+            return None
+        self._plan_id = prepared.id
         run = Run(outcomes=[[None] * count for count in prepared.counts])
         run.most_calls = sum(prepared.counts)
         run.job = job
@@ -312,6 +327,6 @@ def _record(run: Run, step: int, call: int, outcome: Outcome) -> None:
 
 
 def default_jobs() -> int:
-    """One worker per core, plus one: a worker spends part of each submission waiting on the grader."""
+    """One worker per core: each has the next submission waiting while the grader judges the last."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores) + 1
+    return max(1, cores)

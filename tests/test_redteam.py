@@ -63,6 +63,7 @@ GROUPS = {
     "bell_slow": lambda: _between_classmates(attacker("b", "bell_slow", "bell", "bell_slow", base="slow")),
     "takeover": lambda: _between_classmates(attacker("b", "takeover")),
     "kill_parent": lambda: _between_classmates(attacker("b", "kill_parent")),
+    "steal_queued": lambda: _between_classmates(attacker("b", "steal_queued")),
     "signal_everyone": lambda: _between_classmates(attacker("b", "signal_everyone")),
     "kill_minus_one": lambda: _between_classmates(attacker("b", "kill_minus_one")),
     "sigio": lambda: _between_classmates(attacker("b", "sigio_parent", "sigio"),
@@ -178,6 +179,11 @@ def test_stopping_the_worker_to_answer_its_jobs_changes_no_grade(mode):
 @per_mode
 def test_killing_the_parent_and_every_ancestor_changes_no_grade(mode):
     check(mode, "kill_parent")
+
+
+@per_mode
+def test_reading_and_replacing_the_classmate_queued_in_the_worker_changes_no_grade(mode):
+    check(mode, "steal_queued")
 
 
 @per_mode
