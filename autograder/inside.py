@@ -3,12 +3,13 @@
 The grader starts one worker per core as `python -I -S inside.py CONFIG` (inside bubblewrap where
 there is one, see `sandbox.py`). Only this file and `protocol.py` are in its view of the grader.
 
-What the worker receives, on its standard input, from the grader only:
+What the worker receives, on a channel of its own from the grader only (a descriptor above the
+standard three: bubblewrap's init, which may run as the grader's user, closes those in itself):
   - once (a worker grades one plan): every planned call as a ready frame (step, call, function
     name, arguments as raw array bytes), which the worker keeps in a mapping of its own;
   - one frame per submission: its file name, the names of the written answers to look for and the
     limits, followed by the submission's source text (never a path).
-What the worker sends, on its standard output, to the grader only:
+What the worker sends, on another such channel, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
     `done`; all but the results (which only ever belong to the job in hand) carry its job id.
@@ -858,8 +859,10 @@ class Worker:
         least one), so this never waits on the child; returns how many were written.
 
         The pipe is non-blocking, and an honest child has read every call it answered: one that
-        answered calls it never read (forged results) finds the pipe still full, and is ended."""
-        room = CALLS_PIPE
+        answered calls it never read (forged results) finds the pipe still full, and is ended.
+        The room is the pipe's own: CALLS_PIPE where the kernel grants it, less for a user who
+        already holds too much pipe memory (the kernel then gives a page or two)."""
+        room = fcntl.fcntl(calls_out, F_GETPIPE_SZ)
         count = 1
         while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room:
             count += 1
@@ -1198,10 +1201,9 @@ def main():
 
     gc.collect()
     gc.freeze()  # forked children then never touch (and so never copy) the worker's own objects
-    stdin, stdout = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
+    stdin, stdout = config["channel"]
+    for fd in (stdin, stdout):
+        os.set_inheritable(fd, False)
     protocol.write_all(stdout, protocol.pack({
         "ev": "ready", "numpy": numpy.__version__, "landlock": seal.landlock, "seccomp": seal.seccomp is not None,
         "sealed": sealed, "user": user, "scratch": scratch_root, "problem": seal.error}))

@@ -23,6 +23,8 @@ from . import protocol, sandbox
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+JOBS_PIPE = 256 << 10
+"""Bytes asked for the channel to a worker: a job queued behind another takes at most half."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class Run:
     """The id the worker tags this run's frames with."""
     exact: dict = field(default_factory=dict)
     """The plan's `Prepared.exact`: result frames that need no reading."""
+    generation: int = 0
+    """Which start of its worker it was sent to (`Worker._generation`)."""
 
 
 EXACT = object()
@@ -129,24 +133,46 @@ class Worker:
         self._ready = False
         self._plan_id: str | None = None
         self._scratch: str | None = None
+        self._to: int | None = None
         self._room = 0
         """Bytes the channel to the worker holds: a job queued behind another must fit in it."""
+        self._generation = 0
+        """How many times the worker has been started: a run belongs to the process it was sent to."""
 
     # -- process management -------------------------------------------------------------------
 
     def start(self) -> None:
-        argv, env = sandbox.worker_command(self.mode)
-        self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, env=env, close_fds=True)
-        for stream in (self._process.stdout, self._process.stdin):
+        # The two channels are descriptors of their own, above the standard three, never the
+        # worker's standard input and output: bubblewrap's init (pid 1 of the sandbox, which may
+        # run as the grader's user) closes all but those three, so only the worker holds them.
+        jobs_in, jobs_out = os.pipe()
+        results_in, results_out = os.pipe()
+        for fd, size in ((results_in, 1 << 20), (jobs_out, JOBS_PIPE)):
             try:  # room for a whole submission's results while the grader is busy judging the last
-                fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, 1 << 20)  # one, and for the next job
+                fcntl.fcntl(fd, F_SETPIPE_SZ, size)  # one, and for the next job, queued
             except OSError:
                 pass
-        self._room = fcntl.fcntl(self._process.stdin.fileno(), F_GETPIPE_SZ)
-        self._reader = protocol.Reader(self._process.stdout.fileno(), max_blob=protocol.MAX_VALUE_BYTES)
+        argv, env = sandbox.worker_command(self.mode, (jobs_in, results_out))
+        try:
+            self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, env=env, close_fds=True,
+                                             pass_fds=(jobs_in, results_out))
+        except BaseException:
+            for fd in (jobs_out, results_in):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (jobs_in, results_out):
+                os.close(fd)
+        self._to, self._generation = jobs_out, self._generation + 1
+        self._room = fcntl.fcntl(jobs_out, F_GETPIPE_SZ)
+        self._reader = protocol.Reader(results_in, max_blob=protocol.MAX_VALUE_BYTES)
         self._ready = False  # checked on first use, so the caller can work while the worker loads
         self._plan_id = None
+
+    def channels(self) -> tuple[int, int]:
+        """The grader's ends of the two channels: jobs to the worker, results from it."""
+        return self._to, self._reader.fd
 
     def _wait_ready(self) -> None:
         try:
@@ -186,11 +212,14 @@ class Worker:
             except OSError:
                 pass
             process.wait()
-            for stream in (process.stdin, process.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+            reader, self._reader = self._reader, None
+            for fd in (self._to, reader.fd if reader is not None else None):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self._to = None
         scratch, self._scratch = self._scratch, None
         if scratch:  # the worker's scratch folders, where it could not remove them itself
             from .inside import remove_tree
@@ -243,8 +272,9 @@ class Worker:
         run.most_calls = sum(prepared.counts)
         run.job = job
         run.exact = prepared.exact
+        run.generation = self._generation
         try:
-            protocol.write_all(self._process.stdin.fileno(), b"".join(frames))
+            protocol.write_all(self._to, b"".join(frames))
         except OSError:
             run.lost = "the grading worker died"
             self.close()
@@ -252,6 +282,9 @@ class Worker:
 
     def receive(self, run: Run) -> Run:
         if run.lost:
+            return run
+        if self._process is None or run.generation != self._generation:
+            run.lost = "the grading worker died"  # before this run was read: never read another's
             return run
         try:
             self._collect(run)

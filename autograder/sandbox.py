@@ -211,10 +211,11 @@ def _thread_env() -> dict[str, str]:
     return env
 
 
-def worker_command(mode: str) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment that start one worker; it speaks `protocol.py` on stdin/stdout."""
+def worker_command(mode: str, channel: tuple[int, int]) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that start one worker; it speaks `protocol.py` on `channel`, the
+    descriptors (inherited, above the standard three) it reads jobs from and writes results to."""
     numpy = _numpy_dir()
-    config = {"seal": MODES[mode].seal, "numpy": str(numpy)}
+    config = {"seal": MODES[mode].seal, "numpy": str(numpy), "channel": list(channel)}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **_thread_env()}
     if mode in ("landlock", "none"):
         if _root():  # never run a submission as root, even without a sandbox

@@ -409,3 +409,73 @@ def test_a_folder_whose_name_became_a_link_is_neither_entered_nor_given_permissi
     finally:
         os.close(folder)
     assert outside.stat().st_mode & 0o777 == 0o751
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as handle:
+                todo += [int(child) for child in handle.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _pipes_held(pid: int) -> set[str]:
+    held = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return held
+    for name in names:
+        try:
+            held.add(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except OSError:
+            pass
+    return held
+
+
+def test_only_the_worker_holds_its_channels_to_the_grader():
+    """bubblewrap's own processes (its init, pid 1 of the sandbox, runs as the grader's user in a
+    user namespace) must hold neither pipe: a submission that can open /proc/1/fd/0 could read and
+    replace the classmate queued in it, or write results into the grader's stream."""
+    from autograder.runner import Worker
+
+    with Worker() as worker:
+        worker.start()
+        worker._wait_ready()
+        channels = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in worker.channels()}
+        holders = {pid: _pipes_held(pid) & channels for pid in _tree(worker._process.pid)}
+        commands = {}
+        for pid in holders:
+            try:
+                commands[pid] = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+            except OSError:
+                commands[pid] = "?"
+    assert any(held and commands[pid].startswith("python") for pid, held in holders.items()), (commands, holders)
+    assert not [pid for pid, held in holders.items() if held and commands[pid] == "bwrap"], (commands, holders)
+
+
+def test_calls_are_handed_over_as_far_as_the_childs_own_pipe_holds():
+    """A user holding much pipe memory gets pipes of a page or two: the worker hands a child no
+    more calls than its pipe holds, rather than blaming an honest child for a full pipe."""
+    import fcntl
+
+    from autograder import inside
+
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, inside.F_SETPIPE_SZ, 4096)
+        os.set_blocking(write_end, False)
+        arguments = bytes(range(256)) * 36  # three calls of 3000 bytes
+        places = [[0, 3000], [3000, 3000], [6000, 3000]]
+        assert inside.Worker.hand_over(write_end, places, arguments) == 1
+        assert os.read(read_end, 65536) == arguments[:3000]
+        assert inside.Worker.hand_over(write_end, places[1:], arguments) == 1
+    finally:
+        os.close(read_end)
+        os.close(write_end)
