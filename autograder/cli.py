@@ -458,8 +458,9 @@ def command() -> None:
     code = main()
     if getattr(atexit, "_ncallbacks", lambda: 1)() == 0 and threading.active_count() == 1:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # None: Python was started with that stream closed
+                    stream.flush()
         except (OSError, ValueError):
             sys.exit(code)
         os._exit(code)

@@ -43,6 +43,7 @@ VARIANTS = {
     "landlock": ("landlock", False),
     "landlock-user": ("landlock", True),
     "none": ("none", False),
+    "none-user": ("none", True),
 }
 """How each mode is run here: its QKV_SANDBOX name, and whether the grader runs as a normal user
 (else as root). Landlock is run both ways: as root it drops the submission's identity, as a

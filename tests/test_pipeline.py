@@ -42,8 +42,9 @@ def test_a_submission_waiting_behind_a_worker_that_dies_is_graded_by_a_fresh_one
 
 
 def test_a_submission_that_ends_every_worker_it_meets_is_given_up_after_a_second_try(tmp_path):
-    """A worker that died before anything of a submission came back gets it again, once: one that
-    ends its worker while it is imported is then reported, and the rest of the class is graded."""
+    """A worker that died before anything of a submission came back gets it again, but not for
+    ever: one that ends every worker while it is imported is reported, and the run goes on to
+    grade the rest of the class."""
     correct = reference_source()
     folder = tmp_path / "class"
     folder.mkdir()

