@@ -194,6 +194,12 @@ def blob_length(raw):
     return _HEADER.unpack_from(raw)[2]
 
 
+def split(raw):
+    """A whole frame's JSON text and blob, as bytes, unread."""
+    end = _HEADER.size + _HEADER.unpack_from(raw)[1]
+    return raw[_HEADER.size:end], raw[end:]
+
+
 def result_frame(step, call, value, out=""):
     """The frame of call `call` (an int) of step `step` (an int), which returned `value` and printed
     `out` (a str), as a submission's process writes it: the grader knows the reference's own value

@@ -307,6 +307,14 @@ class Worker:
             if known is not None:  # the reference's own value, byte for byte: nothing to check or decode
                 _record(run, *known, Outcome(value=EXACT))
                 continue
+            text, blob = protocol.split(raw)
+            seen = _CHECKED.get(text)
+            if seen is not None and seen[3] == len(blob) and used + len(blob) <= protocol.MAX_JOB_BYTES \
+                    and seen[0] < len(run.outcomes) and seen[1] < len(run.outcomes[seen[0]]):
+                # A result whose very JSON text was checked before: only its bytes are new.
+                used += len(blob)
+                _record(run, seen[0], seen[1], Outcome(value=_decode(seen[2], blob), output=seen[4]))
+                continue
             obj, blob = protocol.Reader.parse(raw)
             event = obj.get("ev")
             if event != "result" and obj.get("job") != run.job:  # results come only between the two
@@ -345,11 +353,25 @@ class Worker:
             if "raised" in obj:
                 _record(run, step, call, Outcome(raised=protocol.raised(obj["raised"]), output=output))
                 continue
-            try:
-                value = protocol.decode(obj["value"], blob)
-            except (ValueError, TypeError, MemoryError):
-                raise protocol.ProtocolError("an array numpy cannot build")
+            value = _decode(obj["value"], blob)
+            if len(text) <= CHECKED_TEXT and len(_CHECKED) < CHECKED_COUNT:
+                _CHECKED[text] = (step, call, obj["value"], len(blob), output)
             _record(run, step, call, Outcome(value=value, output=output))
+
+
+CHECKED_TEXT, CHECKED_COUNT = 600, 4096
+_CHECKED: dict[bytes, tuple] = {}
+"""The JSON text of result frames already read and checked in full, each with what it says: (step,
+call, value description, bytes of array data it describes, printed output). Classmates' results
+for one call mostly differ only in their array bytes, so most results need no reading again:
+their text is the same, byte for byte, as one checked before. Bounded in size and in number."""
+
+
+def _decode(described: dict, blob: bytes):
+    try:
+        return protocol.decode(described, blob)
+    except (ValueError, TypeError, MemoryError):
+        raise protocol.ProtocolError("an array numpy cannot build")
 
 
 def _record(run: Run, step: int, call: int, outcome: Outcome) -> None:

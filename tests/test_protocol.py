@@ -247,3 +247,41 @@ def test_a_planned_call_reaches_the_submission_as_read_only_values(pipe):
 def test_only_plain_values_make_a_planned_call():
     with pytest.raises(ValueError, match="cannot be sent"):
         protocol.call_frame(0, 0, "attention", (object(),))
+
+
+def _received(frames: list[bytes], job: int = 7, counts=(2,)):
+    """What the grader's side of a worker makes of `frames` (no worker process: a pipe stands in)."""
+    from autograder import runner
+
+    class Started:  # a worker process as close() sees one
+        def kill(self):
+            pass
+
+        def wait(self):
+            pass
+
+    read_end, write_end = os.pipe()
+    worker = runner.Worker(mode="none")
+    worker._process, worker._reader = Started(), protocol.Reader(read_end)
+    run = runner.Run(outcomes=[[None] * count for count in counts], job=job)
+    os.write(write_end, b"".join(frames + [protocol.pack({"ev": "done", "job": job})]))
+    try:
+        return worker.receive(run)
+    finally:
+        worker.close()  # closes the read end
+        os.close(write_end)
+
+
+def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_nothing_else():
+    imported = protocol.pack({"ev": "imported", "ok": True, "job": 7, "out": ""})
+    first, second = np.arange(6.0).reshape(2, 3), -np.arange(6.0).reshape(2, 3)
+    for value in (first, second):  # the same text twice, with other bytes the second time
+        run = _received([imported, protocol.result_frame(0, 1, value, "said")])
+        assert run.lost is None, run.lost
+        got = run.outcomes[0][1]
+        assert np.array_equal(got.value, value) and got.output == "said" and not got.value.flags.writeable
+    # the same text with fewer bytes than it describes, and a call this plan does not have
+    short = protocol.result_frame(0, 1, first, "said")[:-8]
+    short = short[:8] + struct.pack("!I", struct.unpack_from("!I", short, 8)[0] - 8) + short[12:]
+    assert "worker failed" in (_received([imported, short]).lost or "")
+    assert "not planned" in (_received([imported, protocol.result_frame(0, 1, first, "said")], counts=(1,)).lost or "")
