@@ -110,7 +110,12 @@ def interrupts_deferred():
 def speak_utf8() -> None:
     """Write stdout and stderr in UTF-8 whatever the locale (LC_ALL=C included): the JSON views
     are UTF-8 by definition, and feedback quotes the chapter's √d_k. A lone surrogate, which no
-    UTF-8 text can hold, is written as its escape rather than ending the run."""
+    UTF-8 text can hold, is written as its escape rather than ending the run. A stream the
+    command was started without (`>&-`: Python then has None) writes to /dev/null instead, so
+    the run still ends with its own status."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(encoding="utf-8", errors="backslashreplace")

@@ -600,7 +600,8 @@ class ForkServer:
     name, limits and scratch folder: the child reads its own source from a pipe of its own.
     """
 
-    def __init__(self, seal, arguments):
+    def __init__(self, seal, arguments, channels=()):
+        """`channels`: the worker's descriptors to the grader, which the fork server closes."""
         import socket
 
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -609,6 +610,8 @@ class ForkServer:
             status = 70
             try:
                 self.sock.close()
+                for fd in channels:
+                    os.close(fd)
                 _serve_forks(theirs, seal, arguments)
                 status = 0
             finally:
@@ -1220,7 +1223,7 @@ def main():
                 steps, arguments = head["steps"], _read_mapped(stdin, blob_len)
                 gc.collect()
                 gc.freeze()
-                worker = Worker(config, stdout, seal, scratch_root, ForkServer(seal, arguments))
+                worker = Worker(config, stdout, seal, scratch_root, ForkServer(seal, arguments, (stdin, stdout)))
                 continue
             head["steps"], head["arguments"] = steps, arguments
             worker.serve(head, stdin, blob_len)

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,6 +139,7 @@ class Worker:
         """Bytes the channel to the worker holds: a job queued behind another must fit in it."""
         self._generation = 0
         """How many times the worker has been started: a run belongs to the process it was sent to."""
+        self._lock = threading.Lock()
 
     # -- process management -------------------------------------------------------------------
 
@@ -146,17 +148,22 @@ class Worker:
         # worker's standard input and output: bubblewrap's init (pid 1 of the sandbox, which may
         # run as the grader's user) closes all but those three, so only the worker holds them.
         jobs_in, jobs_out = os.pipe()
-        results_in, results_out = os.pipe()
-        for fd, size in ((results_in, 1 << 20), (jobs_out, JOBS_PIPE)):
-            try:  # room for a whole submission's results while the grader is busy judging the last
-                fcntl.fcntl(fd, F_SETPIPE_SZ, size)  # one, and for the next job, queued
-            except OSError:
-                pass
-        argv, env = sandbox.worker_command(self.mode, (jobs_in, results_out))
         try:
-            self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL, env=env, close_fds=True,
-                                             pass_fds=(jobs_in, results_out))
+            results_in, results_out = os.pipe()
+        except BaseException:
+            os.close(jobs_in)
+            os.close(jobs_out)
+            raise
+        try:
+            for fd, size in ((results_in, 1 << 20), (jobs_out, JOBS_PIPE)):
+                try:  # room for a whole submission's results while the grader is busy judging the
+                    fcntl.fcntl(fd, F_SETPIPE_SZ, size)  # last one, and for the next job, queued
+                except OSError:
+                    pass
+            argv, env = sandbox.worker_command(self.mode, (jobs_in, results_out))
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, env=env, close_fds=True,
+                                       pass_fds=(jobs_in, results_out))
         except BaseException:
             for fd in (jobs_out, results_in):
                 os.close(fd)
@@ -164,9 +171,10 @@ class Worker:
         finally:
             for fd in (jobs_in, results_out):
                 os.close(fd)
-        self._to, self._generation = jobs_out, self._generation + 1
+        with self._lock:
+            self._process, self._to, self._generation = process, jobs_out, self._generation + 1
+            self._reader = protocol.Reader(results_in, max_blob=protocol.MAX_VALUE_BYTES)
         self._room = fcntl.fcntl(jobs_out, F_GETPIPE_SZ)
-        self._reader = protocol.Reader(results_in, max_blob=protocol.MAX_VALUE_BYTES)
         self._ready = False  # checked on first use, so the caller can work while the worker loads
         self._plan_id = None
 
@@ -204,23 +212,25 @@ class Worker:
 
     def close(self) -> None:
         """End the worker. Safe to call twice, and from two threads at once (an interrupted run
-        closes its workers while the threads grading with them may be closing them too)."""
-        process, self._process = self._process, None
+        closes its workers while the threads grading with them may be closing them too): each
+        descriptor is closed once, by the one call that took it."""
+        with self._lock:
+            process, self._process = self._process, None
+            reader, self._reader = self._reader, None
+            to, self._to = self._to, None
+            scratch, self._scratch = self._scratch, None
         if process is not None:
             try:
                 process.kill()
             except OSError:
                 pass
             process.wait()
-            reader, self._reader = self._reader, None
-            for fd in (self._to, reader.fd if reader is not None else None):
-                if fd is not None:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            self._to = None
-        scratch, self._scratch = self._scratch, None
+        for fd in (to, reader.fd if reader is not None else None):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         if scratch:  # the worker's scratch folders, where it could not remove them itself
             from .inside import remove_tree
 
@@ -300,9 +310,11 @@ class Worker:
         limits = self.limits
         # The worker keeps each call's time; this is only a watchdog over the worker itself.
         deadline = time.monotonic() + limits.import_timeout + run.most_calls * (limits.call_timeout + 1.0) + 15.0
-        used = 0
+        used, reader = 0, self._reader  # its own reference: another thread may close the worker
+        if reader is None:
+            raise protocol.Closed("the worker was ended")
         while True:
-            raw = self._reader.read_raw(deadline)
+            raw = reader.read_raw(deadline)
             known = run.exact.get(raw)
             if known is not None:  # the reference's own value, byte for byte: nothing to check or decode
                 _record(run, *known, Outcome(value=EXACT))

@@ -218,3 +218,13 @@ def test_the_command_leaves_the_exit_to_python_while_exit_handlers_wait(tmp_path
     closed = subprocess.run(f"{sys.executable} -m autograder.cli {tmp_path / 'missing'} >&-", shell=True, cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert closed.returncode == 2 and "Traceback" not in closed.stderr, closed.stderr
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "ada.py").write_text(reference_source())
+    for fmt in ("text", "json"):  # a whole run, with nowhere to print it, or to report on
+        graded = subprocess.run(f"{sys.executable} -m autograder.cli {tmp_path / 'class'} --format {fmt} --seed 1 "
+                                f"--out {tmp_path / fmt} >&- 2>&-", shell=True, cwd=REPO, timeout=300)
+        assert graded.returncode == 0
+        assert json.loads(next((tmp_path / fmt).glob("run-*/ada.py.json")).read_text())["score"] == 100.0
+    single = subprocess.run(f"{sys.executable} -m autograder.cli {tmp_path / 'class' / 'ada.py'} --seed 1 >&-",
+                            shell=True, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0 and "Traceback" not in single.stderr, single.stderr

@@ -412,10 +412,10 @@ def test_a_folder_whose_name_became_a_link_is_neither_entered_nor_given_permissi
 
 
 def _tree(pid: int) -> list[int]:
-    """`pid` and every process below it."""
+    """`pid` and every process below it, each before its children."""
     found, todo = [], [pid]
     while todo:
-        current = todo.pop()
+        current = todo.pop(0)
         found.append(current)
         try:
             with open(f"/proc/{current}/task/{current}/children") as handle:
@@ -425,39 +425,47 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
+def _exe(pid: int) -> str | None:
+    """A process's program; None for one that has ended (a zombie holds no descriptors)."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except FileNotFoundError:
+        return None
+
+
 def _pipes_held(pid: int) -> set[str]:
     held = set()
     try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
+        names = os.listdir(f"/proc/{pid}/fd")  # unreadable: an error, never "holds nothing"
+    except FileNotFoundError:  # ended meanwhile
         return held
     for name in names:
         try:
             held.add(os.readlink(f"/proc/{pid}/fd/{name}"))
-        except OSError:
+        except FileNotFoundError:  # closed meanwhile
             pass
     return held
 
 
-def test_only_the_worker_holds_its_channels_to_the_grader():
-    """bubblewrap's own processes (its init, pid 1 of the sandbox, runs as the grader's user in a
-    user namespace) must hold neither pipe: a submission that can open /proc/1/fd/0 could read and
-    replace the classmate queued in it, or write results into the grader's stream."""
+def test_only_the_worker_holds_its_channels_to_the_grader(tmp_path):
+    """Neither bubblewrap's own processes (its init, pid 1 of the sandbox, runs as the grader's user
+    in a user namespace) nor the fork server, which runs as the submissions' user, may hold either
+    pipe: a process that can open its /proc/PID/fd could read and replace the classmate queued in
+    one, or write results into the other. Checked once a submission has been graded, so every
+    process the worker makes exists."""
+    from autograder.grading import Grader
     from autograder.runner import Worker
 
-    with Worker() as worker:
-        worker.start()
-        worker._wait_ready()
+    grader = Grader(11)
+    (tmp_path / "attention_head.py").write_text(reference_source())
+    with Worker(grader.limits) as worker:
+        assert grader.grade_path(worker, tmp_path / "attention_head.py").score == 100.0
         channels = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in worker.channels()}
-        holders = {pid: _pipes_held(pid) & channels for pid in _tree(worker._process.pid)}
-        commands = {}
-        for pid in holders:
-            try:
-                commands[pid] = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-            except OSError:
-                commands[pid] = "?"
-    assert any(held and commands[pid].startswith("python") for pid, held in holders.items()), (commands, holders)
-    assert not [pid for pid, held in holders.items() if held and commands[pid] == "bwrap"], (commands, holders)
+        tree = _tree(worker._process.pid)
+        pythons = [pid for pid in tree if (_exe(pid) or "").startswith("python")]
+        holders = {pid: _pipes_held(pid) & channels for pid in tree}
+    assert len(pythons) >= 2, tree  # the worker, and the fork server below it
+    assert {pid for pid, held in holders.items() if held} == {pythons[0]}, holders
 
 
 def test_calls_are_handed_over_as_far_as_the_childs_own_pipe_holds():

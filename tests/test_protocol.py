@@ -272,16 +272,62 @@ def _received(frames: list[bytes], job: int = 7, counts=(2,)):
         os.close(write_end)
 
 
-def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_nothing_else():
+def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_nothing_else(monkeypatch):
+    from autograder import runner
+
     imported = protocol.pack({"ev": "imported", "ok": True, "job": 7, "out": ""})
     first, second = np.arange(6.0).reshape(2, 3), -np.arange(6.0).reshape(2, 3)
+    frame = protocol.result_frame(0, 1, first, "said")
+    runner._CHECKED.pop(protocol.split(frame)[0], None)
     for value in (first, second):  # the same text twice, with other bytes the second time
         run = _received([imported, protocol.result_frame(0, 1, value, "said")])
         assert run.lost is None, run.lost
+        assert protocol.split(frame)[0] in runner._CHECKED  # read in full once, then kept
         got = run.outcomes[0][1]
         assert np.array_equal(got.value, value) and got.output == "said" and not got.value.flags.writeable
-    # the same text with fewer bytes than it describes, and a call this plan does not have
-    short = protocol.result_frame(0, 1, first, "said")[:-8]
-    short = short[:8] + struct.pack("!I", struct.unpack_from("!I", short, 8)[0] - 8) + short[12:]
-    assert "worker failed" in (_received([imported, short]).lost or "")
-    assert "not planned" in (_received([imported, protocol.result_frame(0, 1, first, "said")], counts=(1,)).lost or "")
+
+    def resized(extra: int) -> bytes:  # the same text, announcing and carrying `extra` more bytes
+        body = frame[12:] + b"\0" * extra if extra > 0 else frame[12:extra]
+        return frame[:8] + struct.pack("!I", protocol.blob_length(frame) + extra) + body
+
+    for extra in (8, -8):  # more bytes than the text describes, or fewer
+        assert "worker failed" in (_received([imported, resized(extra)]).lost or ""), extra
+    assert "not planned" in (_received([imported, frame], counts=(1,)).lost or "")
+    assert "a second result" in (_received([imported, frame, frame]).lost or "")
+    other = protocol.result_frame(0, 0, second, "said")
+    assert _received([imported, other]).lost is None  # its text is kept too
+    monkeypatch.setattr(protocol, "MAX_JOB_BYTES", 60)  # room for one 48-byte array, not two
+    assert "more array data" in (_received([imported, frame, other]).lost or "")
+
+
+def test_a_worker_closed_by_another_thread_while_its_run_is_read_loses_that_run_and_nothing_else():
+    """An interrupted class run closes its workers from the main thread while grading threads are
+    reading from them: the run being read is reported lost, and each descriptor is closed once."""
+    from autograder import runner
+
+    closed = []
+
+    class Started:
+        def kill(self):
+            pass
+
+        def wait(self):
+            closed.append("process")
+
+    read_end, write_end = os.pipe()
+    worker = runner.Worker(mode="none")
+
+    class ClosingReader(protocol.Reader):  # the other thread closes the worker after one frame
+        def read_raw(self, deadline):
+            raw = super().read_raw(deadline)
+            worker.close()
+            return raw
+
+    worker._process, worker._reader = Started(), ClosingReader(read_end)
+    os.write(write_end, protocol.pack({"ev": "imported", "ok": True, "job": 7, "out": ""}) * 2)
+    run = worker.receive(runner.Run(outcomes=[[None]], job=7))
+    worker.close()
+    os.close(write_end)
+    assert run.lost and closed == ["process"], (run.lost, closed)
+    with pytest.raises(OSError):
+        os.fstat(read_end)  # closed by the worker's close, once
