@@ -366,7 +366,7 @@ class Worker:
                 _record(run, step, call, Outcome(raised=protocol.raised(obj["raised"]), output=output))
                 continue
             value = _decode(obj["value"], blob)
-            if len(text) <= CHECKED_TEXT and len(_CHECKED) < CHECKED_COUNT:
+            if not output and len(text) <= CHECKED_TEXT and len(_CHECKED) < CHECKED_COUNT:
                 _CHECKED[text] = (step, call, obj["value"], len(blob), output)
             _record(run, step, call, Outcome(value=value, output=output))
 
@@ -376,7 +376,8 @@ _CHECKED: dict[bytes, tuple] = {}
 """The JSON text of result frames already read and checked in full, each with what it says: (step,
 call, value description, bytes of array data it describes, printed output). Classmates' results
 for one call mostly differ only in their array bytes, so most results need no reading again:
-their text is the same, byte for byte, as one checked before. Bounded in size and in number."""
+their text is the same, byte for byte, as one checked before. Bounded in size and in number, and
+only for results that printed nothing (printed output seldom repeats: it would fill the table)."""
 
 
 def _decode(described: dict, blob: bytes):

@@ -277,14 +277,17 @@ def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_n
 
     imported = protocol.pack({"ev": "imported", "ok": True, "job": 7, "out": ""})
     first, second = np.arange(6.0).reshape(2, 3), -np.arange(6.0).reshape(2, 3)
-    frame = protocol.result_frame(0, 1, first, "said")
+    frame = protocol.result_frame(0, 1, first)
     runner._CHECKED.pop(protocol.split(frame)[0], None)
     for value in (first, second):  # the same text twice, with other bytes the second time
-        run = _received([imported, protocol.result_frame(0, 1, value, "said")])
+        run = _received([imported, protocol.result_frame(0, 1, value)])
         assert run.lost is None, run.lost
         assert protocol.split(frame)[0] in runner._CHECKED  # read in full once, then kept
         got = run.outcomes[0][1]
-        assert np.array_equal(got.value, value) and got.output == "said" and not got.value.flags.writeable
+        assert np.array_equal(got.value, value) and got.output == "" and not got.value.flags.writeable
+    kept = len(runner._CHECKED)
+    printed = _received([imported, protocol.result_frame(0, 1, first, "said")])
+    assert printed.outcomes[0][1].output == "said" and len(runner._CHECKED) == kept  # not kept
 
     def resized(extra: int) -> bytes:  # the same text, announcing and carrying `extra` more bytes
         body = frame[12:] + b"\0" * extra if extra > 0 else frame[12:extra]
@@ -294,7 +297,7 @@ def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_n
         assert "worker failed" in (_received([imported, resized(extra)]).lost or ""), extra
     assert "not planned" in (_received([imported, frame], counts=(1,)).lost or "")
     assert "a second result" in (_received([imported, frame, frame]).lost or "")
-    other = protocol.result_frame(0, 0, second, "said")
+    other = protocol.result_frame(0, 0, second)
     assert _received([imported, other]).lost is None  # its text is kept too
     monkeypatch.setattr(protocol, "MAX_JOB_BYTES", 60)  # room for one 48-byte array, not two
     assert "more array data" in (_received([imported, frame, other]).lost or "")
