@@ -857,21 +857,32 @@ class Worker:
                     self.bell = None
 
     @staticmethod
-    def hand_over(calls_out, places, arguments):
+    def hand_over(calls_out, places, arguments, deadline=None):
         """Write as many of a step's remaining calls to the child's pipe as fit in it whole (at
         least one), so this never waits on the child; returns how many were written.
 
         The pipe is non-blocking, and an honest child has read every call it answered: one that
         answered calls it never read (forged results) finds the pipe still full, and is ended.
         The room is the pipe's own: CALLS_PIPE where the kernel grants it, less for a user who
-        already holds too much pipe memory (the kernel then gives a page or two)."""
+        already holds too much pipe memory (the kernel then gives a page or two). A single call
+        larger than that room goes in as the child reads it, until `deadline` (monotonic)."""
         room = fcntl.fcntl(calls_out, F_GETPIPE_SZ)
         count = 1
         while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room:
             count += 1
         start, end = places[0][0], places[count - 1][0] + places[count - 1][1]
+        view = memoryview(arguments)[start:end]
         try:
-            protocol.write_all(calls_out, memoryview(arguments)[start:end])
+            if len(view) <= room or deadline is None:
+                protocol.write_all(calls_out, view)
+            else:
+                while view:
+                    try:
+                        view = view[os.write(calls_out, view):]
+                    except BlockingIOError:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0 or not select.select([], [calls_out], [], remaining)[1]:
+                            raise protocol.TimedOut("it did not read the call handed to it")
         except BlockingIOError:
             raise protocol.ProtocolError("it answered calls it never read")
         except OSError:
@@ -923,7 +934,8 @@ class Worker:
             if handed is None or expected[0] != handed[0] or expected[1] > handed[1]:
                 # the child holds no more calls: hand over the rest of this step, never a later step's
                 try:
-                    count = self.hand_over(calls_out, steps[expected[0]][expected[1]:], arguments)
+                    count = self.hand_over(calls_out, steps[expected[0]][expected[1]:], arguments,
+                                           time.monotonic() + limits["call_timeout"] + GRACE)
                 except protocol.ProtocolError as exc:
                     return self.stop_child(exc, pid, expected, tag)
                 handed = (expected[0], expected[1] + count - 1)

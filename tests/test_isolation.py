@@ -487,3 +487,31 @@ def test_calls_are_handed_over_as_far_as_the_childs_own_pipe_holds():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_call_larger_than_the_childs_pipe_goes_in_as_the_child_reads_it():
+    """On an older kernel a pipe past the user's quota holds one page: a call larger than that is
+    written as the child reads, within the call's time, and a child that reads nothing is ended."""
+    import fcntl
+
+    from autograder import inside
+
+    arguments = bytes(range(256)) * 24  # one call of 6144 bytes
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, inside.F_SETPIPE_SZ, 4096)
+        os.set_blocking(write_end, False)
+        got = []
+        reader = threading.Thread(target=lambda: [time.sleep(0.1), got.append(os.read(read_end, 4096)),
+                                                  time.sleep(0.1), got.append(os.read(read_end, 4096))])
+        reader.start()
+        assert inside.Worker.hand_over(write_end, [[0, 6144]], arguments, time.monotonic() + 5) == 1
+        reader.join()
+        assert b"".join(got) == arguments
+        started = time.monotonic()
+        with pytest.raises(inside.protocol.TimedOut):  # the protocol module inside.py runs with
+            inside.Worker.hand_over(write_end, [[0, 6144]], arguments, time.monotonic() + 0.3)
+        assert 0.25 < time.monotonic() - started < 3
+    finally:
+        os.close(read_end)
+        os.close(write_end)
