@@ -334,3 +334,21 @@ def test_a_worker_closed_by_another_thread_while_its_run_is_read_loses_that_run_
     assert run.lost and closed == ["process"], (run.lost, closed)
     with pytest.raises(OSError):
         os.fstat(read_end)  # closed by the worker's close, once
+
+
+def test_a_run_sent_to_a_worker_since_restarted_is_lost_and_never_read_from_the_new_one():
+    from autograder import runner
+
+    imported = protocol.pack({"ev": "imported", "ok": True, "job": 7, "out": ""})
+    read_end, write_end = os.pipe()
+    worker = runner.Worker(mode="none")
+    worker._process, worker._reader, worker._generation = object(), protocol.Reader(read_end), 2
+    os.write(write_end, imported)  # what the new process sent: not this run's to read
+    try:
+        run = worker.receive(runner.Run(outcomes=[[None]], job=7, generation=1))
+        assert run.lost and not run.imported, run.lost
+        assert worker._reader.buffer == b"" and os.read(read_end, 1 << 16) == imported  # left unread
+    finally:
+        worker._process = None
+        os.close(read_end)
+        os.close(write_end)
