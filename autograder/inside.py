@@ -600,7 +600,7 @@ class ForkServer:
     name, limits and scratch folder: the child reads its own source from a pipe of its own.
     """
 
-    def __init__(self, seal, arguments, channels=()):
+    def __init__(self, seal, arguments, channels):
         """`channels`: the worker's descriptors to the grader, which the fork server closes."""
         import socket
 
@@ -857,7 +857,7 @@ class Worker:
                     self.bell = None
 
     @staticmethod
-    def hand_over(calls_out, places, arguments, deadline=None):
+    def hand_over(calls_out, places, arguments, deadline):
         """Write as many of a step's remaining calls to the child's pipe as fit in it whole (at
         least one), so this never waits on the child; returns how many were written.
 
@@ -873,7 +873,7 @@ class Worker:
         start, end = places[0][0], places[count - 1][0] + places[count - 1][1]
         view = memoryview(arguments)[start:end]
         try:
-            if len(view) <= room or deadline is None:
+            if len(view) <= room:
                 protocol.write_all(calls_out, view)
             else:
                 while view:

@@ -2,8 +2,9 @@
 
 A frame is a 12-byte header (magic, JSON length, blob length), a JSON object, then a blob of raw
 array bytes. The one exception is the frame of a planned call, which only the grader writes and
-only a submission's process reads: its description is in marshal's format (`call_frame`). Every read has a size cap and an absolute deadline, and every object read is checked
-against a strict schema: any violation raises `ProtocolError`, which the reader's owner turns into
+only a submission's process reads: its description is in marshal's format (`call_frame`). Every
+read has a size cap and an absolute deadline, and every object read is checked against a strict
+schema: any violation raises `ProtocolError`, which the reader's owner turns into
 that submission's error. Nothing here trusts the other side; bounds belong to the reader, not to
 checks sprinkled after it.
 
@@ -143,9 +144,7 @@ class Reader:
         must be that result: a worker may pass such a frame on having read no further than those
         bytes, so no later duplicate key may make it mean anything else.
         """
-        _, json_len, _ = _HEADER.unpack_from(raw)
-        end = _HEADER.size + json_len
-        text = raw[_HEADER.size:end]
+        text, blob = split(raw)
         try:
             obj = _decode_json(text.decode())
             if b"\\ud" in text or b"\\uD" in text:  # only an escape makes a lone surrogate: UTF-8 cannot
@@ -158,7 +157,7 @@ class Reader:
                                          or type(obj.get("call")) is not int
                                          or not text.startswith(result_prefix(obj["step"], obj["call"]))):
             raise ProtocolError("a result frame whose fields say otherwise further on")
-        return obj, raw[end:]
+        return obj, blob
 
 
 _RESULT = b'{"ev":"result",'
@@ -297,9 +296,9 @@ def read_call(raw):
     read-only views of the frame's own bytes: writing into one raises where it happens."""
     import numpy as np
 
-    _, size, _ = _HEADER.unpack_from(raw)
-    step, call, fn, described = marshal.loads(memoryview(raw)[HEADER_SIZE:HEADER_SIZE + size])
-    return step, call, fn, _expand(described, raw, [HEADER_SIZE + size], np)
+    end = HEADER_SIZE + _HEADER.unpack_from(raw)[1]
+    step, call, fn, described = marshal.loads(memoryview(raw)[HEADER_SIZE:end])
+    return step, call, fn, _expand(described, raw, [end], np)
 
 
 def _expand(described, raw, offset, np):

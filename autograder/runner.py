@@ -325,7 +325,7 @@ class Worker:
                     and seen[0] < len(run.outcomes) and seen[1] < len(run.outcomes[seen[0]]):
                 # A result whose very JSON text was checked before: only its bytes are new.
                 used += len(blob)
-                _record(run, seen[0], seen[1], Outcome(value=_decode(seen[2], blob), output=seen[4]))
+                _record(run, seen[0], seen[1], Outcome(value=_decode(seen[2], blob)))
                 continue
             obj, blob = protocol.Reader.parse(raw)
             event = obj.get("ev")
@@ -367,14 +367,14 @@ class Worker:
                 continue
             value = _decode(obj["value"], blob)
             if not output and len(text) <= CHECKED_TEXT and len(_CHECKED) < CHECKED_COUNT:
-                _CHECKED[text] = (step, call, obj["value"], len(blob), output)
+                _CHECKED[text] = (step, call, obj["value"], len(blob))
             _record(run, step, call, Outcome(value=value, output=output))
 
 
 CHECKED_TEXT, CHECKED_COUNT = 600, 4096
 _CHECKED: dict[bytes, tuple] = {}
 """The JSON text of result frames already read and checked in full, each with what it says: (step,
-call, value description, bytes of array data it describes, printed output). Classmates' results
+call, value description, bytes of array data it describes). Classmates' results
 for one call mostly differ only in their array bytes, so most results need no reading again:
 their text is the same, byte for byte, as one checked before. Bounded in size and in number, and
 only for results that printed nothing (printed output seldom repeats: it would fill the table)."""

@@ -481,9 +481,9 @@ def test_calls_are_handed_over_as_far_as_the_childs_own_pipe_holds():
         os.set_blocking(write_end, False)
         arguments = bytes(range(256)) * 36  # three calls of 3000 bytes
         places = [[0, 3000], [3000, 3000], [6000, 3000]]
-        assert inside.Worker.hand_over(write_end, places, arguments) == 1
+        assert inside.Worker.hand_over(write_end, places, arguments, time.monotonic() + 5) == 1
         assert os.read(read_end, 65536) == arguments[:3000]
-        assert inside.Worker.hand_over(write_end, places[1:], arguments) == 1
+        assert inside.Worker.hand_over(write_end, places[1:], arguments, time.monotonic() + 5) == 1
     finally:
         os.close(read_end)
         os.close(write_end)
