@@ -111,10 +111,36 @@ class Reader:
         """The next whole frame, or None when the channel holds no whole frame yet: reads only what
         is there (the descriptor is non-blocking). Raises Closed once the channel is closed and no
         whole frame is left."""
+        return self._take() if self.ready() else None
+
+    def ready(self):
+        """Is a whole frame buffered, once what the channel holds is read (without waiting)?"""
         while self._need():
             if not self._fill(1 << 16):
-                return None
-        return self._take()
+                return False
+        return True
+
+    def take_results(self, step, call, last, room):
+        """From the buffer, the whole frames that are, in order, the results of calls `call` to
+        `last` of step `step` by their first bytes (`result_prefix`, within the JSON the header
+        bounds), as long as their arrays fit in `room` bytes in all: (those frames as one piece of
+        bytes, how many, their arrays' bytes), or None when the next frame is not one of them.
+        Nothing is read from the channel: the frames already there are passed on in bulk."""
+        buffer, at, count, blobs = self.buffer, 0, 0, 0
+        end, unpack, size = len(self.buffer), _HEADER.unpack_from, _HEADER.size
+        while call + count <= last and end - at >= size:
+            magic, json_len, blob_len = unpack(buffer, at)
+            whole = size + json_len + blob_len
+            if (magic != MAGIC or json_len > self.max_json or blob_len > self.max_blob or end - at < whole
+                    or blobs + blob_len > room
+                    or not buffer.startswith(result_prefix(step, call + count), at + size, at + size + json_len)):
+                break
+            at, count, blobs = at + whole, count + 1, blobs + blob_len
+        if not count:
+            return None
+        taken = bytes(buffer[:at])
+        del buffer[:at]
+        return taken, count, blobs
 
     def _fill(self, size):
         """Add what one read brings to the buffer; False when a non-blocking channel had nothing."""

@@ -174,6 +174,14 @@ def frames(kind: str) -> list[bytes]:
         step = [entry.id for entry in STEPS].index("ex4_shapes")
         return [_frame(b'{"ev":"result","step":%d,"call":0,"value":{"t":"float","v":1%s},"out":""}'
                        % (step, b"0" * 400))]
+    if kind == "split_prefix":
+        # head_facts's first call's result whose JSON is cut short in the middle of its first
+        # bytes, the rest of them written as its blob: the header says where the JSON ends.
+        from autograder.steps import STEPS
+
+        step = [entry.id for entry in STEPS].index("ex4_shapes")
+        prefix = b'{"ev":"result","step":%d,"call":0,' % step
+        return [_frame(prefix[:10], prefix[10:] + b'"value":{"t":"none"},"out":""}')]
     if kind == "orphan":
         # head_facts's first call's result, 300 KiB of array (more than the worker holds back before
         # passing results on), with a duplicate key the grader refuses.

@@ -54,6 +54,7 @@ GROUPS = {
     "frames_huge_empty": lambda: _between_classmates(attacker("b", "frames_huge_empty", "frames")),
     "frames_duplicate_keys": lambda: _between_classmates(attacker("b", "frames_duplicate_keys", "frames_late")),
     "frames_huge_float": lambda: _between_classmates(attacker("b", "frames_huge_float", "frames_late")),
+    "frames_split_prefix": lambda: _between_classmates(attacker("b", "frames_split_prefix", "frames_late")),
     "surrogates": lambda: _between_classmates(attacker("b", "surrogates")),
     "frames_orphan": lambda: _between_classmates(attacker("b", "frames_orphan", "orphan")),
     "close_and_sleep": lambda: _between_classmates(attacker("b", "close_and_sleep")),
@@ -154,6 +155,17 @@ def test_a_result_whose_duplicate_keys_end_the_job_reaches_no_classmate(mode):
 @per_mode
 def test_a_float_written_as_a_400_digit_integer_crashes_nothing(mode):
     check(mode, "frames_huge_float")
+
+
+@per_mode
+def test_a_result_whose_blob_completes_its_first_bytes_is_the_submissions_own_fault(mode):
+    """The worker passes the expected result on by its first bytes: those of the JSON alone, as
+    the header bounds it. Read past it, into the blob, the frame would reach the grader, which
+    refuses it and restarts the worker, blaming the grader."""
+    outcome = check(mode, "frames_split_prefix")
+    attack = steps_by_id(outcome.results["b_frames_split_prefix.py"])["ex4_shapes"]
+    assert "sent the grader something that is not a result" in attack["feedback"], attack["feedback"]
+    assert "grading worker" not in attack["feedback"], attack["feedback"]
 
 
 @per_mode
