@@ -8,7 +8,8 @@ standard three: bubblewrap's init, which may run as the grader's user, closes th
   - once (a worker grades one plan): every planned call as a ready frame (step, call, function
     name, arguments as raw array bytes), which the worker keeps in a mapping of its own;
   - one frame per submission: its file name, the names of the written answers to look for and the
-    limits, followed by the submission's source text (never a path).
+    limits, followed by the submission's source text (never a path): its cells, in marshal's
+    format, which only the submission's own process decodes.
 What the worker sends, on another such channel, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
@@ -62,10 +63,10 @@ import protocol  # noqa: E402  (beside this file, in and out of the sandbox)
 del sys.path[0]
 
 NOBODY = 65534
-GRACE = 0.5
-"""Seconds past a call's limit before the worker ends a child that has sent nothing."""
 TOLERANCE = 0.05
-"""Seconds a call's result may arrive past its limit and still count: the cost of sending it."""
+"""Seconds a call's result may arrive past its limit and still count: the cost of sending it. Then
+the worker ends a child that has sent nothing (no alarm inside: what the child does with one is
+its own business, and it would cost two system calls a call)."""
 FILE_SIZE = 16 << 20
 OPEN_FILES = 64
 SCRATCH_BYTES = 64 << 20
@@ -324,16 +325,8 @@ class ExitCalled(BaseException):
     """Raised in place of exit(), sys.exit() and os._exit() inside a submission."""
 
 
-class CallTimeout(BaseException):
-    """Raised by the alarm when one call runs past its time limit."""
-
-
 def _fake_exit(*_args, **_kwargs):
     raise ExitCalled()
-
-
-def _on_alarm(_signum, _frame):
-    raise CallTimeout()
 
 
 class _CappedText:
@@ -405,10 +398,12 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments):
+def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments, builtins_at_start):
+    """`builtins_at_start`: builtins as they are once exit and quit are replaced, made once by the
+    fork server (a copy made here would write to every builtin's page: each is copied on write)."""
     import builtins
+    import marshal
     import resource
-    import signal
 
     limits, scratch, cpu_seconds = job["limits"], job["scratch"], job["cpu"]
     arguments.close()  # every hidden call's arguments: unmapped here, before any student code
@@ -418,7 +413,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         if not chunk:
             break
         chunks.append(chunk)
-    job["cells"] = json.loads(b"".join(chunks))
+    job["cells"] = marshal.loads(b"".join(chunks))
     _seal_descriptors({calls_in, out, bell} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest was set once, by the fork server
@@ -433,15 +428,12 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     captured = _CappedText(limits["output"])
     sys.stdout = sys.stderr = captured
     os._exit = sys.exit = builtins.exit = builtins.quit = _fake_exit
-    signal.signal(signal.SIGALRM, _on_alarm)
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
     result_frame, write, plain_text = protocol.result_frame, os.write, protocol.plain_text
     out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
-    setitimer, timer = signal.setitimer, signal.ITIMER_REAL
-    saved_builtins = dict(builtins.__dict__)
-    call_timeout = limits["call_timeout"]
+    saved_builtins = builtins_at_start
 
     def restore_builtins():
         current = builtins.__dict__
@@ -537,18 +529,13 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             send(dict(where, raised={"type": "MissingName", "message": name, "where": None}))
             continue
         failure = value = None
-        try:
-            setitimer(timer, call_timeout)
-            try:
-                value = function(*args)
-            finally:
-                setitimer(timer, 0)
+        try:  # its time is kept by the worker, from outside
+            value = function(*args)
         except BaseException as exc:
             failure = exc
         restore_builtins()
         if failure is not None:
-            kind = ("timeout" if isinstance(failure, CallTimeout) else
-                    "exit" if isinstance(failure, (ExitCalled, SystemExit)) else
+            kind = ("exit" if isinstance(failure, (ExitCalled, SystemExit)) else
                     "memory" if isinstance(failure, MemoryError) else None)
             if kind:  # the step ends here; the worker starts a fresh child for the next one
                 send({"ev": "fault", "step": step_index, "call": call_index, "kind": kind})
@@ -640,8 +627,12 @@ class ForkServer:
 def _serve_forks(sock, seal, arguments):
     import socket
 
+    import builtins
+
     os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
+    # What every child would make for itself, made once here: a child inherits it from its fork.
+    builtins_at_start = dict(builtins.__dict__, exit=_fake_exit, quit=_fake_exit)
     ended = {}  # pid -> wait status, for the children collected before the worker asked
     children = set()  # every child not collected yet: a zombie's pid is never reused meanwhile
     while True:
@@ -692,7 +683,8 @@ def _serve_forks(sock, seal, arguments):
                 sock.close()
                 for fd in (results_in, calls_out, source_out, bell_in):
                     os.close(fd)
-                _child_main(request, source_in, calls_in, results_out, bell_out, held // 2, seal, arguments)
+                _child_main(request, source_in, calls_in, results_out, bell_out, held // 2, seal, arguments,
+                            builtins_at_start)
             finally:
                 real_exit(70)
         children.add(pid)
@@ -739,7 +731,7 @@ def _check_child_frame(obj, blob, expected, used):
         raise protocol.ProtocolError("something other than the next call's result")
     if event == "fault":
         protocol.only(obj, "ev", "step", "call", "kind", "out")
-        if obj.get("kind") not in ("timeout", "exit", "memory"):
+        if obj.get("kind") not in ("exit", "memory"):
             raise protocol.ProtocolError("a fault of unknown kind")
         return {"ev": "fault", "step": step, "call": call, "kind": obj["kind"], "out": text or ""}, b""
     protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
@@ -942,18 +934,18 @@ class Worker:
                 # the child holds no more calls: hand over the rest of this step, never a later step's
                 try:
                     count = self.hand_over(calls_out, steps[expected[0]][expected[1]:], arguments,
-                                           time.monotonic() + limits["call_timeout"] + GRACE)
+                                           time.monotonic() + limits["call_timeout"] + TOLERANCE)
                 except protocol.ProtocolError as exc:
                     return self.stop_child(exc, pid, expected, tag)
                 handed = (expected[0], expected[1] + count - 1)
             sent = time.monotonic()
-            deadline = sent + limits["call_timeout"] + GRACE
+            deadline = sent + limits["call_timeout"] + TOLERANCE
             self.flush_some()  # while the child works on the call
 
     def stop_child(self, exc, pid, expected, tag):
         """End a child that broke the protocol or a bound, report why for the call it was on, and
         return where a fresh child goes on (None: nowhere)."""
-        # Killed first: a child that closed its end may yet live on (its alarm ignored), and
+        # Killed first: a child that closed its end may yet live on (past its time), and
         # is never waited for. One that was exiting keeps the status it had: a process's
         # pipes close only after its exit status is set.
         _end(pid)
@@ -1221,8 +1213,6 @@ def main():
     seal.prepare(readable + [scratch_root], listable)
     sealed = _probe_seal(seal, scratch_root) if seal.level == "full" else True
 
-    gc.collect()
-    gc.freeze()  # forked children then never touch (and so never copy) the worker's own objects
     stdin, stdout = config["channel"]
     for fd in (stdin, stdout):
         os.set_inheritable(fd, False)
@@ -1241,7 +1231,7 @@ def main():
                     raise SystemExit("a worker grades one plan")
                 steps, arguments = head["steps"], _read_mapped(stdin, blob_len)
                 gc.collect()
-                gc.freeze()
+                gc.freeze()  # forked children then never touch (and so never copy) the worker's own objects
                 worker = Worker(config, stdout, seal, scratch_root, ForkServer(seal, arguments, (stdin, stdout)))
                 continue
             head["steps"], head["arguments"] = steps, arguments
