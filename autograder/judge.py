@@ -146,9 +146,20 @@ def canonical(fn: str, value) -> dict:
 def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False) -> bool:
     """np.allclose for same-shaped float arrays, without its overhead (it runs thousands of times).
 
-    Grading runs under np.errstate(all="ignore"), so infinities cost no warning here.
+    `want` is an array kept for the whole class (a reference value, a model's value): the
+    tolerance of each of its elements is worked out once. As in numpy, a finite number is never
+    close to an infinity, equal infinities are, and NaN is only given `equal_nan`. Grading runs
+    under np.errstate(all="ignore"), so infinities cost no warning here.
     """
-    ok = np.abs(got - want) <= np.abs(want) * rtol + atol
+    known = _TOLERANCES.get(id(want))
+    if known is None or known[0] is not want or known[1] != rtol or known[2] != atol:
+        if len(_TOLERANCES) > 200_000:
+            _TOLERANCES.clear()
+        tolerance = np.abs(want) * rtol + atol
+        tolerance[~np.isfinite(want)] = -1.0  # only equality, below, is close to an infinity
+        known = (want, rtol, atol, tolerance)
+        _TOLERANCES[id(want)] = known
+    ok = np.abs(got - want) <= known[3]
     if _count(ok) == ok.size:  # ok.all(), at a third of the cost
         return True
     ok |= got == want  # equal infinities
@@ -158,6 +169,10 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
 
 
 _count = np.count_nonzero
+
+# The tolerance of each element of a kept array: id -> (array, rtol, atol, tolerances). The array
+# is held, so its id stays its own while it is here.
+_TOLERANCES: dict[int, tuple] = {}
 
 
 def isclose(got: float, want: float, rtol: float, atol: float) -> bool:

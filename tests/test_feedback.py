@@ -264,3 +264,30 @@ def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example(
             assert explanation in message, (name, step["id"])
     assert compared > 100
     assert missed == [], "\n".join(map(str, missed))
+
+
+_SPECIAL = [0.0, 1.0, -2.5, 1.0 + 1e-10, 1.1, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("equal_nan", [False, True])
+def test_the_graders_closeness_is_numpys_for_every_special_value(equal_nan):
+    """judge.allclose and the mismatch count take their tolerance from numpy's isclose, with the
+    same answer where the expected value is infinite or NaN: a finite number is never close to an
+    infinity (numpy's rule, which a plain |got - want| <= tolerance gets wrong: inf <= inf)."""
+    with np.errstate(all="ignore"):  # as grading runs
+        _closeness_is_numpys(equal_nan)
+
+
+def _closeness_is_numpys(equal_nan):
+    for want_value in _SPECIAL:
+        want = np.array([want_value, 0.5])  # kept, as a reference value is, across the calls
+        for got_value in _SPECIAL:
+            got = np.array([got_value, 0.5])
+            wanted = bool(np.allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=equal_nan))
+            assert judge.allclose(got, want, 1e-9, 1e-9, equal_nan) == wanted, (got_value, want_value)
+            if not equal_nan:
+                close = np.isclose(got, want, rtol=1e-9, atol=1e-9)
+                text = feedback.array_mismatch(got, want, True)
+                assert (text == "") == bool(close.all()), (got_value, want_value, text)
+                if text:
+                    assert f"mismatched elements: {int((~close).sum())} / 2" in text, text
