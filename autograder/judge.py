@@ -155,8 +155,9 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
     if known is None or known[0] is not want or known[1] != rtol or known[2] != atol:
         if len(_TOLERANCES) > 200_000:
             _TOLERANCES.clear()
-        tolerance = np.abs(want) * rtol + atol
-        tolerance[~np.isfinite(want)] = -1.0  # only equality, below, is close to an infinity
+        # only equality, below, is close to an infinity; a 0-d array gives a 0-d array too
+        tolerance = np.where(np.isfinite(want), np.abs(want) * rtol + atol, -1.0)
+        want.flags.writeable = False  # its tolerance stays true to it: nothing may write into it
         known = (want, rtol, atol, tolerance)
         _TOLERANCES[id(want)] = known
     ok = np.abs(got - want) <= known[3]

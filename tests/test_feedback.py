@@ -278,6 +278,15 @@ def test_the_graders_closeness_is_numpys_for_every_special_value(equal_nan):
         _closeness_is_numpys(equal_nan)
 
 
+def test_closeness_takes_a_0d_array_and_freezes_the_kept_one():
+    want = np.array(2.0)
+    with np.errstate(all="ignore"):
+        assert judge.allclose(np.array(2.0 + 1e-12), want, 1e-9, 1e-9)
+        assert not judge.allclose(np.array(3.0), want, 1e-9, 1e-9)
+    with pytest.raises(ValueError):  # its tolerance was worked out once: it may not change
+        want[...] = 5.0
+
+
 def _closeness_is_numpys(equal_nan):
     for want_value in _SPECIAL:
         want = np.array([want_value, 0.5])  # kept, as a reference value is, across the calls
