@@ -43,8 +43,10 @@ itself: each call's result must arrive within the call's limit of the previous r
 hand-over). A result arrives when the worker reads it: at the child's bell, or at the latest every
 DISK_POLL seconds, so a child that keeps quiet only makes itself later.
 Anything that is not the next expected frame, or breaks a bound of `protocol.py`, ends the child
-and becomes that call's fault. Nothing the child sends is forwarded before it has been checked
-field by field against the next expected call.
+and becomes that call's fault. A result is forwarded once its first bytes say it is the result of
+the next call the child holds (within the JSON its header bounds); the grader then checks every
+field, and what it refuses there is that call's fault. Anything else the child sends is checked
+field by field here first.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
@@ -625,9 +627,8 @@ class ForkServer:
 
 
 def _serve_forks(sock, seal, arguments):
-    import socket
-
     import builtins
+    import socket
 
     os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
@@ -774,7 +775,7 @@ class Worker:
             self.pending_bytes = 0
 
     def serve(self, job, stdin, cells_len):
-        job["cells"] = protocol.read_exactly(stdin, cells_len)  # JSON text, passed on as it is
+        job["cells"] = protocol.read_exactly(stdin, cells_len)  # in marshal's format, passed on as it is
         self.run_job(job)
 
     def run_job(self, job):

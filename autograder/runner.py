@@ -13,6 +13,7 @@ import itertools
 import json
 import marshal
 import os
+import re
 import secrets
 import subprocess
 import threading
@@ -323,55 +324,70 @@ class Worker:
                 _record(run, *known, Outcome(value=EXACT))
                 continue
             text, blob = protocol.split(raw)
-            seen = _CHECKED.get(text)
-            if seen is not None and seen[3] == len(blob) and used + len(blob) <= protocol.MAX_JOB_BYTES \
-                    and seen[0] < len(run.outcomes) and seen[1] < len(run.outcomes[seen[0]]):
-                # A result whose very JSON text was checked before: only its bytes are new.
-                used += len(blob)
-                _record(run, seen[0], seen[1], Outcome(value=_decode(seen[2], blob)))
-                continue
-            obj, blob = protocol.Reader.parse(raw)
-            event = obj.get("ev")
-            if event != "result" and obj.get("job") != run.job:  # results come only between the two
-                raise protocol.ProtocolError("a frame for another submission")
-            if event == "done":
+            try:
+                used = self._read_frame(run, raw, text, blob, used)
+            except protocol.ProtocolError as exc:
+                # A result the worker passed on by its first bytes is the submission's own: what
+                # the grader refuses in it is that call's fault, and the run goes on.
+                where = _result_of(run, text)
+                if where is None:
+                    raise
+                _record(run, *where, Outcome(fault="protocol", detail=str(exc)))
+            if used is None:
                 return
-            if event == "imported":
-                if not run.imported and run.import_error is None:
-                    run.imported = obj.get("ok") is True
-                    run.import_error = protocol.raised(obj["error"]) if "error" in obj else None
-                    run.import_output = protocol.text(obj, "out", optional=True) or ""
-                    if run.imported:
-                        run.answers = dict(protocol.answers(obj.get("answers", {})))
-                        run.stopped = protocol.stopped(obj.get("stopped", []))
-                continue
-            step = protocol.index(obj, "step", optional=True)
-            call = protocol.index(obj, "call", optional=True)
-            if step is not None and not (step < len(run.outcomes) and call is not None
-                                         and call < len(run.outcomes[step])):
-                raise protocol.ProtocolError("a result for a call that was not planned")
-            output = protocol.text(obj, "out", optional=True) or ""
-            if event == "fault":
-                kind = obj.get("kind")
-                if kind not in ("timeout", "exit", "memory", "crashed", "protocol", "disk"):
-                    raise protocol.ProtocolError("a fault of unknown kind")
-                if step is None:
-                    run.import_fault = kind
-                else:
-                    _record(run, step, call, Outcome(fault=kind, detail=protocol.text(obj, "detail", True),
-                                                     output=output))
-                continue
-            if event != "result" or step is None:
-                raise protocol.ProtocolError("a frame of unknown kind")
-            protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
-            used = protocol.result_body(obj, blob, used)
-            if "raised" in obj:
-                _record(run, step, call, Outcome(raised=protocol.raised(obj["raised"]), output=output))
-                continue
-            value = _decode(obj["value"], blob)
-            if not output and len(text) <= CHECKED_TEXT and len(_CHECKED) < CHECKED_COUNT:
-                _CHECKED[text] = (step, call, obj["value"], len(blob))
-            _record(run, step, call, Outcome(value=value, output=output))
+
+    def _read_frame(self, run: Run, raw: bytes, text: bytes, blob: bytes, used: int) -> int | None:
+        """Take in one frame of the run; returns the array bytes used so far, or None at its end."""
+        seen = _CHECKED.get(text)
+        if seen is not None and seen[3] == len(blob) and used + len(blob) <= protocol.MAX_JOB_BYTES \
+                and seen[0] < len(run.outcomes) and seen[1] < len(run.outcomes[seen[0]]):
+            # A result whose very JSON text was checked before: only its bytes are new.
+            used += len(blob)
+            _record(run, seen[0], seen[1], Outcome(value=_decode(seen[2], blob)))
+            return used
+        obj, blob = protocol.Reader.parse(raw)
+        event = obj.get("ev")
+        if event != "result" and obj.get("job") != run.job:  # results come only between the two
+            raise protocol.ProtocolError("a frame for another submission")
+        if event == "done":
+            return None
+        if event == "imported":
+            if not run.imported and run.import_error is None:
+                run.imported = obj.get("ok") is True
+                run.import_error = protocol.raised(obj["error"]) if "error" in obj else None
+                run.import_output = protocol.text(obj, "out", optional=True) or ""
+                if run.imported:
+                    run.answers = dict(protocol.answers(obj.get("answers", {})))
+                    run.stopped = protocol.stopped(obj.get("stopped", []))
+            return used
+        step = protocol.index(obj, "step", optional=True)
+        call = protocol.index(obj, "call", optional=True)
+        if step is not None and not (step < len(run.outcomes) and call is not None
+                                     and call < len(run.outcomes[step])):
+            raise protocol.ProtocolError("a result for a call that was not planned")
+        output = protocol.text(obj, "out", optional=True) or ""
+        if event == "fault":
+            kind = obj.get("kind")
+            if kind not in ("timeout", "exit", "memory", "crashed", "protocol", "disk"):
+                raise protocol.ProtocolError("a fault of unknown kind")
+            if step is None:
+                run.import_fault = kind
+            else:
+                _record(run, step, call, Outcome(fault=kind, detail=protocol.text(obj, "detail", True),
+                                                 output=output))
+            return used
+        if event != "result" or step is None:
+            raise protocol.ProtocolError("a frame of unknown kind")
+        protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
+        used = protocol.result_body(obj, blob, used)
+        if "raised" in obj:
+            _record(run, step, call, Outcome(raised=protocol.raised(obj["raised"]), output=output))
+            return used
+        value = _decode(obj["value"], blob)
+        if not output and len(text) <= CHECKED_TEXT and len(_CHECKED) < CHECKED_COUNT:
+            _CHECKED[text] = (step, call, obj["value"], len(blob))
+        _record(run, step, call, Outcome(value=value, output=output))
+        return used
 
 
 CHECKED_TEXT, CHECKED_COUNT = 600, 4096
@@ -381,6 +397,21 @@ call, value description, bytes of array data it describes). Classmates' results
 for one call mostly differ only in their array bytes, so most results need no reading again:
 their text is the same, byte for byte, as one checked before. Bounded in size and in number, and
 only for results that printed nothing (printed output seldom repeats: it would fill the table)."""
+
+
+_RESULT_HEAD = re.compile(rb'\{"ev":"result","step":(0|[1-9][0-9]{0,6}),"call":(0|[1-9][0-9]{0,6}),')
+
+
+def _result_of(run: Run, text: bytes) -> tuple[int, int] | None:
+    """(step, call) of a result frame by its first bytes, the very bytes the worker checked before
+    passing it on, when that planned call has no outcome yet; otherwise None."""
+    found = _RESULT_HEAD.match(text)
+    if found is None:
+        return None
+    step, call = int(found.group(1)), int(found.group(2))
+    if step < len(run.outcomes) and call < len(run.outcomes[step]) and run.outcomes[step][call] is None:
+        return step, call
+    return None
 
 
 def _decode(described: dict, blob: bytes):

@@ -515,3 +515,28 @@ def test_a_call_larger_than_the_childs_pipe_goes_in_as_the_child_reads_it():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_closing_a_worker_ends_the_child_running_a_call():
+    """A child in the middle of a long call when its worker is ended (the grader interrupted, or
+    ending a worker it no longer trusts) goes with it: no process of the worker's outlives it."""
+    from autograder.grading import Grader
+    from autograder.runner import Limits, Worker
+
+    limits = Limits(call_timeout=30.0)  # so the worker itself would not end the call before long
+    grader = Grader(11, limits)
+    source = in_facts("    import time\n    time.sleep(60)\n")
+    with Worker(limits) as worker:
+        worker.send("attention_head.py", [source], grader.plan)
+        started = time.monotonic()
+        tree = _tree(worker._process.pid)
+        while len([pid for pid in tree if (_exe(pid) or "").startswith("python")]) < 3:
+            assert time.monotonic() - started < 20, tree  # the worker, its fork server, the child
+            time.sleep(0.05)
+            tree = _tree(worker._process.pid)
+        time.sleep(1.0)  # the steps before head_facts's take milliseconds: it is asleep in its call
+        assert len(_tree(worker._process.pid)) == len(tree), "the child ended before its worker"
+    ended = time.monotonic()
+    while any(_exe(pid) is not None for pid in tree):
+        assert time.monotonic() - ended < 5, [(pid, _exe(pid)) for pid in tree if _exe(pid)]
+        time.sleep(0.05)

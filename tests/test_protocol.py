@@ -293,14 +293,24 @@ def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_n
         body = frame[12:] + b"\0" * extra if extra > 0 else frame[12:extra]
         return frame[:8] + struct.pack("!I", protocol.blob_length(frame) + extra) + body
 
-    for extra in (8, -8):  # more bytes than the text describes, or fewer
-        assert "worker failed" in (_received([imported, resized(extra)]).lost or ""), extra
+    for extra in (8, -8):  # more bytes than the text describes, or fewer: that call's own fault
+        assert _refused(_received([imported, resized(extra)]), 0, 1) in (
+            "bytes that no value describes", "an array whose data does not match its shape"), extra
+    # A frame no call can own ends the worker's run: for a call not planned, or answered already.
     assert "not planned" in (_received([imported, frame], counts=(1,)).lost or "")
     assert "a second result" in (_received([imported, frame, frame]).lost or "")
     other = protocol.result_frame(0, 0, second)
     assert _received([imported, other]).lost is None  # its text is kept too
     monkeypatch.setattr(protocol, "MAX_JOB_BYTES", 60)  # room for one 48-byte array, not two
-    assert "more array data" in (_received([imported, frame, other]).lost or "")
+    assert "more array data" in _refused(_received([imported, frame, other]), 0, 0)
+
+
+def _refused(run, step: int, call: int) -> str:
+    """Why the grader refused the result of (step, call), which counts as that call's fault alone:
+    the run itself goes on."""
+    outcome = run.outcomes[step][call]
+    assert run.lost is None and outcome is not None and outcome.fault == "protocol", (run.lost, outcome)
+    return outcome.detail
 
 
 def test_a_worker_closed_by_another_thread_while_its_run_is_read_loses_that_run_and_nothing_else():

@@ -263,8 +263,14 @@ def test_ringing_the_bell_throughout_a_slow_call_gains_nothing_over_honest_slown
 
 
 @per_mode
-def test_a_process_whose_worker_the_grader_ends_does_not_outlive_it(mode):
-    check(mode, "frames_orphan")
+def test_a_result_the_grader_refuses_is_that_calls_own_fault_and_nothing_outlives_it(mode):
+    """The worker passed it on by its first bytes; the grader refuses what follows (a duplicate
+    key). That is the submission's fault on that call, not a failed worker: the run goes on, the
+    process sleeping in its call is ended at its limit, and the classmates are untouched."""
+    outcome = check(mode, "frames_orphan")
+    attack = steps_by_id(outcome.results["b_frames_orphan.py"])["ex4_shapes"]
+    assert "sent the grader something that is not a result" in attack["feedback"], attack["feedback"]
+    assert "grading worker" not in attack["feedback"], attack["feedback"]
 
 
 @per_mode

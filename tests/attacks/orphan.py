@@ -1,8 +1,8 @@
 # At head_facts's first call, write `_RT["frames"]`: that call's result by its first bytes, which
 # the worker passes on unread, big enough to be passed on at once, and which the grader refuses
-# (a duplicate key further on), so the grader ends the worker while this process still runs. Then
-# ignore the alarm and sleep (40 s at most): the process must not outlive its worker. The base is
-# the stub.
+# (a duplicate key further on). Then ignore the alarm (there is none to ignore) and sleep (40 s at
+# most): the refused result must count against this submission alone, and the process must not
+# outlive its call. The base is the stub.
 import signal as _signal
 import time as _time
 
