@@ -45,8 +45,8 @@ DISK_POLL seconds, so a child that keeps quiet only makes itself later.
 Anything that is not the next expected frame, or breaks a bound of `protocol.py`, ends the child
 and becomes that call's fault. A result is forwarded once its first bytes say it is the result of
 the next call the child holds (within the JSON its header bounds); the grader then checks every
-field, and what it refuses there is that call's fault. Anything else the child sends is checked
-field by field here first.
+field, and what it refuses there is that call's fault. A result in any other form ends the child;
+anything else it sends is checked field by field here first.
 
 This file imports only the standard library, `protocol.py` and numpy.
 """
@@ -730,18 +730,15 @@ def _check_child_frame(obj, blob, expected, used):
     if event not in ("result", "fault") or obj.get("step") != step or obj.get("call") != call \
             or type(obj.get("step")) is not int or type(obj.get("call")) is not int:
         raise protocol.ProtocolError("something other than the next call's result")
-    if event == "fault":
-        protocol.only(obj, "ev", "step", "call", "kind", "out")
-        if obj.get("kind") not in ("exit", "memory"):
-            raise protocol.ProtocolError("a fault of unknown kind")
-        return {"ev": "fault", "step": step, "call": call, "kind": obj["kind"], "out": text or ""}, b""
-    protocol.only(obj, "ev", "step", "call", "value", "raised", "out")
-    if ("value" in obj) == ("raised" in obj):
-        raise protocol.ProtocolError("a result that is neither a value nor an exception")
-    _spend(used, len(blob))
-    # What the value says is the grader's to check, as it checks every frame: here it is enough
-    # that this is the next call's result, with no field that could pass for anything else.
-    return {"ev": "result"}, blob  # passed on as it came
+    if event == "result":
+        # Refused for its size, or else it is the next call's result but not in the form the
+        # protocol writes it (which the worker takes by its first bytes: see Reader.take_results).
+        _spend(used, len(blob))
+        raise protocol.ProtocolError("a result not written as the protocol writes one")
+    protocol.only(obj, "ev", "step", "call", "kind", "out")
+    if obj.get("kind") not in ("exit", "memory"):
+        raise protocol.ProtocolError("a fault of unknown kind")
+    return {"ev": "fault", "step": step, "call": call, "kind": obj["kind"], "out": text or ""}, b""
 
 
 def _spend(used, count):
@@ -953,7 +950,8 @@ class Worker:
         # a child that closed its end has exited: how it did is the diagnosis
         kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
                         ("timeout", None) if isinstance(exc, protocol.TimedOut) else
-                        ("disk", str(exc)) if isinstance(exc, OverQuota) else ("protocol", str(exc)))
+                        ("disk", protocol.reason(exc)) if isinstance(exc, OverQuota) else
+                        ("protocol", protocol.reason(exc)))
         position = expected if isinstance(expected, tuple) else (None, None)
         if expected == "end":
             self.flush()

@@ -400,7 +400,14 @@ def only(obj, *keys):
     """The object has no key beyond `keys`."""
     extra = set(obj) - set(keys)
     if extra:
-        _fail("unexpected fields %s" % sorted(extra)[:3])
+        _fail("unexpected fields %s" % [name if len(name) <= 40 else name[:39] + "…" for name in sorted(extra)[:3]])
+
+
+def reason(exc):
+    """Why the other side's frame was refused, as a message may carry it: a few words, however long
+    the refused frame made them."""
+    text = plain_text(str(exc))
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def raised(obj):

@@ -303,7 +303,7 @@ class Worker:
         try:
             self._collect(run)
         except protocol.ProtocolError as exc:
-            run.lost = f"the grading worker failed ({exc})"
+            run.lost = f"the grading worker failed ({protocol.reason(exc)})"
             self.close()
         except OSError:
             run.lost = "the grading worker died"
@@ -332,7 +332,7 @@ class Worker:
                 where = _result_of(run, text)
                 if where is None:
                     raise
-                _record(run, *where, Outcome(fault="protocol", detail=str(exc)))
+                _record(run, *where, Outcome(fault="protocol", detail=protocol.reason(exc)))
             if used is None:
                 return
 

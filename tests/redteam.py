@@ -182,6 +182,23 @@ def frames(kind: str) -> list[bytes]:
         step = [entry.id for entry in STEPS].index("ex4_shapes")
         prefix = b'{"ev":"result","step":%d,"call":0,' % step
         return [_frame(prefix[:10], prefix[10:] + b'"value":{"t":"none"},"out":""}')]
+    if kind == "long_key":
+        # head_facts's first call's result with one more field, whose name is 200 000 characters
+        # long: the grader refuses the field by name, and must not copy the name into feedback.
+        from autograder.steps import STEPS
+
+        step = [entry.id for entry in STEPS].index("ex4_shapes")
+        return [_frame(b'{"ev":"result","step":%d,"call":0,"value":{"t":"none"},"out":"","%s":1}'
+                       % (step, b"k" * 200_000))]
+    if kind in ("spaced", "reordered"):
+        # head_facts's first call's result, whole and right but for its form: spaces after the
+        # separators, or its keys in another order. No prefix the worker looks for.
+        from autograder.steps import STEPS
+
+        step = [entry.id for entry in STEPS].index("ex4_shapes")
+        if kind == "spaced":
+            return [_frame(b'{"ev": "result", "step": %d, "call": 0, "value": {"t": "none"}, "out": ""}' % step)]
+        return [_frame(b'{"step":%d,"call":0,"ev":"result","value":{"t":"none"},"out":""}' % step)]
     if kind == "orphan":
         # head_facts's first call's result, 300 KiB of array (more than the worker holds back before
         # passing results on), with a duplicate key the grader refuses.

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from support import (REPO, STUB, grade_json, qkv_grade, reference_source, require_sandbox, sandbox_mode, steps_by_id,
-                     variant)
+from support import (IN_CI, REPO, STUB, grade_json, qkv_grade, reference_source, require_sandbox, sandbox_mode,
+                     steps_by_id, variant)
 
 FAST = ("--timeout", "0.5", "--seed", "11")
 FACTS_BODY = '''    return {
@@ -517,16 +517,23 @@ def test_a_call_larger_than_the_childs_pipe_goes_in_as_the_child_reads_it():
         os.close(write_end)
 
 
-def test_closing_a_worker_ends_the_child_running_a_call():
+@pytest.mark.parametrize("mode", ["bwrap", "bwrap-userns", "landlock"])
+def test_closing_a_worker_ends_the_child_running_a_call(mode):
     """A child in the middle of a long call when its worker is ended (the grader interrupted, or
     ending a worker it no longer trusts) goes with it: no process of the worker's outlives it."""
+    from autograder import sandbox
     from autograder.grading import Grader
     from autograder.runner import Limits, Worker
 
+    problem = sandbox.available(mode)
+    if problem:
+        if IN_CI:
+            pytest.fail(f"{mode}: {problem}")
+        pytest.skip(f"{mode}: {problem}")
     limits = Limits(call_timeout=30.0)  # so the worker itself would not end the call before long
     grader = Grader(11, limits)
     source = in_facts("    import time\n    time.sleep(60)\n")
-    with Worker(limits) as worker:
+    with Worker(limits, mode) as worker:
         worker.send("attention_head.py", [source], grader.plan)
         started = time.monotonic()
         tree = _tree(worker._process.pid)

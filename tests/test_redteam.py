@@ -57,6 +57,9 @@ GROUPS = {
     "frames_split_prefix": lambda: _between_classmates(attacker("b", "frames_split_prefix", "frames_late")),
     "surrogates": lambda: _between_classmates(attacker("b", "surrogates")),
     "frames_orphan": lambda: _between_classmates(attacker("b", "frames_orphan", "orphan")),
+    "frames_form": lambda: _between_classmates(attacker("b", "frames_spaced", "frames_late"),
+                                               attacker("d", "frames_reordered", "frames_late"),
+                                               attacker("f", "frames_long_key", "frames_late")),
     "close_and_sleep": lambda: _between_classmates(attacker("b", "close_and_sleep")),
     "frames_unread": lambda: _between_classmates(attacker("b", "frames_unread", "calls_unread")),
     "bell": lambda: _between_classmates(attacker("b", "bell_flood", "bell", base="correct"),
@@ -148,7 +151,7 @@ def test_a_well_formed_empty_array_numpy_cannot_shape_crashes_nothing(mode):
 
 
 @per_mode
-def test_a_result_whose_duplicate_keys_end_the_job_reaches_no_classmate(mode):
+def test_a_result_whose_duplicate_keys_would_end_the_job_reaches_no_classmate(mode):
     check(mode, "frames_duplicate_keys")
 
 
@@ -267,10 +270,33 @@ def test_a_result_the_grader_refuses_is_that_calls_own_fault_and_nothing_outlive
     """The worker passed it on by its first bytes; the grader refuses what follows (a duplicate
     key). That is the submission's fault on that call, not a failed worker: the run goes on, the
     process sleeping in its call is ended at its limit, and the classmates are untouched."""
-    outcome = check(mode, "frames_orphan")
-    attack = steps_by_id(outcome.results["b_frames_orphan.py"])["ex4_shapes"]
-    assert "sent the grader something that is not a result" in attack["feedback"], attack["feedback"]
-    assert "grading worker" not in attack["feedback"], attack["feedback"]
+    _own_fault_only(check(mode, "frames_orphan"), "b_frames_orphan.py")
+
+
+@per_mode
+def test_a_result_in_another_form_than_the_protocols_is_that_calls_own_fault(mode):
+    """Spaces after the separators, or the keys in another order: the worker cannot take it by its
+    first bytes, and ends the child rather than pass on what the grader could not own to its call."""
+    outcome = check(mode, "frames_form")
+    for name in ("b_frames_spaced.py", "d_frames_reordered.py"):
+        facts = _own_fault_only(outcome, name)
+        assert "not written as the protocol writes one" in facts["feedback"], facts["feedback"]
+    # Refused by the grader for a field whose name is 200 000 characters: a few words say so.
+    facts = _own_fault_only(outcome, "f_frames_long_key.py")
+    assert "unexpected fields" in facts["feedback"] and len(facts["feedback"]) < 2000, len(facts["feedback"])
+
+
+def _own_fault_only(outcome: Outcome, name: str) -> dict:
+    """The attack's head_facts step failed on its own first call's result, and the step after it
+    was graded as the stub's (not lost with a failed worker)."""
+    steps = steps_by_id(outcome.results[name])
+    facts, after = steps["ex4_shapes"], steps["ex5_intervention"]
+    assert "sent the grader something that is not a result" in facts["feedback"], facts["feedback"]
+    assert "head_facts(t=5, d_k=4, d_v=3) on the chapter's example" in facts["feedback"], facts["feedback"]
+    for step in (facts, after):
+        assert "grading worker" not in step["feedback"], step["feedback"]
+    assert after["status"] == "not_implemented", after
+    return facts
 
 
 @per_mode
