@@ -547,3 +547,25 @@ def test_closing_a_worker_ends_the_child_running_a_call(mode):
     while any(_exe(pid) is not None for pid in tree):
         assert time.monotonic() - ended < 5, [(pid, _exe(pid)) for pid in tree if _exe(pid)]
         time.sleep(0.05)
+
+
+def test_what_a_call_does_to_builtins_is_undone_before_the_next_call(tmp_path):
+    """Every call of the scores step replaces one builtin, deletes another and adds a third; each
+    later call still finds builtins as they were (head_facts, steps later, uses what was changed,
+    and would fail on what was added), and the result frames are still written and read."""
+    source = variant([
+        ('def scores(q, k):\n', 'def scores(q, k):\n'
+         '    import builtins\n'
+         '    builtins.max = None\n'
+         '    builtins.__dict__.pop("abs", None)\n'
+         '    builtins.leaked_by_scores = True\n'),
+        ('def head_facts(t, d_k, d_v):\n', 'def head_facts(t, d_k, d_v):\n'
+         '    assert max(1, 2) == 2 and abs(-1) == 1\n'
+         '    try:\n'
+         '        leaked_by_scores\n'
+         '        raise AssertionError("a builtin added by an earlier call is still there")\n'
+         '    except NameError:\n'
+         '        pass\n'),
+    ])
+    result = grade_source(tmp_path, source)
+    assert result["score"] == 100.0, [(s["id"], s["feedback"]) for s in result["steps"] if s["status"] != "passed"]
