@@ -423,8 +423,9 @@ def _seal_descriptors(keep):
 
 
 def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments, builtins_at_start):
-    """`builtins_at_start`: builtins as they are once exit and quit are replaced, made once by the
-    fork server (a copy made here would write to every builtin's page: each is copied on write)."""
+    """`builtins_at_start`: (builtins as they are once exit and quit are replaced, a live view of
+    their dict's version tag or None), made once by the fork server: a copy made here would write
+    to every builtin's page, each copied on write."""
     import builtins
     import marshal
     import resource
@@ -457,8 +458,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
     result_frame, write, plain_text = protocol.result_frame, os.write, protocol.plain_text
     out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
-    saved_builtins = builtins_at_start
-    version = _version_tag(builtins.__dict__)
+    saved_builtins, version = builtins_at_start
     unchanged = [version.value if version is not None else None]
 
     def restore_builtins():
@@ -664,7 +664,8 @@ def _serve_forks(sock, seal, arguments):
     os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     # What every child would make for itself, made once here: a child inherits it from its fork.
-    builtins_at_start = dict(builtins.__dict__, exit=_fake_exit, quit=_fake_exit)
+    builtins_at_start = (dict(builtins.__dict__, exit=_fake_exit, quit=_fake_exit),
+                         _version_tag(builtins.__dict__))
     ended = {}  # pid -> wait status, for the children collected before the worker asked
     children = set()  # every child not collected yet: a zombie's pid is never reused meanwhile
     while True:
