@@ -15,6 +15,7 @@ import json
 import marshal
 import math
 import os
+import re
 import select
 import struct
 import time
@@ -76,16 +77,24 @@ class Reader:
         self.fd, self.max_json, self.max_blob = fd, max_json, max_blob
         self.buffer = bytearray()
 
-    def _need(self):
-        """Bytes still missing for the next whole frame (0: one is buffered). Checks the header."""
-        if len(self.buffer) < _HEADER.size:
-            return _HEADER.size - len(self.buffer)
-        magic, json_len, blob_len = _HEADER.unpack_from(self.buffer)
+    def _header(self, at=0):
+        """(JSON length, blob length) of the frame at `at` in the buffer, its header checked; None
+        while its header is not all there."""
+        if len(self.buffer) - at < _HEADER.size:
+            return None
+        magic, json_len, blob_len = _HEADER.unpack_from(self.buffer, at)
         if magic != MAGIC:
             raise ProtocolError("a frame without the protocol's header")
         if json_len > self.max_json or blob_len > self.max_blob:
             raise ProtocolError("a frame larger than its limit")
-        return max(0, _HEADER.size + json_len + blob_len - len(self.buffer))
+        return json_len, blob_len
+
+    def _need(self):
+        """Bytes still missing for the next whole frame (0: one is buffered). Checks the header."""
+        lengths = self._header()
+        if lengths is None:
+            return _HEADER.size - len(self.buffer)
+        return max(0, _HEADER.size + lengths[0] + lengths[1] - len(self.buffer))
 
     def buffered(self):
         """Is a whole frame already waiting in the buffer?"""
@@ -126,13 +135,17 @@ class Reader:
         bounds), as long as their arrays fit in `room` bytes in all: (those frames as one piece of
         bytes, how many, their arrays' bytes), or None when the next frame is not one of them.
         Nothing is read from the channel: the frames already there are passed on in bulk."""
-        buffer, at, count, blobs = self.buffer, 0, 0, 0
-        end, unpack, size = len(self.buffer), _HEADER.unpack_from, _HEADER.size
-        while call + count <= last and end - at >= size:
-            magic, json_len, blob_len = unpack(buffer, at)
+        buffer, at, count, blobs, size = self.buffer, 0, 0, 0, _HEADER.size
+        while call + count <= last:
+            try:
+                lengths = self._header(at)
+            except ProtocolError:  # refused when it comes first: by `read_raw`, after the frames before it
+                break
+            if lengths is None:
+                break
+            json_len, blob_len = lengths
             whole = size + json_len + blob_len
-            if (magic != MAGIC or json_len > self.max_json or blob_len > self.max_blob or end - at < whole
-                    or blobs + blob_len > room
+            if (len(buffer) - at < whole or blobs + blob_len > room
                     or not buffer.startswith(result_prefix(step, call + count), at + size, at + size + json_len)):
                 break
             at, count, blobs = at + whole, count + 1, blobs + blob_len
@@ -212,11 +225,6 @@ def _escape_surrogates(value):
     if kind is dict:
         return {_escape_surrogates(key): _escape_surrogates(item) for key, item in value.items()}
     return value
-
-
-def blob_length(raw):
-    """The blob length a whole frame's header announces."""
-    return _HEADER.unpack_from(raw)[2]
 
 
 def split(raw):
@@ -345,6 +353,16 @@ def _expand(described, raw, offset, np):
 def result_prefix(step, call):
     """How the JSON of call `call` of step `step`'s result frame starts, byte for byte."""
     return b'{"ev":"result","step":%d,"call":%d,' % (step, call)
+
+
+_RESULT_PREFIX = re.compile(rb'\{"ev":"result","step":(0|[1-9][0-9]{0,6}),"call":(0|[1-9][0-9]{0,6}),')
+
+
+def result_place(text):
+    """(step, call) of a result frame's JSON `text` by its first bytes (`result_prefix`), or None
+    when it does not start as a result does."""
+    found = _RESULT_PREFIX.match(text)
+    return None if found is None else (int(found.group(1)), int(found.group(2)))
 
 
 def read_exactly(fd, count):

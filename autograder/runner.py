@@ -13,7 +13,6 @@ import itertools
 import json
 import marshal
 import os
-import re
 import secrets
 import subprocess
 import threading
@@ -399,16 +398,13 @@ their text is the same, byte for byte, as one checked before. Bounded in size an
 only for results that printed nothing (printed output seldom repeats: it would fill the table)."""
 
 
-_RESULT_HEAD = re.compile(rb'\{"ev":"result","step":(0|[1-9][0-9]{0,6}),"call":(0|[1-9][0-9]{0,6}),')
-
-
 def _result_of(run: Run, text: bytes) -> tuple[int, int] | None:
     """(step, call) of a result frame by its first bytes, the very bytes the worker checked before
     passing it on, when that planned call has no outcome yet; otherwise None."""
-    found = _RESULT_HEAD.match(text)
-    if found is None:
+    place = protocol.result_place(text)
+    if place is None:
         return None
-    step, call = int(found.group(1)), int(found.group(2))
+    step, call = place
     if step < len(run.outcomes) and call < len(run.outcomes[step]) and run.outcomes[step][call] is None:
         return step, call
     return None

@@ -291,7 +291,7 @@ def test_a_result_whose_text_was_checked_before_is_read_with_its_own_bytes_and_n
 
     def resized(extra: int) -> bytes:  # the same text, announcing and carrying `extra` more bytes
         body = frame[12:] + b"\0" * extra if extra > 0 else frame[12:extra]
-        return frame[:8] + struct.pack("!I", protocol.blob_length(frame) + extra) + body
+        return frame[:8] + struct.pack("!I", struct.unpack_from("!I", frame, 8)[0] + extra) + body
 
     for extra in (8, -8):  # more bytes than the text describes, or fewer: that call's own fault
         assert _refused(_received([imported, resized(extra)]), 0, 1) in (
