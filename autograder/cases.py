@@ -1,9 +1,9 @@
 """The hidden cases: the chapter's example plus seeded cases that a hard-coded answer cannot pass.
 
 Every step gets the chapter's worked example first (public: its values may appear in feedback),
-then hidden cases drawn from `numpy.random.default_rng([seed, step number])`, so one seed
-reproduces every grade exactly. Hidden shapes are non-square with d_in, d_k and d_v all
-different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
+then hidden cases drawn from a generator seeded with HMAC-SHA256(grading key, seed, step number)
+(see keys.py): one seed under one key reproduces every grade exactly, and a step's inputs reveal
+nothing of a later step's. Hidden shapes are non-square with d_in, d_k and d_v all different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
 thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
 by the global maximum underflows to 0/0). A few cases are square on purpose, so that a slip that
 would only raise elsewhere runs and its result can be recognised: one case per comparison step has
@@ -12,6 +12,8 @@ one `head` case have T = d_in = d_k = d_v (`x * w` in place of `x @ w`).
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .keys import local_key
 from .steps import STEP_IDS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "part-iv" / "attention.json"
@@ -236,12 +239,19 @@ BUILDERS = {
 assert tuple(BUILDERS) == STEP_IDS
 
 
-def build(seed: int) -> dict[str, list[Case]]:
-    """Every step's cases for this seed, in step order."""
+def step_rng(seed: int, number: int, key: bytes) -> np.random.Generator:
+    """The generator of one step's hidden cases: keyed, so the seed alone predicts nothing."""
+    digest = hmac.new(key, b"qkv-cases\0%d\0%d" % (seed, number), hashlib.sha256).digest()
+    return np.random.default_rng(int.from_bytes(digest, "big"))
+
+
+def build(seed: int, key: bytes | None = None) -> dict[str, list[Case]]:
+    """Every step's cases for this seed under `key` (by default this user's grading key), in step order."""
+    key = local_key() if key is None else key
     ex = example_arrays()
     cases = {}
     for number, step_id in enumerate(STEP_IDS):
-        rng = np.random.default_rng([seed, number])
+        rng = step_rng(seed, number, key)
         hidden = 0
         built = []
         for kind, calls in BUILDERS[step_id](rng, ex):

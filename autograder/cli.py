@@ -12,6 +12,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from . import keys
+
 EXIT_USAGE = 2
 EXIT_UNWRITTEN = 3
 """Grading finished, but its results (or report) could not all be written; every grade is on stdout."""
@@ -165,6 +167,10 @@ def _main(argv: list[str] | None = None) -> int:
             return _fail("--report needs matplotlib: pip install 'qkv-attention[report]'")
     if args.resume and not path.is_dir():
         return _fail("--resume finishes an interrupted folder run: give that folder")
+    try:
+        key = keys.local_key()
+    except keys.CaseKeyError as exc:
+        return _fail(str(exc))
 
     # The grader's numpy works on arrays of a few dozen numbers: a BLAS thread per core would only
     # spin at start-up, on the cores the workers are loading on. An explicit setting is kept.
@@ -176,14 +182,14 @@ def _main(argv: list[str] | None = None) -> int:
     limits = Limits(call_timeout=args.timeout)
     try:
         if path.is_dir():
-            return _grade_folder(path, args, limits)
+            return _grade_folder(path, args, limits, key)
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         with Worker(limits) as worker:  # picks the sandbox, or raises SandboxUnavailable
             worker.start()  # the sandbox starts and loads numpy while the grader does the same
             with interrupts_deferred():
                 from . import grading, results, store  # noqa: F401 (loaded whole before any ^C can land)
 
-            return _grade_file(grading.Grader(seed, limits), worker, path, args)
+            return _grade_file(grading.Grader(seed, limits, key), worker, path, args)
     except (SandboxUnavailable, WorkerFailed) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -205,7 +211,7 @@ def _grade_file(grader, worker, path: Path, args) -> int:
     return 0
 
 
-def _grade_folder(folder: Path, args, limits) -> int:
+def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     """Grade a folder into a run folder of its own (see store.py); print every grade computed,
     whatever happens to the writing."""
     import signal
@@ -232,7 +238,8 @@ def _grade_folder(folder: Path, args, limits) -> int:
     try:
         with interrupts_deferred():  # a run folder is made (or taken over) whole, or not at all
             run = (store.Run.resume(out, folder) if args.resume
-                   else store.Run.start(out, folder, seed, {"timeout": limits.call_timeout}))
+                   else store.Run.start(out, folder, seed, {"timeout": limits.call_timeout,
+                                                            "key": keys.fingerprint(key)}))
     except (store.RunBusy, store.NothingToResume) as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -241,6 +248,10 @@ def _grade_folder(folder: Path, args, limits) -> int:
         if args.seed is not None and args.seed != run.seed:
             run.close()
             return _fail(f"--seed {args.seed}: the run to resume, {run.folder}, uses seed {run.seed}")
+        if run.manifest["options"].get("key", keys.fingerprint(key)) != keys.fingerprint(key):
+            run.close()
+            return _fail(f"the run to resume, {run.folder}, was graded under another grading key "
+                         f"(${keys.VARIABLE} or {keys.key_file()}); finish it with that key")
         import dataclasses
 
         limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
@@ -264,7 +275,7 @@ def _grade_folder(folder: Path, args, limits) -> int:
         with interrupts_deferred():
             from .grading import Grader
         if todo:
-            Grader(run.seed, limits).grade_many(todo, progress=saver.add, workers=workers)
+            Grader(run.seed, limits, key).grade_many(todo, progress=saver.add, workers=workers)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
         saver.stop()  # before the workers end: the grades they were computing are cut short

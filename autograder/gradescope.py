@@ -2,7 +2,7 @@
 
 `build()` writes the zip that Gradescope's Configure Autograder page takes. Its root holds
 `setup.sh` and `run_autograder`, beside the package source, the pinned requirements and
-`gradescope.json` (the seed, time limit and visibility chosen when it was built). Gradescope
+`gradescope.json` (the seed, the grading key, time limit and visibility chosen when it was built). Gradescope
 unpacks the zip to /autograder/source and runs setup.sh once, as root, while it builds the image;
 then, for every submission, run_autograder, which calls `main()` here. `main()` grades the file in
 /autograder/submission and always leaves a valid /autograder/results/results.json, even when there
@@ -136,7 +136,14 @@ def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visi
         raise BundleError(f"visibility must be one of {', '.join(VISIBILITIES)}")
     pins = pinned_requirements()
     minimum = python_minimum(pins)
-    config = {"seed": seed, "call_timeout": timeout, "visibility": visibility, "python_minimum": minimum,
+    from .keys import CaseKeyError, local_key
+
+    try:
+        key = local_key()  # the instructor's: a grade from Gradescope reproduces with `qkv-grade --seed`
+    except CaseKeyError as exc:
+        raise BundleError(str(exc)) from None
+    config = {"seed": seed, "key": key.hex(), "call_timeout": timeout, "visibility": visibility,
+              "python_minimum": minimum,
               "built_with_python": ".".join(map(str, sys.version_info[:3]))}
     requirements = ("# Exactly the versions the grader was tested with when this bundle was built\n"
                     f"# (Python {config['built_with_python']}); setup.sh installs them into a venv.\n"
@@ -196,11 +203,13 @@ def grade(root: Path, log=print) -> dict:
     """Grade the submission under `root` (Gradescope's /autograder); returns the results.json document."""
     from . import results, sandbox
     from .grading import Grader
+    from .keys import parse_key
     from .runner import Limits, Worker
     from .submission import SubmissionError, load, shown_name
 
     config = json.loads((root / "source" / CONFIG).read_text(encoding="utf-8"))
     seed, visibility = int(config["seed"]), config.get("visibility", "visible")
+    key = parse_key(config["key"], CONFIG) if "key" in config else None
     limits = Limits(call_timeout=float(config.get("call_timeout", 1.0)))
     folder = root / "submission"
     path, problem = find_submission(folder)
@@ -216,7 +225,7 @@ def grade(root: Path, log=print) -> dict:
         result = results.unreadable(name, problem, seed, sandbox.isolation())
         return results.to_gradescope(result, visibility)
 
-    grader = Grader(seed, limits)  # the strongest sandbox here, or SandboxUnavailable: never a silent downgrade
+    grader = Grader(seed, limits, key)  # the strongest sandbox here, or SandboxUnavailable: never a silent downgrade
     with Worker(limits, grader.isolation) as worker:
         worker.start()
         result = grader.grade(worker, submission)

@@ -27,13 +27,14 @@ from .submission import Submission, SubmissionError, load, shown_name
 class Grader:
     """Everything that is the same for every submission graded with one seed."""
 
-    def __init__(self, seed: int, limits: Limits | None = None):
+    def __init__(self, seed: int, limits: Limits | None = None, key: bytes | None = None):
+        """`key`: the grading key of the hidden cases (keys.py); by default this user's."""
         from solutions import attention_head as reference
 
         self.seed = seed
         self.limits = limits or Limits()
         self.isolation = sandbox.isolation()
-        self.cases = cases_module.build(seed)
+        self.cases = cases_module.build(seed, key)
         self.expected, returned = {}, []
         for step in STEPS:
             raw = [[getattr(reference, call.fn)(*copy.deepcopy(call.args)) for call in case.calls]

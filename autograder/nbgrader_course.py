@@ -5,11 +5,11 @@
     qkv-course COURSE --seed 12345      # fix the hidden cases' seed of a new course yourself
 
 The source notebook is the "nbgrader" variant of the single source (see `release.py`), written
-beside the files its check cells read. `qkv_course.json` holds the seed of the hidden cases, so
-that the in-kernel hook (`nbgrader_hook.py`) and the trusted grading (`qkv-grade --nbgrader`,
+beside the files its check cells read. `qkv_course.json` holds the seed of the hidden cases and
+the course's grading key (keys.py), so that the in-kernel hook (`nbgrader_hook.py`) and the trusted grading (`qkv-grade --nbgrader`,
 `nbgrader_trusted.py`) try the same cases; both find it by walking up from where they run.
 
-This module also holds what those two share about a course: where its files are and its seed.
+This module also holds what those two share about a course: where its files are, its seed and key.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from . import keys
 from .cli import MAX_SEED, seed_option
 
 NOTEBOOK = "attention_head.ipynb"
@@ -75,6 +76,32 @@ def course_seed(course: Path | None) -> int:
     return seed
 
 
+def _own_key() -> str:
+    """The key a new course keeps: this user's, so that `qkv-grade --seed` on the course's notebooks
+    reproduces its grades here; other machines grading the course read it from the course."""
+    try:
+        return keys.local_key().hex()
+    except keys.CaseKeyError as exc:
+        raise CourseError(str(exc)) from None
+
+
+def course_key(course: Path | None) -> bytes:
+    """The grading key of the course's hidden cases: its own, kept in qkv_course.json beside the
+    seed, where no submission is copied; this user's key for a course written without one."""
+    if course is None:
+        return keys.local_key()
+    try:
+        settings = json.loads((course / COURSE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CourseError(f"{course / COURSE_FILE} cannot be read ({exc})") from None
+    if not isinstance(settings, dict) or "key" not in settings:
+        return keys.local_key()
+    try:
+        return keys.parse_key(settings["key"], str(course / COURSE_FILE))
+    except keys.CaseKeyError as exc:
+        raise CourseError(str(exc)) from None
+
+
 # --- writing a course ---------------------------------------------------------------------------
 
 def source_files() -> dict[str, bytes]:
@@ -110,11 +137,17 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
         if seed is not None and seed != kept:
             raise CourseError(f"{settings} already fixes the seed {kept}; the hidden cases of a "
                               f"course never change (drop --seed)")
-        done.append(f"kept {settings} (seed {kept})")
+        kept_settings = json.loads(settings.read_text(encoding="utf-8"))
+        if isinstance(kept_settings, dict) and "key" not in kept_settings:
+            settings.write_text(json.dumps({**kept_settings, "key": _own_key()}, indent=1) + "\n",
+                                encoding="utf-8")
+            done.append(f"kept {settings} (seed {kept}) and gave the course its grading key")
+        else:
+            done.append(f"kept {settings} (seed {kept})")
     else:
         seed = seed if seed is not None else secrets.randbelow(2**31)
-        settings.write_text(json.dumps({"seed": seed}, indent=1) + "\n", encoding="utf-8")
-        done.append(f"wrote {settings} (seed {seed})")
+        settings.write_text(json.dumps({"seed": seed, "key": _own_key()}, indent=1) + "\n", encoding="utf-8")
+        done.append(f"wrote {settings} (seed {seed}, and the course's grading key)")
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (folder / name).write_bytes(content)

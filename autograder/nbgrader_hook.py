@@ -78,18 +78,19 @@ def _executed_cells() -> list[str]:
 
 def _grade(cells: list[str]):
     from .grading import Grader
-    from .nbgrader_course import NOTEBOOK, course_seed, find_course
+    from .nbgrader_course import NOTEBOOK, course_key, course_seed, find_course
     from .runner import Worker
     from .submission import Submission
 
-    seed = course_seed(find_course(Path.cwd()))
-    key = (seed, tuple(cells))
+    course = find_course(Path.cwd())
+    seed, case_key = course_seed(course), course_key(course)
+    key = (seed, case_key, tuple(cells))
     if _state.get("key") == key:  # several check cells in a row see the same code
         return _state["result"]
-    if _state.get("seed") != seed:
+    if _state.get("seed") != (seed, case_key):
         _close()
-        _state["grader"] = Grader(seed)
-        _state["seed"] = seed
+        _state["grader"] = Grader(seed, key=case_key)
+        _state["seed"] = (seed, case_key)
     if "worker" not in _state:
         _state["worker"] = Worker(_state["grader"].limits)
         if not _state.get("closing"):

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .results import SubmissionResult
 
-from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_seed
+from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_key, course_seed
 from .store import write_atomically
 from .submission import cell_grade_id, qkv_metadata
 
@@ -529,7 +529,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
             raise TrustedError(f"{course} has no {COURSE_FILE}, which fixes the seed of the hidden "
                                f"cases: pass --seed, or write the course with qkv-course")
         seed = course_seed(course)
-    grader = Grader(seed, limits)
+    grader = Grader(seed, limits, course_key(course if (course / COURSE_FILE).is_file() else None))
     results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}")
                                  for path, student in items], jobs=jobs, progress=progress)
     graded = [Graded(student, path, result, None, "")

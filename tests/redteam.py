@@ -65,6 +65,7 @@ attack tries to leave behind (`qkvrt-RUN-…`)."""
 MARKER = f"qkvrt-{RUN[:9]}"
 """The process name (comm) every attack submission takes, so leftovers can be found."""
 SECRETS = {name: secrets.token_hex(16) for name in ("instructor", "classmate", "grader")}
+SECRETS["grading key"] = os.environ["QKV_CASE_KEY"]  # decides the hidden cases: no attack may learn it
 
 SOFTMAX_MAX = "shifted = s - s.max(axis=-1, keepdims=True)"
 SOFTMAX_SUM = "a = e / e.sum(axis=-1, keepdims=True)"
@@ -340,7 +341,8 @@ class Runtime:
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(self.repo)}
         else:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "QKV"))}
-        env.update(HOME=str(home), QKV_SANDBOX=self.mode, QKVRT_GRADER_SECRET=SECRETS["grader"])
+        env.update(HOME=str(home), QKV_SANDBOX=self.mode, QKVRT_GRADER_SECRET=SECRETS["grader"],
+                   QKV_CASE_KEY=SECRETS["grading key"])
         if IN_CI:
             env["CI"] = "true"
         return env
@@ -757,13 +759,17 @@ def grade(mode: str, entries: list[Entry], label: str, *, jobs: int = 1, single:
     (home / "secret.txt").write_text(f"instructor secret: {SECRETS['instructor']}\n")
     (home / "secret.txt").chmod(0o600)
     (home / "gradebook.db").write_text("alice,100\nbob,62.86\n")
+    key_file = home / ".config" / "qkv-grade" / "case-key"  # where the grader keeps its key by default
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text(SECRETS["grading key"] + "\n")
+    key_file.chmod(0o600)
     net = listeners()
     first_victim = next((e.name for e in entries if not e.attack and e.kind == "correct"), None)
     settings = {
         "run": RUN, "marker": MARKER, "slow": SLOW, "home": str(home),
         "shared_dirs": [str(p) for p in (cwd, folder, out, home, run, rt.base)],
         "secret_dirs": [str(rt.base), str(run)],
-        "secret_paths": [str(home / "secret.txt")] + ([str(folder / first_victim)] if first_victim else []),
+        "secret_paths": [str(home / "secret.txt"), str(key_file)] + ([str(folder / first_victim)] if first_victim else []),
         "relative_names": [str((home / "secret.txt").relative_to("/")), "home/secret.txt", "secret.txt"]
                           + ([str((folder / first_victim).relative_to("/")), f"submissions/{first_victim}"]
                              if first_victim else []),

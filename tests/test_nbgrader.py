@@ -31,6 +31,7 @@ from support import (IN_CI, REPO, filled_notebook, gradebook_scores, jupyter_env
 from autograder import cases, diagnoses, grading, judge, nbgrader_hook, release
 from autograder.nbgrader_course import NOTEBOOK, find_course, write_course, CourseError
 from autograder.steps import ANSWERS, BY_ID, MAX_SCORE, STEPS
+from autograder.keys import local_key
 
 try:
     import nbgrader  # noqa: F401
@@ -62,8 +63,9 @@ LEAK = """\
 from pathlib import Path
 from autograder import cases, nbgrader_course
 from solutions import attention_head as reference
-seed = nbgrader_course.course_seed(nbgrader_course.find_course(Path.cwd()))
-hidden = cases.build(seed)["softmax"][2].calls[0].args[0]
+course = nbgrader_course.find_course(Path.cwd())
+seed, key = nbgrader_course.course_seed(course), nbgrader_course.course_key(course)
+hidden = cases.build(seed, key)["softmax"][2].calls[0].args[0]
 print("leaked:", [f"{x:.6g}" for x in reference.softmax_rows(hidden).ravel()])"""
 GARBAGE_QKV = [("    q = x @ w_q  #", "    return x, x, x\n    q = x @ w_q  #")]
 KILLER = "import os\nos._exit(0)\n"  # at the top of the exercise 3 cell, before its functions
@@ -220,7 +222,7 @@ def test_qkv_course_keeps_a_course_seed_and_will_not_overwrite_an_assignment_by_
     with pytest.raises(CourseError, match="already fixes the seed 3"):
         write_course(tmp_path, "hw2", seed=4)
     write_course(tmp_path, "hw2")
-    assert json.loads((tmp_path / "qkv_course.json").read_text()) == {"seed": 3}
+    assert json.loads((tmp_path / "qkv_course.json").read_text()) == {"seed": 3, "key": local_key().hex()}
     with pytest.raises(CourseError, match="not a usable assignment name"):
         write_course(tmp_path, "../escape")
 

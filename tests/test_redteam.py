@@ -523,6 +523,9 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
     stub = baseline("none")["stub"]["score"]
     evidence = {
         "classmate": information.holes("b_classmate.py"),
+        # as a normal user too, the grader's own files are the submission's to read
+        "classmate reads the grading key": any("grading key" in hole for hole in attacked(
+            "none-user", "information").holes("b_classmate.py")),
         "import_solutions": information.results["f_import_solutions.py"]["score"] > stub,
         "network": information.network,
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,

@@ -1,4 +1,4 @@
-# Read a classmate's submission and the instructor's 0600 secret: by absolute path, through `../`
+# Read a classmate's submission, the instructor's 0600 secret and the grading key: by absolute path, through `../`
 # from the working directory, and by a bounded walk of likely places. Anything found is printed.
 # The base is the stub.
 import re as _re
@@ -17,6 +17,8 @@ def _read(path, found):
         return
     for kind, token in _PATTERN.findall(text):
         found.add((kind, token, path))
+    if _os.path.basename(path) == "case-key":  # the grading key: with it, every hidden case is known
+        found.add(("grading key", text.strip(), path))
 
 
 def _hunt():
@@ -44,7 +46,8 @@ def _hunt():
                     break
                 _read(_os.path.join(folder, name), found)
     print("note: looked at %d files" % visited)
-    for kind, token, path in sorted(found):
+    for kind, token, path in sorted(found, key=lambda item: (item[0] == "classmate", item)):  # the rarest first:
+        # printed output is cut short, and a classmate's file is found under many names
         _hole("read the %s secret at %s" % (kind, path))
         print("%s secret %s" % (kind, token))
     _os.chdir(here)
