@@ -281,7 +281,11 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({where})" if where else "")
                                 + ": arguments are read-only; work on a copy or build a new array.",
                                 ["mutates-input"], raised=kind, raised_in=raised_in)
-        message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
+        if case.public:
+            message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
+        else:  # a message is the submission's own text: on a hidden case it could carry the case out
+            message = (f"It raised {kind}" + (f" ({where})" if where else "")
+                       + "; its message is shown only for the chapter's example.")
         return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in,
                             raised_message=outcome.raised.get("message", ""))
     if outcome.value is EXACT:  # it returned exactly what the reference returns

@@ -105,7 +105,10 @@ MISTAKES: dict[str, Submission] = {
                                                               "mix": ["wrong-mix-order"],
                                                               **{step: ["missing-keepdims", "wrong-mix-order"]
                                                                  for step in ("attention", "head", "ex5_intervention")},
-                                                              "batch": ["missing-keepdims"]}),
+                                                              # a batch as wide as it is long (B = T)
+                                                              # lets the broadcast run, so the mix's
+                                                              # slip shows there too
+                                                              "batch": ["missing-keepdims", "wrong-mix-order"]}),
     # The shift is computed without keepdims and then never used: harmless on one sequence, but on
     # a batch its broadcast raises (the batch step names it), and the raw scores are normalized.
     "softmax_unused_shift_raw_scores_normalized": Submission(
