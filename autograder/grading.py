@@ -27,10 +27,12 @@ from .submission import Submission, SubmissionError, load, shown_name
 class Grader:
     """Everything that is the same for every submission graded with one seed."""
 
-    def __init__(self, seed: int, limits: Limits | None = None):
+    def __init__(self, seed: int, limits: Limits | None = None, carry_forward: bool = True):
         from solutions import attention_head as reference
 
         self.seed = seed
+        self.carry_forward = carry_forward
+        """A step whose only fault is an earlier step's verified mistake keeps its points."""
         self.limits = limits or Limits()
         self.isolation = sandbox.isolation()
         self.cases = cases_module.build(seed)
@@ -103,7 +105,7 @@ class Grader:
     def judge(self, submission: Submission, run, started: float) -> SubmissionResult:
         answers = self._answers(submission)
         with np.errstate(all="ignore"):
-            steps = judge.grade_run(run, self.cases, self.expected)
+            steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)
         written = run.answers if answers and run.imported else None  # None: a notebook, or never ran
         return SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)
