@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                              "assignment in the isolated runner and write the scores and feedback into "
                              "its gradebook (the grades to trust; see autograder/nbgrader_trusted.py); "
                              "uses --seed (default: the course's), --jobs and --timeout")
+    parser.add_argument("--no-carry-forward", dest="carry_forward", action="store_false",
+                        help="grade every step on its own; by default a step whose only fault is an earlier "
+                             "step's mistake, verified by rerunning the reference with that mistake, keeps "
+                             "its points (the error carried forward)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade even where no sandbox is available (every result then records "
                              "isolation none); by default the strongest sandbox is used, or grading refuses")
@@ -146,6 +150,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         options = [f"--timeout={args.timeout}"] + [f"--{name}={value}" for name, value in
                                                     (("seed", args.seed), ("jobs", args.jobs)) if value is not None]
+        options += [] if args.carry_forward else ["--no-carry-forward"]
         return grade_course([*args.nbgrader, *options])
     path: Path | None = args.path
     if path is None:
@@ -189,7 +194,7 @@ def _main(argv: list[str] | None = None) -> int:
             with interrupts_deferred():
                 from . import grading, results, store  # noqa: F401 (loaded whole before any ^C can land)
 
-            return _grade_file(grading.Grader(seed, limits, key), worker, path, args)
+            return _grade_file(grading.Grader(seed, limits, key, args.carry_forward), worker, path, args)
     except (SandboxUnavailable, WorkerFailed) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -239,7 +244,8 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
         with interrupts_deferred():  # a run folder is made (or taken over) whole, or not at all
             run = (store.Run.resume(out, folder) if args.resume
                    else store.Run.start(out, folder, seed, {"timeout": limits.call_timeout,
-                                                            "key": keys.fingerprint(key)}))
+                                                            "key": keys.fingerprint(key),
+                                                            "carry_forward": args.carry_forward}))
     except (store.RunBusy, store.NothingToResume) as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -255,6 +261,7 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
         import dataclasses
 
         limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
+        args.carry_forward = run.manifest["options"].get("carry_forward", True)  # the run's own setting
     kept = {}
     for name, document in (run.kept(found.items) if args.resume else {}).items():
         try:
@@ -275,7 +282,7 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
         with interrupts_deferred():
             from .grading import Grader
         if todo:
-            Grader(run.seed, limits, key).grade_many(todo, progress=saver.add, workers=workers)
+            Grader(run.seed, limits, key, args.carry_forward).grade_many(todo, progress=saver.add, workers=workers)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
         saver.stop()  # before the workers end: the grades they were computing are cut short
@@ -422,13 +429,14 @@ def _gradescope_bundle(args) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     target: Path = args.gradescope_bundle
     try:
-        config = build(target, seed, args.timeout)
+        config = build(target, seed, args.timeout, carry_forward=args.carry_forward)
     except BundleError as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{target}: cannot write the bundle ({exc.strerror})")
     sys.stdout.write(f"{target}: Gradescope autograder (hidden cases from seed {seed}, {args.timeout:g} s per "
-                     f"call, Python {config['python_minimum']} or newer). Upload it on the assignment's "
+                     f"call, {'' if config['carry_forward'] else 'no '}error carried forward, "
+                     f"Python {config['python_minimum']} or newer). Upload it on the assignment's "
                      "Configure Autograder page.\n")
     return 0
 

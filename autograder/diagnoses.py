@@ -238,13 +238,24 @@ def through_reference(fn: str, replaced: str, model: Model) -> Model:
     This is what a composite step returns when it calls an earlier step's function, as the
     reference does, and that function holds a misconception: the earlier diagnosis carried forward.
     """
-    if fn == replaced:
-        return model
+    return through_references(fn, ((replaced, model),))
+
+
+@lru_cache(maxsize=None)
+def through_references(fn: str, replacements: tuple[tuple[str, Model], ...]) -> Model:
+    """The reference's `fn` with each (name, model) in `replacements` standing in for that function.
+
+    The reference pipeline with only the earlier steps' mistakes: what a later step whose own work
+    is right returns on top of them (the judge carries credit forward only where it does).
+    """
+    by_name = dict(replacements)
+    if fn in by_name:
+        return by_name[fn]
     from solutions import attention_head as reference
 
     namespace = dict(vars(reference))
-    namespace[replaced] = model
+    namespace.update(by_name)
     for name, value in vars(reference).items():
-        if isinstance(value, FunctionType) and name != replaced:
+        if isinstance(value, FunctionType) and name not in by_name:
             namespace[name] = FunctionType(value.__code__, namespace, name, value.__defaults__, value.__closure__)
     return namespace[fn]

@@ -99,6 +99,17 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
     return "\n".join(lines)
 
 
+def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int) -> str:
+    """A step that keeps its points because an earlier step's mistake alone explains its numbers:
+    the mistake is explained where it was made, and named here in one line."""
+    steps = ", ".join(f"`{name}`" for name in sources)
+    named = ", ".join(code for code in codes if code != "not-implemented")
+    return (f"{step.title}: full marks, the error carried forward.\n"
+            f"Its numbers follow from the mistake in your {steps} step{'s' if len(sources) > 1 else ''}"
+            + (f" ({named})" if named else "") + "; with that as you wrote it, your own work here checks out "
+            f"on all {total} cases. Fix it there (see above) and this step follows.")
+
+
 def _root_line(names: list[str], state: str, verb: str) -> str:
     quoted = ", ".join(f"`{name}`" for name in names)
     if len(names) > 1:

@@ -130,8 +130,10 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = Fa
     archive.writestr(info, data)
 
 
-def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visible") -> dict:
-    """Write the autograder zip to `target`; returns its configuration."""
+def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visible",
+          carry_forward: bool = True) -> dict:
+    """Write the autograder zip to `target`; returns its configuration. `carry_forward`: whether a
+    step whose only fault is an earlier step's verified mistake keeps its points."""
     if visibility not in VISIBILITIES:
         raise BundleError(f"visibility must be one of {', '.join(VISIBILITIES)}")
     pins = pinned_requirements()
@@ -143,6 +145,7 @@ def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visi
     except CaseKeyError as exc:
         raise BundleError(str(exc)) from None
     config = {"seed": seed, "key": key.hex(), "call_timeout": timeout, "visibility": visibility,
+              "carry_forward": carry_forward,
               "python_minimum": minimum,
               "built_with_python": ".".join(map(str, sys.version_info[:3]))}
     requirements = ("# Exactly the versions the grader was tested with when this bundle was built\n"
@@ -225,7 +228,7 @@ def grade(root: Path, log=print) -> dict:
         result = results.unreadable(name, problem, seed, sandbox.isolation())
         return results.to_gradescope(result, visibility)
 
-    grader = Grader(seed, limits, key)  # the strongest sandbox here, or SandboxUnavailable: never a silent downgrade
+    grader = Grader(seed, limits, key, bool(config.get("carry_forward", True)))  # the strongest sandbox here, or SandboxUnavailable: never a silent downgrade
     with Worker(limits, grader.isolation) as worker:
         worker.start()
         result = grader.grade(worker, submission)

@@ -27,11 +27,15 @@ from .submission import Submission, SubmissionError, load, shown_name
 class Grader:
     """Everything that is the same for every submission graded with one seed."""
 
-    def __init__(self, seed: int, limits: Limits | None = None, key: bytes | None = None):
-        """`key`: the grading key of the hidden cases (keys.py); by default this user's."""
+    def __init__(self, seed: int, limits: Limits | None = None, key: bytes | None = None,
+                 carry_forward: bool = True):
+        """`key`: the grading key of the hidden cases (keys.py), by default this user's;
+        `carry_forward`: a step built on a failing one keeps its credit when verified (judge.py)."""
         from solutions import attention_head as reference
 
         self.seed = seed
+        self.carry_forward = carry_forward
+        """A step whose only fault is an earlier step's verified mistake keeps its points."""
         self.limits = limits or Limits()
         self.isolation = sandbox.isolation()
         self.cases = cases_module.build(seed, key)
@@ -104,7 +108,7 @@ class Grader:
     def judge(self, submission: Submission, run, started: float) -> SubmissionResult:
         answers = self._answers(submission)
         with np.errstate(all="ignore"):
-            steps = judge.grade_run(run, self.cases, self.expected)
+            steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)
         written = run.answers if answers and run.imported else None  # None: a notebook, or never ran
         return SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)

@@ -733,8 +733,11 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 
 
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
-               earlier: dict[str, StepResult], stopped: list[dict] = ()) -> StepResult:
-    """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing."""
+               earlier: dict[str, StepResult], stopped: list[dict] = (),
+               mistakes: dict[str, list] | None = None) -> StepResult:
+    """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
+    `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
+    error forward; this step's are added. None grades the step on its own."""
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i]) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
     passed = [all(v.ok for v in case_verdicts) for case_verdicts in verdicts]
@@ -768,10 +771,95 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
         detail = f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
         if stopped:
             detail += "\n" + feedback.stopped_cells(stopped)
+    if mistakes is not None and status != "passed":
+        wants = [want for case_expected in expected for want in case_expected]
+        sources = _carried_from(step, calls, flat, wants, failing_uses, mistakes)
+        if sources:
+            return StepResult(step.id, step.points, step.points, status,
+                              feedback.carried_feedback(step, sources, codes, total), codes, sum(passed), total,
+                              list(passed), carried_from=sources[0])
+        if codes and step.id in _BUILT_ON:
+            mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
     text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
                                   {used: earlier[used].status for used in _first_causes(failing_uses)}, carried)
     return StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
+
+
+# ------------------------------------------------------------------ the error carried forward ----
+
+_BUILT_ON = frozenset(used for step in STEPS for used in step.uses)
+"""Steps another builds on: only their mistakes can be carried forward."""
+
+_MOST_COMBINATIONS = 64  # of the earlier steps' models tried together on one step
+
+
+def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[dict], codes: list[str]) -> list:
+    """The models of the step's function, with no slip but those diagnosed, that reproduce every
+    call of the step within the grading tolerance: the student's mistake, exactly. Empty when the
+    step has a fault, an unmodelled value or more than one function (no later step builds on those)."""
+    if len(step.functions) != 1 or step.functions[0] not in diagnoses.PIPELINES:
+        return []
+    fn, named = step.functions[0], set(codes)
+    found = []
+    for depth in (1, 2) if len(named) > 1 else (1,):
+        for n, (slip_codes, _, model) in enumerate(diagnoses.models(fn, depth)):
+            if set(slip_codes) <= named and _reproduces(model, (fn, depth, n), calls, flat, wants):
+                found.append((fn, model))
+        if found:
+            break  # the fewest slips that do
+    return found
+
+
+def _carried_from(step: Step, calls: list, flat: list[_CallVerdict], wants: list[dict],
+                  failing_uses: list[str], mistakes: dict[str, list]) -> list[str]:
+    """The earlier steps whose mistakes alone explain this step's every value, first cause first;
+    empty when its own work does not check out.
+
+    Verified, never assumed: the reference's own function for this step is run with the earlier
+    steps' functions replaced by the models that reproduced them there, and every call must give
+    what the student's gave, within the grading tolerance (or the same exception, message and
+    all). A mistake of the step's own, a guess or a value copied from the example shows as a call
+    no such model gives, and the step is graded on its own.
+    """
+    sources = [used for used in failing_uses if mistakes.get(used)]
+    if not sources or len(step.functions) != 1:
+        return []
+    fn = step.functions[0]
+    for chosen in itertools.islice(itertools.product(*(mistakes[used] for used in sources)), _MOST_COMBINATIONS):
+        replacements = tuple((used_fn, model) for used_fn, model in chosen)
+        key = ("carried", fn, tuple((used_fn, id(model)) for used_fn, model in chosen))
+        if _reproduces(diagnoses.through_references(fn, replacements), key, calls, flat, wants):
+            return sources
+    return []
+
+
+def _reproduces(model: Callable, key: tuple, calls: list, flat: list[_CallVerdict], wants: list[dict]) -> bool:
+    """Does `model` give, on every call, what the student's code gave, within the grading tolerance?"""
+    candidate = _Candidate((), model, True, key=key)
+    for call, verdict, want in zip(calls, flat, wants):
+        value, error, _ = _model_value(candidate, call, want)
+        if verdict.kind == "raised":
+            if error != (verdict.raised, verdict.raised_message):
+                return False
+        elif verdict.kind not in ("ok", "mismatch") or error is not None or value is None \
+                or verdict.actual is None or not _same_value(verdict.actual, value):
+            return False
+    return True
+
+
+def _same_value(actual: dict, model: dict) -> bool:
+    """Grading's comparison (1e-9), where NaN in the model's value is matched by NaN in the student's:
+    an overflow the earlier mistake causes gives the same NaN downstream."""
+    for name, part in model.items():
+        got = actual.get(name)
+        if isinstance(part, np.ndarray):
+            if not isinstance(got, np.ndarray) or got.shape != part.shape \
+                    or not allclose(got, part, RTOL, ATOL, equal_nan=True):
+                return False
+        elif differences({name: got}, {name: part}, False, describe=False):
+            return False
+    return True
 
 
 def _failing_uses(step: Step, status: str, flat: list[_CallVerdict], earlier: dict[str, StepResult]) -> list[str]:
@@ -855,9 +943,15 @@ def _first_failure(cases, verdicts, wrong_shape: bool = False):
     return _first_failure(cases, verdicts) if wrong_shape else None
 
 
-def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]]) -> list[StepResult]:
-    """Grade every step of one submission's run, in step order."""
+def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]],
+              carry_forward: bool = True) -> list[StepResult]:
+    """Grade every step of one submission's run, in step order (each after the steps it builds on).
+
+    `carry_forward`: a step whose only fault is an earlier step's verified mistake keeps its
+    points; False grades every step on its own.
+    """
     results: dict[str, StepResult] = {}
+    mistakes: dict[str, list] | None = {} if carry_forward else None
     if not run.imported:
         return _unimportable(run)
     for number, step in enumerate(STEPS):
@@ -874,7 +968,8 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             # the run was lost during this step: its calls without an outcome were never graded
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
-        results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped)
+        results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
+                                      mistakes)
     return list(results.values())
 
 

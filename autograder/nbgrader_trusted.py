@@ -505,16 +505,17 @@ class GradebookWriter:
 
 
 def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: int | None = None,
-                 limits=None, progress=None, waiting=None) -> tuple[list[Graded], int]:
+                 limits=None, progress=None, waiting=None, carry_forward: bool = True) -> tuple[list[Graded], int]:
     """Grade every submitted notebook of `assignment` and record the results; returns them and
     the seed used. One run at a time per course: `waiting(pid)` is called if another holds it.
+    `carry_forward`: as qkv-grade's default; False grades every step on its own.
     Raises NotRecorded, holding the results, when the course could not be written."""
     coursedir, config = course_directory(course)
     with course_lock(course, waiting):
-        return _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress)
+        return _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress, carry_forward)
 
 
-def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress):
+def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress, carry_forward=True):
     from .grading import Grader
 
     step_ids = step_cells(coursedir, assignment)
@@ -529,7 +530,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
             raise TrustedError(f"{course} has no {COURSE_FILE}, which fixes the seed of the hidden "
                                f"cases: pass --seed, or write the course with qkv-course")
         seed = course_seed(course)
-    grader = Grader(seed, limits, course_key(course if (course / COURSE_FILE).is_file() else None))
+    grader = Grader(seed, limits, course_key(course if (course / COURSE_FILE).is_file() else None), carry_forward)
     results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}")
                                  for path, student in items], jobs=jobs, progress=progress)
     graded = [Graded(student, path, result, None, "")
@@ -712,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seed of the hidden cases (default: the course's, from qkv_course.json)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds allowed per call (default: 1)")
+    parser.add_argument("--no-carry-forward", dest="carry_forward", action="store_false",
+                        help="grade every step on its own (by default an earlier step's verified mistake "
+                             "costs only that step)")
     args = parser.parse_args(argv)
     from .cli import EXIT_UNWRITTEN, interrupts_deferred, speak_utf8, use_own_tools
 
@@ -743,7 +747,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         graded, seed, missing = grade_course(args.course, args.assignment, args.seed, args.jobs,
-                                             Limits(call_timeout=args.timeout), waiting=waiting)
+                                             Limits(call_timeout=args.timeout), waiting=waiting,
+                                             carry_forward=args.carry_forward)
     except (TrustedError, CourseError, SandboxUnavailable, WorkerFailed) as error:
         return _fail(str(error))
     except NotRecorded as error:

@@ -25,6 +25,9 @@ class StepResult:
     total: int
     case_passed: list[bool] = field(default_factory=list)
     """Per case, in case order (the chapter's example first): did it pass?"""
+    carried_from: str | None = None
+    """The earlier step whose mistake alone explains every wrong value here, so that this step
+    keeps its points (the error carried forward); None when its score is its own cases'."""
 
 
 @dataclass
@@ -56,7 +59,8 @@ class SubmissionResult:
             "max_score": self.max_score,
             "steps": [{"id": s.id, "score": s.score, "max_score": s.max_score, "status": s.status,
                        "feedback": s.feedback, "diagnoses": list(s.diagnoses),
-                       "cases_passed": s.passed, "cases_total": s.total} for s in self.steps],
+                       "cases_passed": s.passed, "cases_total": s.total, "carried_from": s.carried_from}
+                      for s in self.steps],
             "seed": self.seed,
             "isolation": self.isolation,
             "results_version": VERSION,
@@ -73,7 +77,8 @@ class SubmissionResult:
 def from_dict(document: dict) -> SubmissionResult:
     """A result read back from its JSON document (`to_dict`'s inverse, less the seconds)."""
     steps = [StepResult(s["id"], s["score"], s["max_score"], s["status"], s["feedback"], list(s["diagnoses"]),
-                        s["cases_passed"], s["cases_total"]) for s in document["steps"]]
+                        s["cases_passed"], s["cases_total"], carried_from=s.get("carried_from"))
+             for s in document["steps"]]
     return SubmissionResult(document["submission"], steps, document["seed"], document["isolation"],
                             answers=document.get("written_answers"), output=document.get("output", ""),
                             error=document.get("error"))
@@ -111,7 +116,8 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
         info = BY_ID[step.id]
         tests.append({"name": f"{step.id}: {info.title} ({info.section})", "number": str(len(tests) + 1),
                       "score": step.score, "max_score": step.max_score,
-                      "status": "passed" if step.status == "passed" else "failed",
+                      # a step whose credit is carried forward passes: its own work checks out
+                      "status": "passed" if step.status == "passed" or step.carried_from else "failed",
                       "output": step.feedback, "tags": [] if result.error else list(step.diagnoses),
                       "visibility": visibility})
     if result.error:
@@ -179,7 +185,8 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
     lines.append(f"  {'step':<{width}}  {'score':>11}  status")
     for step in result.steps:
         score = f"{step.score:g} / {step.max_score:g}"
-        lines.append(f"  {step.id:<{width}}  {score:>11}  {paint(step.status, step.status)}"
+        shown = f"carried from {step.carried_from}" if step.carried_from else step.status
+        lines.append(f"  {step.id:<{width}}  {score:>11}  {paint(shown, step.status)}"
                      + (f"  [{', '.join(step.diagnoses)}]" if step.diagnoses else ""))
     if result.answers is not None:
         missing = [name for name, ok in result.answers.items() if not ok]

@@ -59,11 +59,12 @@ def _transpose_first(value):
 
 
 def _dot_t_first(value):
-    """`.T` on the first array: on a batch it reverses every axis, not only the last two."""
+    """`.T` on the first array: on a batch it reverses every axis, not only the last two (on one
+    sequence it is the swap, so that a step built on this one carries the same `.T` to a batch)."""
     if isinstance(value, tuple):
         return (_dot_t_first(value[0]),) + value[1:]
-    if not isinstance(value, np.ndarray) or value.ndim < 3:
-        raise Inapplicable("same as the swap of the last two axes")
+    if not isinstance(value, np.ndarray) or value.ndim < 2:
+        raise Inapplicable("transpose")
     return value.T
 
 

@@ -23,7 +23,9 @@ class Step:
     task: str
     """One sentence: what the student's code must do."""
     uses: tuple[str, ...] = ()
-    """Earlier steps whose functions a typical solution calls (for root-cause feedback)."""
+    """Earlier steps whose functions a typical solution calls: which step builds on which. Feedback
+    names a failing one first, and a mistake made there is carried forward to this step (see
+    judge.py); steps are listed, and judged, after every step they use."""
 
 
 STEPS: tuple[Step, ...] = (
