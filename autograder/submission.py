@@ -521,7 +521,7 @@ def discover(folder: Path) -> Found:
     for entry, here, problem in walk(folder):
         if problem:
             skipped.append(("/".join(here), problem))
-        elif entry.is_symlink() and not entry.name.endswith(SUFFIXES):
+        elif _is_link(entry) and not entry.name.endswith(SUFFIXES):
             skipped.append(("/".join(here), "a symbolic link: not followed"))
         elif entry.name.endswith(SUFFIXES):
             candidates.append((Path(entry.path), here))
@@ -577,7 +577,12 @@ def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
             stack.pop()
             continue
         here = parts + (entry.name,)
-        if not entry.is_dir(follow_symlinks=False):
+        try:
+            folder = entry.is_dir(follow_symlinks=False)
+        except OSError as exc:  # an entry that cannot even be looked at is listed, not a failure
+            yield entry, here, f"cannot be read ({exc.strerror}): not looked into"
+            continue
+        if not folder:
             yield entry, here, ""
         elif entry.name.startswith(".") or entry.name == "__pycache__":
             continue
@@ -589,6 +594,13 @@ def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
                     stack.append((here, iter(sorted(found, key=_by_name))))
             except OSError as exc:
                 yield entry, here, f"a folder that cannot be read ({exc.strerror}): not looked into"
+
+
+def _is_link(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return True  # not followed either way
 
 
 def _by_name(entry: os.DirEntry) -> str:
