@@ -47,7 +47,7 @@ MAX_SOURCE = 1_000_000
 reference solution has under 10 000."""
 MAX_NESTING = 64
 """Levels of JSON nesting in a notebook: one written by Jupyter has under ten."""
-MAX_ITEMS = 500_000
+MAX_ITEMS = 200_000
 """JSON values in a notebook (each array or object, and each item after an array's or object's
 first): the released notebook has a few thousand."""
 
@@ -268,11 +268,16 @@ def prescan(data: bytes, path: Path) -> None:
     """Check a notebook's raw JSON against MAX_ITEMS and MAX_NESTING in time linear in its bytes,
     without building anything: strings are set aside, then what is left is counted (values are
     arrays, objects and the items after each comma) and its brackets peeled one level at a time."""
+    # Setting strings aside costs a few hundred bytes each, so they are counted first: a string
+    # is a value, or a key beside one, and its quotes are two.
+    if data.count(b'"') > 4 * MAX_ITEMS + 2:
+        raise SubmissionError(f"{path}: a notebook of more than {MAX_ITEMS} JSON values: clear its outputs, "
+                              "or merge its cells")
     skeleton = _JSON_STRING.sub(b"", data)
     items = skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{")
     if items > MAX_ITEMS:
         raise SubmissionError(f"{path}: a notebook of more than {MAX_ITEMS} JSON values ({items}): "
-                              "clear its outputs, or split its cells")
+                              "clear its outputs, or merge its cells")
     brackets = skeleton.translate(_ONE_KIND, _NOT_BRACKETS)
     del skeleton
     for _ in range(MAX_NESTING):
