@@ -355,23 +355,30 @@ class _Saver:
         self.writer.start()
 
     def add(self, result) -> None:
+        from . import results
+
+        try:  # a result that cannot be written is replaced by one saying so, for that submission alone
+            text = results.to_json([result], single=True)
+        except Exception as exc:
+            result = results.unreadable(result.submission, f"{result.submission}: the grader could not write its "
+                                        f"result ({type(exc).__name__}); this is a fault of the grader's, not of "
+                                        f"the submission", result.seed, result.isolation)
+            text = results.to_json([result], single=True)
         with self.lock:
             if self.closed:  # the run was interrupted: a grade its workers' ending cut short is no grade
                 return
             self.results[result.submission] = result
             self.progress.update(result)
-            self.queue.put(result)
+            self.queue.put((result.submission, text))
 
     def _write(self) -> None:
-        from . import results
-
         while True:
-            result = self.queue.get()
-            if result is None:
+            item = self.queue.get()
+            if item is None:
                 return
             if self.error is None:
                 try:
-                    self.run.save(result.submission, results.to_json([result], single=True))
+                    self.run.save(*item)
                 except OSError as exc:
                     self.error = exc
 

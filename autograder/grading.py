@@ -106,6 +106,16 @@ class Grader:
         return () if submission.notebook else tuple(name for name, _ in ANSWERS)
 
     def judge(self, submission: Submission, run, started: float) -> SubmissionResult:
+        """The submission's result from its run; a failure of the judge's own is that submission's
+        result too, never the end of the others' grading."""
+        try:
+            return self._judge(submission, run, started)
+        except Exception as exc:
+            return unreadable(submission.name, f"{submission.name}: the grader failed while judging it "
+                              f"({type(exc).__name__}); this is a fault of the grader's, not of the submission",
+                              self.seed, self.isolation)
+
+    def _judge(self, submission: Submission, run, started: float) -> SubmissionResult:
         answers = self._answers(submission)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)

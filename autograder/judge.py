@@ -69,7 +69,16 @@ class WrongType(Exception):
 # ------------------------------------------------------------------ reading returned values ------
 
 
-def _as_array(value, name: str) -> np.ndarray:
+def _as_array(value, name: str, limit: int | None = None) -> np.ndarray:
+    """`value` as a float64 array. Given `limit`, the elements of the array expected, a value
+    holding more (which cannot have the shape expected) is never converted: an array becomes a
+    stand-in of its shape holding no data, a list is refused. So the judge holds at most what the
+    reference holds per call, however narrow the dtype the value came in (a uint8 array of 8 MiB
+    would be 64 MiB of float64)."""
+    if limit is not None and isinstance(value, np.ndarray) and value.dtype != np.float64 and value.size > limit:
+        return np.broadcast_to(np.float64(np.nan), value.shape)  # only its shape is ever read
+    if limit is not None and isinstance(value, (list, tuple)) and _numbers(value, limit) > limit:
+        raise WrongType(f"{name} holds more numbers than the array expected ({limit})")
     if isinstance(value, Bad):
         raise WrongType(f"{name} has type {value.type}, not a plain numpy array")
     if value is None:
@@ -84,6 +93,19 @@ def _as_array(value, name: str) -> np.ndarray:
         except (TypeError, ValueError):
             raise WrongType(f"{name} is a {type(value).__name__} that is not a rectangular array of numbers")
     raise WrongType(f"{name} has type {type(value).__name__}, not numpy.ndarray")
+
+
+def _numbers(value, limit: int) -> int:
+    """How many numbers a nested list or tuple holds, its arrays' elements included; counting stops
+    past `limit`."""
+    count, todo = 0, [value]
+    while todo and count <= limit:
+        item = todo.pop()
+        if isinstance(item, (list, tuple)):
+            todo.extend(item)
+        else:
+            count += item.size if isinstance(item, np.ndarray) else 1
+    return count
 
 
 def _plain(value):
@@ -105,25 +127,28 @@ def _kind(value) -> str:
     return value.type if isinstance(value, Bad) else type(value).__name__
 
 
-def canonical(fn: str, value) -> dict:
-    """The returned value as a dict of named parts; raises WrongType for anything unusable."""
+def canonical(fn: str, value, expected: dict | None = None) -> dict:
+    """The returned value as a dict of named parts; raises WrongType for anything unusable.
+
+    `expected`, the reference's canonical value, bounds the elements converted (see _as_array)."""
     spec = RETURNS[fn]
+    sizes = {name: part.size for name, part in (expected or {}).items() if isinstance(part, np.ndarray)}
     if spec[0] == "array":
-        return {spec[1]: _as_array(value, spec[1])}
+        return {spec[1]: _as_array(value, spec[1], sizes.get(spec[1]))}
     if spec[0] == "tuple":
         names = spec[1]
         if not isinstance(value, (tuple, list)):
             raise WrongType(f"expected a tuple {tuple(names)}, got {_kind(value)}".replace("'", ""))
         if len(value) != len(names):
             raise WrongType(f"expected a tuple of {len(names)} ({', '.join(names)}), got {len(value)} items")
-        return {name: _as_array(item, name) for name, item in zip(names, value)}
+        return {name: _as_array(item, name, sizes.get(name)) for name, item in zip(names, value)}
     if spec[0] == "dict":
         if not isinstance(value, dict):
             raise WrongType(f"expected a dict with keys {', '.join(spec[1])}, got {_kind(value)}")
         missing = [name for name in spec[1] if name not in value]
         if missing:
             raise WrongType(f"the dict is missing {', '.join(missing)}")
-        return {name: _as_array(value[name], name) for name in spec[1]}
+        return {name: _as_array(value[name], name, sizes.get(name)) for name in spec[1]}
     if spec[0] == "bool":
         if isinstance(value, bool):
             return {"value": value}
@@ -291,7 +316,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
     if outcome.value is EXACT:  # it returned exactly what the reference returns
         return _CallVerdict(True, "ok", actual=expected)
     try:
-        actual = canonical(call.fn, outcome.value)
+        actual = canonical(call.fn, outcome.value, expected)
     except WrongType as exc:
         text = str(exc)
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),

@@ -1,7 +1,29 @@
-"""Reading a submission from disk: a `.py` module or a notebook's code cells, and finding them.
+"""Reading what a student hands in: a `.py` module or a notebook's code cells, and finding them.
 
-Only text crosses into the sandbox, never a path: the worker is sent the source, so it needs no
-view of the submissions folder.
+Everything in a submission is hostile data, and this module is the one place that reads it. It
+accepts a regular file (never a link, FIFO or device) named `.py` or `.ipynb`, and hands the rest
+of the grader inert, validated data only: the code to run, as a tuple of strings (the module's
+text, or the notebook's code cells as the Python an IPython kernel would run). Of a notebook it
+believes nothing else: outputs, attachments and metadata are never kept, and the only metadata
+read (a cell's `qkv.role` and its nbgrader `grade`/`solution` flags) counts as absent unless it
+has the expected shape.
+
+Every read has a budget, checked before the work it bounds, so one submission costs the grader
+a bounded time and memory whatever it holds:
+
+- bytes: a module of at most 4 * MAX_SOURCE bytes, a notebook of at most MAX_BYTES, read in
+  pieces and never past that;
+- JSON nesting depth (MAX_NESTING) and values (MAX_ITEMS): a linear pre-scan of the raw bytes,
+  before json.loads builds anything and before nbformat converts an older format;
+- cells: at most MAX_CELLS code cells, counted before any conversion; other cells are dropped
+  before it;
+- source: at most MAX_SOURCE characters of code in all;
+- IPython's input transformer: run only on cells that hold magics or shell escapes, and only
+  MAGIC_WORK characters' worth of rereading per notebook.
+
+A submission over a budget is unreadable (SubmissionError, with a one-line reason); the other
+submissions are not affected. Only text crosses into the sandbox, never a path: the worker is
+sent the source, so it needs no view of the submissions folder.
 """
 from __future__ import annotations
 
@@ -16,7 +38,18 @@ SUFFIXES = (".py", ".ipynb")
 # Cells the grader does not run: the notebook's own checks and plots, and nbgrader's test cells.
 SKIPPED_ROLES = {"check", "plot"}
 HELPERS = {"conftest.py", "public_checks.py", "setup.py", "nbgrader_config.py"}
-MAX_BYTES = 32 * 1024 * 1024  # a notebook full of plots stays well below
+MAX_BYTES = 16 * 1024 * 1024
+"""Bytes of a notebook: a notebook full of plots stays well below. Python may hold its text in up
+to four bytes a character, twice over while json.loads parses it: the grader's memory stays
+bounded at a few times this."""
+MAX_SOURCE = 1_000_000
+"""Characters of code in one submission (a module, or a notebook's code cells in all): the
+reference solution has under 10 000."""
+MAX_NESTING = 64
+"""Levels of JSON nesting in a notebook: one written by Jupyter has under ten."""
+MAX_ITEMS = 200_000
+"""JSON values in a notebook (each array or object, and each item after an array's or object's
+first): the released notebook has a few thousand."""
 
 
 class SubmissionError(Exception):
@@ -49,16 +82,15 @@ def load(path: Path, name: str | None = None) -> Submission:
 
 
 def _load(path: Path, name: str) -> Submission:
-    data = read_bytes(path, name)
     if path.suffix not in SUFFIXES:
         raise SubmissionError(f"{path}: not a .py module or .ipynb notebook")
     if path.suffix == ".py":
-        return Submission(path, shown_name(name), (module_text(data, path),), False)
-    try:
-        text = data.decode("utf-8-sig")  # JSON is UTF-8; an editor may have put a BOM in front
-    except UnicodeDecodeError:
-        raise SubmissionError(f"{path}: not UTF-8 text")
-    return Submission(path, shown_name(name), tuple(notebook_cells(text, path)), True)
+        text = module_text(read_bytes(path, name, 4 * MAX_SOURCE), path)
+        if len(text) > MAX_SOURCE:
+            raise SubmissionError(f"{path}: {len(text)} characters of code, more than a submission may hold "
+                                  f"({MAX_SOURCE})")
+        return Submission(path, shown_name(name), (text,), False)
+    return Submission(path, shown_name(name), tuple(notebook_cells(read_bytes(path, name), path)), True)
 
 
 # Text codecs written in Python whose decoding takes time far beyond a file's length (punycode's is
@@ -117,14 +149,14 @@ def _starter() -> tuple[int, str]:
     return len(text.encode("utf-8")), ast.dump(ast.parse(text))
 
 
-def read_bytes(path: Path, name: str | None = None) -> bytes:
+def read_bytes(path: Path, name: str | None = None, limit: int = MAX_BYTES) -> bytes:
     """The content of a submitted file, read without following any symbolic link.
 
     When `name` is `path` relative to a folder (a folder run, a course, Gradescope's upload), no
     part of it below that folder may be a link; otherwise only the file itself may not. Each part
     is opened with O_NOFOLLOW from the one above, so nothing can be swapped for a link between the
     check and the read, and the file must be a regular one (never a FIFO or a device, whose
-    opening alone could block or act) of at most MAX_BYTES.
+    opening alone could block or act) of at most `limit` bytes.
     """
     import errno
     import stat
@@ -164,17 +196,17 @@ def read_bytes(path: Path, name: str | None = None) -> bytes:
         info = os.fstat(folder)
         if not stat.S_ISREG(info.st_mode):  # replaced between the look and the open
             raise SubmissionError(f"{path}: not a regular file")
-        if info.st_size > MAX_BYTES:
-            raise SubmissionError(f"{path}: too large to be a submission ({info.st_size} bytes)")
+        if info.st_size > limit:
+            raise SubmissionError(f"{path}: too large to be a submission ({info.st_size} bytes, more than {limit})")
         chunks, size = [], 0
-        while size <= MAX_BYTES:
+        while size <= limit:
             chunk = os.read(folder, 1 << 20)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        if size > MAX_BYTES:
-            raise SubmissionError(f"{path}: too large to be a submission")
+        if size > limit:
+            raise SubmissionError(f"{path}: too large to be a submission (more than {limit} bytes)")
         return b"".join(chunks)
     except OSError as exc:
         raise SubmissionError(f"{path}: cannot be read ({exc.strerror})") from None
@@ -182,59 +214,171 @@ def read_bytes(path: Path, name: str | None = None) -> bytes:
         os.close(folder)
 
 
-def notebook_cells(text: str, path: Path) -> list[str]:
+def notebook_cells(data: bytes | str, path: Path) -> list[str]:
     """The code cells a notebook submission is made of, as the Python an IPython kernel would run.
 
-    Older formats (nbformat 3's worksheets) are converted by nbformat itself. Magics and shell
-    escapes are found by IPython's own input transformer, exactly where Jupyter would find them,
-    and made no-ops: the sandbox has no shell and no IPython.
+    Its raw bytes are pre-scanned for their budgets (`prescan`) before json.loads reads them.
+    Older formats (nbformat 3's worksheets) are converted by nbformat itself, once every cell but
+    the code cells' source and the metadata read here is dropped. Magics and shell escapes are
+    found by IPython's own input transformer, exactly where Jupyter would find them, and made
+    no-ops: the sandbox has no shell and no IPython.
     """
     import json
 
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if data.startswith(b"\xef\xbb\xbf"):  # JSON is UTF-8; an editor may have put a BOM in front
+        data = data[3:]
+    prescan(data, path)
+    try:
+        text = data.decode("utf-8", "surrogatepass")  # as json.loads reads it: a lone surrogate is its escape
+    except UnicodeDecodeError:
+        raise SubmissionError(f"{path}: not UTF-8 text") from None
+    del data  # the text alone from here on: the bytes' memory is the parse's
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: line {exc.lineno})")
-    except RecursionError:
-        raise SubmissionError(f"{path}: corrupt notebook (nested too deeply)")
+        raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: line {exc.lineno})") from None
+    except (ValueError, RecursionError):  # a number of more digits than Python reads, say
+        raise SubmissionError(f"{path}: corrupt notebook (not valid JSON)") from None
+    del text
     if not isinstance(document, dict):
         raise SubmissionError(f"{path}: corrupt notebook (not a JSON object)")
-    import nbformat
+    cells = _code_cells(document, path)
+    del document  # outputs, attachments and the rest: never kept
+    total = sum(len(source) for source, _ in cells)
+    if total > MAX_SOURCE:
+        raise SubmissionError(f"{path}: {total} characters of code, more than a submission may hold ({MAX_SOURCE})")
+    code, budget = [], [MAGIC_WORK]
+    for source, runs in cells:
+        if runs:
+            transformed = python_source(source, budget)
+            if transformed is not None:
+                code.append(transformed)
+    return code
 
-    try:
-        if isinstance(document.get("nbformat"), int) and document["nbformat"] < 4:
-            notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
-        else:
-            notebook = nbformat.from_dict(document)
-    except Exception as exc:  # nbformat raises many kinds for a malformed file
-        raise SubmissionError(f"{path}: corrupt notebook ({type(exc).__name__})")
-    if not isinstance(notebook.get("cells"), list):
-        raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
-    code_cells = sum(1 for cell in notebook.cells if isinstance(cell, dict) and cell.get("cell_type") == "code")
-    if code_cells > MAX_CELLS:
-        raise SubmissionError(f"{path}: {code_cells} code cells, more than a submission may hold ({MAX_CELLS}): "
-                              "merge or delete cells")
-    cells, budget = [], [MAGIC_WORK]
-    for cell in notebook.cells:
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        # nbformat accepts any JSON in metadata: what is not the shape expected counts as absent
-        metadata = _mapping(cell.get("metadata"))
-        role = _mapping(metadata.get("qkv")).get("role")
-        if isinstance(role, str) and role in SKIPPED_ROLES:
-            continue
-        nbgrader = _mapping(metadata.get("nbgrader"))
-        if nbgrader.get("grade") and not nbgrader.get("solution"):
-            continue  # an nbgrader test cell: the grader's own business, not the student's code
+
+# A JSON string, escapes and all: read in time proportional to its length, whatever it holds.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")
+
+
+def prescan(data: bytes, path: Path) -> None:
+    """Check a notebook's raw JSON against MAX_ITEMS and MAX_NESTING in time linear in its bytes,
+    without building anything: strings are set aside, then what is left is counted (values are
+    arrays, objects and the items after each comma) and its brackets peeled one level at a time."""
+    # Setting strings aside costs a few hundred bytes each, so they are counted first: a string
+    # is a value, or a key beside one, and its quotes are two.
+    if data.count(b'"') > 4 * MAX_ITEMS + 2:
+        raise SubmissionError(f"{path}: a notebook of more than {MAX_ITEMS} JSON values: clear its outputs, "
+                              "or merge its cells")
+    skeleton = _JSON_STRING.sub(b"", data)
+    items = skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{")
+    if items > MAX_ITEMS:
+        raise SubmissionError(f"{path}: a notebook of more than {MAX_ITEMS} JSON values ({items}): "
+                              "clear its outputs, or merge its cells")
+    brackets = skeleton.translate(_ONE_KIND, _NOT_BRACKETS)
+    del skeleton
+    for _ in range(MAX_NESTING):
+        if not brackets:
+            return
+        brackets = brackets.replace(b"[]", b"")
+    if brackets:
+        if brackets.count(b"[") != brackets.count(b"]"):
+            raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: unbalanced brackets)")
+        raise SubmissionError(f"{path}: corrupt notebook (JSON nested more than {MAX_NESTING} levels deep)")
+
+
+def _code_cells(document: dict, path: Path) -> list[tuple[str, bool]]:
+    """The notebook's code cells as (source, whether the grader runs it), read from the parsed JSON:
+    nbformat 4 directly, an older format through nbformat's conversion of its code cells alone."""
+    version = document.get("nbformat")
+    if isinstance(version, int) and not isinstance(version, bool) and version < 4:
+        found = _older_code_cells(document, path)
+    else:
+        found = document.get("cells")
+        if not isinstance(found, list):
+            raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
+        found = [cell for cell in found if isinstance(cell, dict) and cell.get("cell_type") == "code"]
+        _count_cells(len(found), path)
+    cells = []
+    for cell in found:
         source = cell.get("source", "")
         if isinstance(source, list) and all(isinstance(line, str) for line in source):
             source = "".join(source)
         elif not isinstance(source, str):
             raise SubmissionError(f"{path}: corrupt notebook (a cell whose source is not text)")
-        code = python_source(source, budget)
-        if code is not None:
-            cells.append(code)
+        cells.append((source, _runs(cell.get("metadata"))))
     return cells
+
+
+def _count_cells(count: int, path: Path) -> None:
+    if count > MAX_CELLS:
+        raise SubmissionError(f"{path}: {count} code cells, more than a submission may hold ({MAX_CELLS}): "
+                              "merge or delete cells")
+
+
+def _runs(metadata) -> bool:
+    """Does the grader run a code cell with this metadata? Not the notebook's own checks and plots,
+    nor nbgrader's test cells. nbformat accepts any JSON in metadata: what is not the shape
+    expected counts as absent."""
+    metadata = _mapping(metadata)
+    role = _mapping(metadata.get("qkv")).get("role")
+    if isinstance(role, str) and role in SKIPPED_ROLES:
+        return False
+    nbgrader = _mapping(metadata.get("nbgrader"))
+    return not (nbgrader.get("grade") and not nbgrader.get("solution"))  # a test cell: the grader's own
+
+
+def _older_code_cells(document: dict, path: Path) -> list:
+    """The code cells of an nbformat 1 to 3 notebook, as nbformat converts them to nbformat 4.
+
+    Before nbformat sees it, the notebook is cut down to its code cells (at most MAX_CELLS), each
+    with its source and the metadata the grader reads: conversion and validation then cost
+    what the graded code costs, whatever else the file holds."""
+    import json
+
+    sheets = document["worksheets"] if "worksheets" in document else [document]  # nbformat 1: no worksheets
+    if not isinstance(sheets, list):
+        raise SubmissionError(f"{path}: corrupt notebook (no list of worksheets)")
+    kept = []
+    for sheet in sheets:
+        cells = sheet.get("cells") if isinstance(sheet, dict) else None
+        if not isinstance(cells, list):
+            raise SubmissionError(f"{path}: corrupt notebook (a worksheet without a list of cells)")
+        for cell in cells:
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                kept.append({key: cell[key] for key in ("cell_type", "input", "code", "source", "language")
+                             if key in cell} | {"outputs": [], "metadata": _read_metadata(cell.get("metadata"))})
+                _count_cells(len(kept), path)
+    reduced = {key: document[key] for key in ("nbformat", "nbformat_minor") if key in document}
+    reduced["metadata"] = {}
+    if "worksheets" in document:
+        reduced["worksheets"] = [{"cells": kept, "metadata": {}}]
+    else:
+        reduced["cells"] = kept
+    import nbformat
+
+    try:
+        notebook = nbformat.reads(json.dumps(reduced), as_version=4, capture_validation_error={})
+        converted = [cell for cell in notebook.cells if cell.get("cell_type") == "code"]
+    except Exception as exc:  # nbformat raises many kinds for a malformed file
+        raise SubmissionError(f"{path}: corrupt notebook ({type(exc).__name__})") from None
+    return [{"source": cell.get("source", ""), "metadata": cell.get("metadata")} for cell in converted]
+
+
+def _read_metadata(metadata) -> dict:
+    """Of a cell's metadata, only what the grader reads, and only where it has the shape expected."""
+    metadata, kept = _mapping(metadata), {}
+    role = _mapping(metadata.get("qkv")).get("role")
+    if isinstance(role, str):
+        kept["qkv"] = {"role": role}
+    nbgrader = _mapping(metadata.get("nbgrader"))
+    flags = {key: bool(nbgrader.get(key)) for key in ("grade", "solution") if key in nbgrader}
+    if flags:
+        kept["nbgrader"] = flags
+    return kept
 
 
 def _mapping(value) -> dict:
@@ -279,7 +423,9 @@ MAX_CELLS = 2000
 def python_source(source: str, budget: list[int] | None = None) -> str | None:
     """A code cell's source as plain Python, or None for a cell whose body is not Python.
 
-    `budget`, a one-item list, is the transformer's work this notebook may still spend."""
+    `budget`, a one-item list, is the transformer's work this notebook may still spend. IPython's
+    line-by-line clean-up (prompts, a common indent) is applied to every cell; its tokenizing
+    passes only to a cell holding something they rewrite."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     lines = source.splitlines(keepends=True)  # lines as IPython splits them: \r, \f, U+2028 end one too
@@ -291,18 +437,28 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
             return None
         lines[0] = "pass\n"  # the body, on the lines where the student wrote it
     source = "".join(lines)
-    magics = len(_MAGIC_LINE.findall("\n".join(source.splitlines())))
-    if magics:
-        work = magics * max(len(source), 1)
+    manager = TransformerManager()
+    try:  # as transform_cell does, less the tokenizing passes
+        lines = (source if source.endswith("\n") else source + "\n").splitlines(keepends=True)
+        for transform in manager.cleanup_transforms + manager.line_transforms:
+            lines = transform(lines)
+    except Exception as exc:
+        return _raising(f"IPython could not read this cell ({type(exc).__name__})")
+    cleaned = "".join(lines)
+    magics = len(_MAGIC_LINE.findall("\n".join(cleaned.splitlines())))
+    if not magics:  # nothing the tokenizing passes rewrite: they would read the cell for nothing
+        code = cleaned
+    else:
+        work = magics * max(len(cleaned), 1)
         if budget is not None and work > budget[0]:
             return _raising("this cell holds more magics and shell escapes than the grader reads in one "
                             "notebook; put them in cells of their own, or leave them out")
         if budget is not None:
             budget[0] -= work
-    try:
-        code = TransformerManager().transform_cell(source)
-    except Exception as exc:  # IPython gives up on some cells (a chain of rewrites that never ends)
-        return _raising(f"IPython could not read this cell ({type(exc).__name__})")
+        try:
+            code = "".join(manager.do_token_transforms(lines))
+        except Exception as exc:  # IPython gives up on some cells (a chain of rewrites that never ends)
+            return _raising(f"IPython could not read this cell ({type(exc).__name__})")
     return _without_ipython(code) if "get_ipython" in code else code
 
 
@@ -312,20 +468,27 @@ def _raising(message: str) -> str:
 
 
 def _without_ipython(code: str) -> str:
-    """`code` with each `get_ipython()` call replaced by an object whose methods do nothing."""
+    """`code` with each `get_ipython()` call replaced by an object whose methods do nothing.
+
+    The tokens are read as a stream, three at a time: memory stays that of the code itself."""
     import io
     import tokenize
 
+    calls: dict[int, list[tuple[int, int]]] = {}  # per row, the columns each call spans, in order
+    window: list = []
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            window.append(token)
+            if len(window) < 3:
+                continue
+            name, opening, closing = window
+            del window[0]
+            if (name.type == tokenize.NAME and name.string == "get_ipython" and opening.string == "("
+                    and closing.string == ")" and name.start[0] == closing.end[0]):
+                calls.setdefault(name.start[0] - 1, []).append((name.start[1], closing.end[1]))
     except (tokenize.TokenError, SyntaxError):  # it will not compile anyway: the run says why
         return code
     lines = code.split("\n")  # as tokenize counts rows: a form feed or U+2028 ends no line here
-    calls: dict[int, list[tuple[int, int]]] = {}  # per row, the columns each call spans, in order
-    for name, opening, closing in zip(tokens, tokens[1:], tokens[2:]):
-        if (name.type == tokenize.NAME and name.string == "get_ipython" and opening.string == "("
-                and closing.string == ")" and name.start[0] == closing.end[0]):
-            calls.setdefault(name.start[0] - 1, []).append((name.start[1], closing.end[1]))
     for row, spans in calls.items():  # each line rebuilt once, however many calls it holds
         line, pieces, done = lines[row], [], 0
         for start, end in spans:
@@ -363,7 +526,7 @@ def discover(folder: Path) -> Found:
     for entry, here, problem in walk(folder):
         if problem:
             skipped.append(("/".join(here), problem))
-        elif entry.is_symlink() and not entry.name.endswith(SUFFIXES):
+        elif _is_link(entry) and not entry.name.endswith(SUFFIXES):
             skipped.append(("/".join(here), "a symbolic link: not followed"))
         elif entry.name.endswith(SUFFIXES):
             candidates.append((Path(entry.path), here))
@@ -419,7 +582,12 @@ def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
             stack.pop()
             continue
         here = parts + (entry.name,)
-        if not entry.is_dir(follow_symlinks=False):
+        try:
+            folder = entry.is_dir(follow_symlinks=False)
+        except OSError as exc:  # an entry that cannot even be looked at is listed, not a failure
+            yield entry, here, f"cannot be read ({exc.strerror}): not looked into"
+            continue
+        if not folder:
             yield entry, here, ""
         elif entry.name.startswith(".") or entry.name == "__pycache__":
             continue
@@ -431,6 +599,13 @@ def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
                     stack.append((here, iter(sorted(found, key=_by_name))))
             except OSError as exc:
                 yield entry, here, f"a folder that cannot be read ({exc.strerror}): not looked into"
+
+
+def _is_link(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return True  # not followed either way
 
 
 def _by_name(entry: os.DirEntry) -> str:
