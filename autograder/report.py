@@ -11,14 +11,13 @@ grading never pays for it.
 from __future__ import annotations
 
 import base64
-import csv
 import io
 from collections import Counter
 from html import escape
 from pathlib import Path
 
 from .diagnoses import CODES
-from .results import SubmissionResult, spreadsheet_cell
+from .results import SubmissionResult, spreadsheet_cell, spreadsheet_csv
 from .steps import STEPS
 
 # Diagnoses that say the code did not run to an answer, rather than which idea went wrong.
@@ -45,13 +44,9 @@ def write(results: list[SubmissionResult], folder: Path) -> Path:
 
 def scores_csv(results: list[SubmissionResult]) -> str:
     """One row per student: submission, total, max, then the score of every step, by step id."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "total", "max"] + [step.id for step in STEPS])
-    for result in results:
-        writer.writerow([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
-                        + [f"{step.score:g}" for step in result.steps])
-    return buffer.getvalue()
+    return spreadsheet_csv([["submission", "total", "max"] + [step.id for step in STEPS]]
+                           + [[spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
+                              + [f"{step.score:g}" for step in result.steps] for result in results])
 
 
 # ------------------------------------------------------------------ what the page counts ---------

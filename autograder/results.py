@@ -1,8 +1,6 @@
 """Results are data; text, JSON, Gradescope's results.json and CSV are views of the same objects."""
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,21 +154,33 @@ def spreadsheet_cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+# Quoted wherever a reader might split: at a comma, at a semicolon (the separator spreadsheets
+# use where the comma is the decimal mark), at a tab or a line break of any kind.
+_SPLITS = (",", ";", '"', "\t", "\r", "\n")
+
+
+def spreadsheet_csv(rows: list[list[str]]) -> str:
+    """Rows of text as CSV that any spreadsheet reads cell for cell: a cell holding a separator,
+    a quote or a line break is quoted whole (csv's own quoting misses a carriage return when lines
+    end in a newline, and every semicolon), so a student's file name stays one cell."""
+    def cell(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"' if any(mark in text for mark in _SPLITS) else text
+
+    return "".join(",".join(cell(text) for text in row) + "\n" for row in rows)
+
+
 def to_csv(results: list[SubmissionResult], skipped: list[tuple[str, str]] = ()) -> str:
     """One row per graded submission, then one per file found and not graded (empty scores, the
     reason in `skipped`)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "score", "max_score"] + [step.id for step in STEPS]
-                    + ["diagnoses", "error", "skipped"])
+    rows = [["submission", "score", "max_score"] + [step.id for step in STEPS] + ["diagnoses", "error", "skipped"]]
     for result in results:
         codes = sorted({code for step in result.steps for code in step.diagnoses})
-        writer.writerow([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
-                        + [f"{step.score:g}" for step in result.steps]
-                        + [" ".join(codes), spreadsheet_cell(result.error or ""), ""])
+        rows.append([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
+                    + [f"{step.score:g}" for step in result.steps]
+                    + [" ".join(codes), spreadsheet_cell(result.error or ""), ""])
     for name, reason in skipped:
-        writer.writerow([spreadsheet_cell(name), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
-    return buffer.getvalue()
+        rows.append([spreadsheet_cell(name), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
+    return spreadsheet_csv(rows)
 
 
 _COLOURS = {"passed": "32", "partial": "33", "failed": "31", "not_implemented": "90", "error": "35", "timeout": "35"}

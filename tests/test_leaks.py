@@ -1,4 +1,4 @@
-"""What a submission says on a hidden case never carries the case out to the student."""
+"""What a submission says or is called never carries a hidden case out, nor acts where it is shown."""
 from __future__ import annotations
 
 import json
@@ -49,3 +49,40 @@ def test_an_exception_on_a_hidden_case_shows_its_type_and_line_but_not_its_messa
         assert not numbers & _hidden_numbers(step_id), sorted(numbers & _hidden_numbers(step_id))[:5]
     assert re.search(r"It raised ValueError \(attention_head\.py line \d+, in softmax_rows\); its message is shown "
                      r"only for the chapter's example\.", steps["softmax"]["feedback"]), steps["softmax"]["feedback"]
+
+
+def _cells_split_on(line: str, separator: str) -> list[str]:
+    """The cells a spreadsheet splitting at `separator` sees, honouring double quotes."""
+    cells, cell, quoted = [], "", False
+    for char in line:
+        if char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            cells.append(cell)
+            cell = ""
+            continue
+        cell += char
+    return cells + [cell]
+
+
+def test_a_file_name_is_one_cell_in_every_spreadsheet_whatever_it_holds(tmp_path):
+    """A name holding a carriage return, a comma or a semicolon followed by a formula stays one
+    cell whether the spreadsheet splits at commas or (where the comma is the decimal mark) at
+    semicolons, and no cell starts a formula."""
+    import csv
+    import io
+
+    from autograder import results
+    from autograder.report import scores_csv
+
+    names = ["return\r.py", "a,=1+1.py", "x;=HYPERLINK(\"http://e\");=2+3;.py", 'q"uote.py', "tab\t=1.py"]
+    graded = [results.unreadable(name, "test", 1, "none") for name in names]
+    for text in (results.to_csv(graded, [("s;=cmd|x.py", "skipped; =1+1")]), scores_csv(graded)):
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+        assert [row[0] for row in rows[1:1 + len(names)]] == [results.spreadsheet_cell(name) for name in names]
+        assert len({len(row) for row in rows}) == 1
+        lines = text.split("\n")  # a reader that splits lines at \n, honouring no quotes across them
+        for line in lines[1:]:
+            for separator in ",;":
+                cells = [cell.strip('"') for cell in _cells_split_on(line, separator)]
+                assert not [cell for cell in cells if cell.startswith(("=", "+", "@"))], (separator, line)
