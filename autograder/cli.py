@@ -46,8 +46,16 @@ def seed_option(text: str) -> int:
     return seed
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, as every other failure of the command's is:
+    the usage block is for --help."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="qkv-grade",
         description="Grade Chapter 15 attention-head submissions: a .py module, an .ipynb notebook, "
                     "or a folder of them. Exit status 0 whenever grading finished, whatever the score.")
@@ -317,13 +325,17 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
                 except OSError as exc:
                     failure = (f"{args.report}: could not write the class report ({exc.strerror}); the results "
                                f"are in {run.folder}/", EXIT_UNWRITTEN)
-            _print_folder(graded, found.skipped, run, args, page)
+            if graded or failure is None:
+                _print_folder(graded, found.skipped, run, args, page)
     except KeyboardInterrupt:
         pass  # it came after the last grade: the run is complete as it stands
     if failure is not None and failure[1] == 130:
         run.mark("interrupted")
         return _fail(f"interrupted: {len(run.saved)} of {len(found.items)} results are kept in {run.folder}/; "
                      f"finish the run with --resume", 130)
+    if failure is not None and not args.resume and not run.saved:
+        run.discard()  # nothing was graded (no sandbox, say): no run folder for --resume to take up
+        return _fail(failure[0], failure[1])
     if failure is not None:
         run.mark("failed")
         return _fail(failure[0], failure[1])

@@ -13,7 +13,6 @@ This module also holds what those two share about a course: where its files are,
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import secrets
@@ -21,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import keys
-from .cli import MAX_SEED, seed_option
+from .cli import MAX_SEED, OneLineParser, seed_option
 
 NOTEBOOK = "attention_head.ipynb"
 COURSE_FILE = "qkv_course.json"
@@ -156,7 +155,7 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="qkv-course",
         description="Write an nbgrader course for the Chapter 15 attention-head assignment: its "
                     "nbgrader_config.py, the seed of its hidden cases and source/<assignment>/.")

@@ -18,6 +18,7 @@ for the caller to report in one line. Nothing here imports numpy.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -88,6 +89,53 @@ class NothingToResume(Exception):
     """There is no unfinished run to resume; the message says what there is."""
 
 
+def point_latest(out: Path) -> None:
+    """Point `latest` at the newest finished run in `out` (by when it finished), and remove the
+    link a run killed while switching it left behind. Every run does this as it starts, resumes
+    and finishes, so a kill between a run's last rename and its switch is mended by the next run."""
+    newest = None
+    for folder in out.glob("run-*"):
+        if folder.name.endswith(INCOMPLETE) or not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+            finished = float(manifest["finished"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if newest is None or (finished, folder.name) > newest:
+            newest = (finished, folder.name)
+    for stale in out.glob(f".{LATEST}.*.tmp"):
+        pid = stale.name[len(LATEST) + 2:-len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # another run switching it right now
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
+    if newest is None:
+        return
+    try:
+        if os.readlink(out / LATEST) == newest[1]:
+            return
+    except OSError:
+        pass
+    link = out / f".{LATEST}.{os.getpid()}.tmp"
+    try:
+        os.symlink(newest[1], link)
+        os.replace(link, out / LATEST)
+    except OSError:  # no symbolic links here, or no room: the runs themselves are complete
+        with contextlib.suppress(OSError):
+            os.unlink(link)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 @dataclass
 class Run:
     """One run's folder: where its results go, and what it records about itself."""
@@ -117,6 +165,7 @@ class Run:
     def start(cls, out: Path, source: Path, seed: int, options: dict) -> "Run":
         """A new run folder in `out` (created if missing), locked and marked as running."""
         out.mkdir(parents=True, exist_ok=True)
+        point_latest(out)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         # Made whole under a hidden name, then renamed: a run folder never lacks its manifest.
         making = Path(tempfile.mkdtemp(prefix=f".run-{stamp}-", suffix=".tmp", dir=out))
@@ -149,6 +198,8 @@ class Run:
         """The newest run of `source` in `out`, locked, with the results it kept, if that run is
         unfinished. An older unfinished run is history: a newer one, finished, took its place."""
         wanted = str(source.resolve())
+        if out.is_dir():
+            point_latest(out)
         runs = []
         for folder in sorted(out.glob("run-*")) if out.is_dir() else []:
             try:
@@ -228,15 +279,12 @@ class Run:
                 raise error
             break
         self.folder = target
-        link = self.out / f".{LATEST}.{os.getpid()}.tmp"
-        try:
-            os.symlink(target.name, link)
-            os.replace(link, self.out / LATEST)
-        except OSError:  # no symbolic links here, or no room: the run itself is complete
-            try:
-                os.unlink(link)
-            except OSError:
-                pass
+        point_latest(self.out)
+
+    def discard(self) -> None:
+        """Remove a run that saved nothing, and its folder with it."""
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def close(self) -> None:
         if self._lock is not None:

@@ -139,18 +139,20 @@ def test_bad_invocations_get_one_line_and_no_traceback(tmp_path, args, message):
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
-@pytest.mark.parametrize("seed", ["-5", "9223372036854775808"])
+@pytest.mark.parametrize("seed", ["-5", "9223372036854775808", "abc"])
 def test_a_seed_numpy_cannot_take_is_refused_before_anything_is_written(tmp_path, seed):
     (tmp_path / "class").mkdir()
     (tmp_path / "class" / "ok.py").write_text(reference_source())
     for args in (["class", "--out", "out"], ["class/ok.py"], ["--gradescope-bundle", "bundle.zip"]):
         done = qkv_grade(*args, f"--seed={seed}", cwd=tmp_path)
-        assert done.returncode == 2 and "a seed is a whole number from 0 to 2**63 - 1" in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr and done.stdout == ""
+        assert done.returncode == 2 and ("a seed is a whole number from 0 to 2**63 - 1" in done.stderr
+                                         or "'abc' is not a whole number" in done.stderr), done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == "" and done.stderr.count("\n") == 1
     assert sorted(path.name for path in tmp_path.iterdir()) == ["class"]
     course = subprocess.run([sys.executable, "-m", "autograder.nbgrader_course", str(tmp_path / "course"),
                              f"--seed={seed}"], capture_output=True, text=True)
-    assert course.returncode == 2 and "a seed is a whole number" in course.stderr and not (tmp_path / "course").exists()
+    assert course.returncode == 2 and "whole number" in course.stderr and not (tmp_path / "course").exists()
+    assert course.stderr.count("\n") == 1
 
 
 def test_a_corrupt_notebook_alone_is_reported_not_crashed_on(tmp_path):
@@ -228,3 +230,13 @@ def test_the_command_leaves_the_exit_to_python_while_exit_handlers_wait(tmp_path
     single = subprocess.run(f"{sys.executable} -m autograder.cli {tmp_path / 'class' / 'ada.py'} --seed 1 >&-",
                             shell=True, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0 and "Traceback" not in single.stderr, single.stderr
+
+
+def test_a_refused_sandbox_mode_leaves_no_run_folder_to_resume(tmp_path):
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "ok.py").write_text(reference_source())
+    done = qkv_grade("class", "--out", "out", cwd=tmp_path, env={"QKV_SANDBOX": "no-such-mode"})
+    assert done.returncode == 2 and "QKV_SANDBOX=no-such-mode" in done.stderr and done.stdout == ""
+    assert not [path for path in (tmp_path / "out").iterdir() if path.name.startswith(("run-", ".run-"))]
+    done = qkv_grade("class", "--out", "out", "--resume", cwd=tmp_path)
+    assert done.returncode == 2 and "no unfinished run" in done.stderr

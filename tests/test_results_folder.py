@@ -302,3 +302,32 @@ def test_a_grade_cut_short_by_an_interrupt_is_neither_printed_nor_saved(tmp_path
     assert list(saver.results) == ["before.py"]
     assert (run.folder / result_file("before.py")).exists()
     assert not (run.folder / result_file("after.py")).exists()
+
+
+def test_latest_left_on_an_older_run_by_a_kill_is_mended_by_the_next_run(tmp_path):
+    """A run killed after its folder was finished but before `latest` was switched leaves `latest`
+    on the run before it, and its half-made link: the next qkv-grade in that --out, even a
+    --resume with nothing to do, points `latest` at the newest finished run and removes the link."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "a.py").write_text(reference_source())
+    out = tmp_path / "out"
+    for _ in range(2):
+        done = qkv_grade(str(folder), "--out", str(out), "--seed", "3", *FAST)
+        assert done.returncode == 0, done.stderr
+        time.sleep(1.1)  # run folders are named by the second
+    older, newer = runs(out)
+    (out / "latest").unlink()
+    (out / "latest").symlink_to(older.name)  # as the kill left it
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / f".latest.{dead.pid}.tmp").symlink_to(newer.name)
+    done = qkv_grade(str(folder), "--out", str(out), "--resume")
+    assert done.returncode == 2 and "is finished" in done.stderr
+    assert (out / "latest").readlink() == Path(newer.name)
+    assert not list(out.glob(".latest.*"))
+    (out / "latest").unlink()
+    (out / "latest").symlink_to(older.name)
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "3", *FAST)
+    assert done.returncode == 0, done.stderr
+    assert (out / "latest").readlink() == Path(runs(out)[-1].name)
