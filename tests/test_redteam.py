@@ -582,6 +582,9 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
         "deprioritize": attacked("none", "deprioritize").holes("b_deprioritize.py"),
         "thread_bomb": attacked("none", "thread_bomb").holes("b_thread_bomb.py"),
+        "held_memory": attacked("none", "held").holes("b_held_memory.py"),
+        "channel_reader": attacked("none", "channel").holes("b_channel_reader.py")
+        + attacked("none", "channel").holes("c_channel_reader.py"),
         # run as a normal user, the grader is a process of the submission's own user
         "steal_queued": any("replaced the job" in hole for hole in attacked("none-user", "steal_queued").holes(
             "b_steal_queued.py")),
