@@ -26,7 +26,8 @@ process):
   - it unmaps the plan's arguments: it holds only the calls handed to it;
   - its working directory, HOME and TMPDIR are a scratch folder made empty for it and removed whole
     after it;
-  - hard resource limits it cannot raise: address space, CPU seconds, file size, open files;
+  - hard resource limits it cannot raise: address space, CPU seconds, file size, open files, and
+    no queued signals (counted per user: a classmate would see them);
   - no new privileges; Landlock (where the kernel has it) lets it read only the standard library,
     numpy and the system's shared libraries, and write only its scratch folder, and (ABI 4+) opens
     no TCP port, (ABI 6+) signals nothing outside itself;
@@ -35,7 +36,11 @@ process):
     kernel would send on its behalf too), System V IPC and POSIX message queues (which outlive a
     process), namespaces and mounts; and what Landlock leaves open: changing a file's mode, owner,
     times, extended attributes or attribute flags (anywhere: a file it may only read is still a
-    file it may own), truncating by path, and watching folders (inotify, fanotify);
+    file it may own), truncating by path, and watching folders (inotify, fanotify); what would hold
+    memory or disk no limit and no listing of the scratch folder counts (a file without a name:
+    memfd, O_TMPFILE, a name removed or renamed over while open; a pipe grown past its default
+    size); and the kernel state a classmate graded at once shares (locks on files, the page cache,
+    futexes keyed by a file, asynchronous I/O contexts, sysinfo);
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
 answered (and never waits to: a child that answered calls it never read is ended), and keeps time
