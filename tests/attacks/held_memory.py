@@ -2,7 +2,8 @@
 # counts: anonymous files (memfd_create, memfd_secret), unnamed files (O_TMPFILE through open and
 # openat2), files unlinked or renamed over while still open, and pipes grown past their default
 # size. Each way tries to hold more than the scratch folder's quota (64 MiB), 16 MiB a file (the
-# file size limit), and reports a hole for what it held; a way refused prints `refused: WAY (why)`.
+# file size limit), and reports a hole for what it held; a way refused prints `refused: WAY (why)`,
+# as does an unlink answered but not done, which leaves the file in the listing.
 # Everything is let go before the import ends. The base is the reference.
 import ctypes as _ctypes
 
@@ -61,6 +62,9 @@ def _unlinked(index):
     except OSError:
         _os.close(fd)
         raise
+    if _os.path.exists(name):  # removal answered, and not done: still counted
+        _os.close(fd)
+        raise OSError(0, "the name stayed")
     return fd
 
 
