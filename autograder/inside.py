@@ -26,7 +26,8 @@ process):
   - it unmaps the plan's arguments: it holds only the calls handed to it;
   - its working directory, HOME and TMPDIR are a scratch folder made empty for it and removed whole
     after it;
-  - hard resource limits it cannot raise: address space, CPU seconds, file size, open files;
+  - hard resource limits it cannot raise: address space, CPU seconds, file size, open files, and
+    no queued signals (counted per user: a classmate would see them);
   - no new privileges; Landlock (where the kernel has it) lets it read only the standard library,
     numpy and the system's shared libraries, and write only its scratch folder, and (ABI 4+) opens
     no TCP port, (ABI 6+) signals nothing outside itself;
@@ -35,7 +36,11 @@ process):
     kernel would send on its behalf too), System V IPC and POSIX message queues (which outlive a
     process), namespaces and mounts; and what Landlock leaves open: changing a file's mode, owner,
     times, extended attributes or attribute flags (anywhere: a file it may only read is still a
-    file it may own), truncating by path, and watching folders (inotify, fanotify);
+    file it may own), truncating by path, and watching folders (inotify, fanotify); what would hold
+    memory or disk no limit and no listing of the scratch folder counts (a file without a name:
+    memfd, O_TMPFILE, renaming over a name; a pipe grown past its default size), while removing a
+    name seems to succeed and leaves it, counted, until the child ends; and the kernel state a classmate graded at once shares (locks on files, the page cache,
+    futexes keyed by a file, asynchronous I/O contexts, sysinfo);
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
 answered (and never waits to: a child that answered calls it never read is ended), and keeps time
@@ -112,7 +117,11 @@ _NR = {
                    lsetxattr=189, fsetxattr=190, removexattr=197, lremovexattr=198, fremovexattr=199,
                    setxattrat=463, removexattrat=466, truncate=76, inotify_init=253, inotify_init1=294,
                    inotify_add_watch=254, fanotify_init=300, fanotify_mark=301, file_setattr=469,
-                   open_tree_attr=467),
+                   open_tree_attr=467, memfd_create=319, memfd_secret=447, unlink=87, unlinkat=263, rmdir=84,
+                   rename=82, renameat=264, renameat2=316, flock=73, mincore=27, cachestat=451, fadvise64=221,
+                   readahead=187, sysinfo=99, io_setup=206, open=2, openat=257, madvise=28, futex=202,
+                   openat2=437, preadv2=327, pwritev2=328, futex_waitv=449, futex_wake=454, futex_wait=455,
+                   futex_requeue=456),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -132,20 +141,43 @@ _NR = {
                     fchmod=52, fchmodat=53, fchmodat2=452, fchown=55, fchownat=54, utimensat=88, setxattr=5,
                     lsetxattr=6, fsetxattr=7, removexattr=14, lremovexattr=15, fremovexattr=16, setxattrat=463,
                     removexattrat=466, truncate=45, inotify_init1=26, inotify_add_watch=27, fanotify_init=262,
-                    fanotify_mark=263, file_setattr=469, open_tree_attr=467),
+                    fanotify_mark=263, file_setattr=469, open_tree_attr=467, memfd_create=279, memfd_secret=447,
+                    unlinkat=35, renameat=38, renameat2=276, flock=32, mincore=232, cachestat=451,
+                    fadvise64=223, readahead=213, sysinfo=179, io_setup=0, openat=56, madvise=233, futex=98,
+                    openat2=437, preadv2=286, pwritev2=287, futex_waitv=449, futex_wake=454, futex_wait=455,
+                    futex_requeue=456),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
 _SELF_ONLY = ("kill", "tkill", "tgkill")
 _SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
-# Commands refused by their second argument: whatever makes the kernel signal a process on the
-# child's behalf (a descriptor's owner, its signal, a lease, a folder notice) or types into a terminal.
-_COMMANDS = {"fcntl": (8, 10, 15, 1024, 1026),  # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY
-             # FIOSETOWN, SIOCSPGRP, TIOCSTI; then a file's attribute flags and version (chattr), in
-             # their long and 32-bit forms, and its extended attributes (FS_IOC_FSSETXATTR)
-             "ioctl": (0x8901, 0x8902, 0x5412, 0x40086602, 0x40046602, 0x40087602, 0x40047602, 0x401C5820)}
-_REFUSED = tuple(name for name in (_NR or {})
-                 if name not in _SELF_ONLY + _SELF_OR_ZERO + tuple(_COMMANDS) + ("clone3", "capset"))
+# Refused by the value of one argument (its index, then the values): whatever makes the kernel
+# signal a process on the child's behalf (a descriptor's owner, its signal, a lease, a folder
+# notice) or types into a terminal; a lock on a file, which any classmate able to read it sees;
+# a pipe grown past its default size; advice that moves a file's pages in or out of the page
+# cache every classmate shares, or merges pages with other processes'.
+_VALUES = {"fcntl": (1, (8, 10, 15, 1024, 1026,  # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY
+                         5, 6, 7, 36, 37, 38,  # F_GETLK, F_SETLK, F_SETLKW and their OFD forms
+                         1031)),  # F_SETPIPE_SZ
+           # FIOSETOWN, SIOCSPGRP, TIOCSTI; then a file's attribute flags and version (chattr), in
+           # their long and 32-bit forms, and its extended attributes (FS_IOC_FSSETXATTR)
+           "ioctl": (1, (0x8901, 0x8902, 0x5412, 0x40086602, 0x40046602, 0x40087602, 0x40047602, 0x401C5820)),
+           "madvise": (2, (3, 12, 20, 21))}  # MADV_WILLNEED, MADV_MERGEABLE, MADV_COLD, MADV_PAGEOUT
+# Refused when one argument has any of these bits set (its index, then the bits): a file opened
+# without a name (O_TMPFILE), which neither the address-space limit nor the scratch folder's
+# listing would count.
+_BITS = {"open": (1, 0x400000), "openat": (2, 0x400000)}
+# Allowed only with this bit set in the operation: a futex private to the process, never one keyed
+# by a file that classmates map too.
+_REQUIRED_BITS = {"futex": (1, 128)}  # FUTEX_PRIVATE_FLAG
+# Refused with ENOSYS, so that a library falls back on the plain call: flags (openat2's, a vector
+# futex's) that the filter cannot read, and preadv2/pwritev2 (RWF_NOWAIT tells whether a file's
+# pages are in the shared page cache).
+_MISSING = ("clone3", "openat2", "preadv2", "pwritev2", "futex_waitv", "futex_wake", "futex_wait", "futex_requeue")
+# Answered with success, and not done: a name removed from the scratch folder stays until the
+# submission ends, so the listing still counts an open file's blocks, while code that removes what
+# it made (the standard library's tempfile, which tries a file in its folder first) still works.
+_KEPT = ("unlink", "unlinkat", "rmdir")
 
 # Landlock (include/uapi/linux/landlock.h)
 _LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
@@ -227,40 +259,73 @@ class _Filter(ctypes.Structure):
 
 class _Seccomp:
     """The filter, built once: refuse the listed calls with EPERM (clone among them: no process, no
-    thread), clone3 with ENOSYS (so glibc falls back to clone), and calls aimed at another process.
-    A child only writes its own pid into the slots kept for it, and installs it."""
+    thread), those that have a fallback with ENOSYS (clone3: glibc then uses clone), and calls aimed
+    at another process or with a refused argument; answer removals with a success never done. A child only writes its own pid into the slots
+    kept for it, and installs it.
+
+    The filter runs at every system call, so it finds a call's rule by a binary search on its
+    number (an ordinary read or write passes after 13 instructions, any call after 30 at most)
+    rather than by comparing it with every rule in turn (some 170 for any call the table lacks)."""
 
     PID = 0xFFFFFFFF  # stands for the child's pid until `install`
+    LD, JEQ, JGE, JSET, JA, RET = 0x20, 0x15, 0x35, 0x45, 0x05, 0x06
+    ALLOW, KILL, EPERM, ENOSYS, KEEP = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38, 0x00050000
 
     def __init__(self):
         import struct
 
-        ld, jeq, ret = 0x20, 0x15, 0x06
-        allow, kill = 0x7FFF0000, 0x80000000
-        eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
-        program = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+        ld, jeq, ret = self.LD, self.JEQ, self.RET
+        program = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH), (ret, 0, 0, self.KILL), (ld, 0, 0, 0)]
         if _MACHINE == "x86_64":  # the x32 ABI's numbers would slip past the table
-            program += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
-        for name in _REFUSED:
-            program += [(jeq, 0, 1, _NR[name]), (ret, 0, 0, eperm)]
-        program += [(jeq, 0, 1, _NR["clone3"]), (ret, 0, 0, enosys)]
-        for name in _SELF_ONLY + _SELF_OR_ZERO:
+            program += [(self.JGE, 0, 1, 0x40000000), (ret, 0, 0, self.EPERM)]
+        # Every call in the table has a rule (most: refused); capset is there for the worker to drop
+        # its own capabilities with, and a child without any has none to change.
+        rules = sorted((_NR[name], self._rule(name)) for name in _NR if name != "capset")
+        program += self._search(rules)
+        self.pid_slots = [8 * index + 4 for index, op in enumerate(program) if op[3] == self.PID]
+        self.buffer = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *op) for op in program))
+        self.program = _Filter(len(program), ctypes.cast(self.buffer, ctypes.c_void_p))
+
+    def _rule(self, name):
+        """What the filter does with call `name`, once its number matched: instructions that
+        each end in a return."""
+        ld, jeq, ret = self.LD, self.JEQ, self.RET
+        if name in _MISSING:
+            return [(ret, 0, 0, self.ENOSYS)]
+        if name in _KEPT:
+            return [(ret, 0, 0, self.KEEP)]
+        if name in _SELF_ONLY + _SELF_OR_ZERO:
             # the first argument's high word must be zero, and its low word this pid (or 0)
             zero = name in _SELF_OR_ZERO
             block = [(ld, 0, 0, 20), (jeq, 0, 4 if zero else 3, 0), (ld, 0, 0, 16)]
             if zero:
                 block += [(jeq, 1, 0, 0)]
-            block += [(jeq, 0, 1, self.PID), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
-            program += [(jeq, 0, len(block), _NR[name])] + block
-        for name, commands in _COMMANDS.items():
-            block = [(ld, 0, 0, 24)]  # the second argument's low word
-            block += [(jeq, len(commands) - index, 0, command) for index, command in enumerate(commands)]
-            block += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-            program += [(jeq, 0, len(block), _NR[name])] + block
-        program += [(ret, 0, 0, allow)]
-        self.pid_slots = [8 * index + 4 for index, op in enumerate(program) if op[3] == self.PID]
-        self.buffer = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *op) for op in program))
-        self.program = _Filter(len(program), ctypes.cast(self.buffer, ctypes.c_void_p))
+            return block + [(jeq, 0, 1, self.PID), (ret, 0, 0, self.ALLOW), (ret, 0, 0, self.EPERM)]
+        if name in _VALUES:  # the argument's low word
+            index, values = _VALUES[name]
+            block = [(ld, 0, 0, 16 + 8 * index)]
+            block += [(jeq, len(values) - at, 0, value) for at, value in enumerate(values)]
+            return block + [(ret, 0, 0, self.ALLOW), (ret, 0, 0, self.EPERM)]
+        if name in _BITS or name in _REQUIRED_BITS:
+            index, bits = _BITS.get(name) or _REQUIRED_BITS[name]
+            refuse_set = name in _BITS
+            return [(ld, 0, 0, 16 + 8 * index), (self.JSET, 0, 1, bits),
+                    (ret, 0, 0, self.EPERM if refuse_set else self.ALLOW),
+                    (ret, 0, 0, self.ALLOW if refuse_set else self.EPERM)]
+        return [(ret, 0, 0, self.EPERM)]
+
+    def _search(self, rules):
+        """Instructions that find the call number (in the accumulator) among `rules`, sorted
+        (number, instructions) pairs, and run its rule; any other number is allowed."""
+        if len(rules) <= 3:
+            code = []
+            for number, block in rules:
+                code += [(self.JEQ, 0, len(block), number)] + block
+            return code + [(self.RET, 0, 0, self.ALLOW)]
+        middle = len(rules) // 2
+        below, above = self._search(rules[:middle]), self._search(rules[middle:])
+        # at or above the middle number: jump over the search below it (a long jump: it may be far)
+        return [(self.JGE, 0, 1, rules[middle][0]), (self.JA, 0, 0, len(below))] + below + above
 
     def install(self, pid):
         pid_bytes = pid.to_bytes(4, sys.byteorder)
@@ -442,8 +507,10 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     _seal_descriptors({calls_in, out, bell} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest was set once, by the fork server
+    # No queued signal: the kernel counts them for the user, across classmates, and a child whose
+    # own limit sat just above that count would see a classmate's pass it.
     for name, value in (("RLIMIT_AS", limits["memory"]), ("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", FILE_SIZE),
-                        ("RLIMIT_NOFILE", OPEN_FILES), ("RLIMIT_CPU", cpu_seconds)):
+                        ("RLIMIT_NOFILE", OPEN_FILES), ("RLIMIT_CPU", cpu_seconds), ("RLIMIT_SIGPENDING", 0)):
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
         except (ValueError, OSError):

@@ -370,6 +370,29 @@ def test_a_submission_cannot_make_the_kernel_signal_another_process_for_it(tmp_p
     assert "tried: owner refused, sig refused, notify refused" in feedback, feedback
 
 
+def test_a_submission_cannot_reach_kernel_state_a_classmate_graded_at_once_shares(tmp_path):
+    """Beyond the locks and the page cache (tests/test_redteam.py): a futex keyed by a file every
+    sandbox maps, the machine's pool of asynchronous I/O contexts and sysinfo's free memory. A
+    private futex, what a process's own locks use, still works."""
+    require_sandbox()
+    probe = '''    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype, libc.mmap.restype = ctypes.c_long, ctypes.c_void_p
+    futex, io_setup = {"x86_64": (202, 206), "aarch64": (98, 0)}[os.uname().machine]
+    shared = libc.mmap(None, 4096, 1, 1, os.open(np.__file__, os.O_RDONLY), 0)  # PROT_READ, MAP_SHARED
+    own = ctypes.c_uint32(0)
+    tried = []
+    for name, call in (("shared futex", lambda: libc.syscall(futex, ctypes.c_void_p(shared), 1, 1)),  # FUTEX_WAKE
+                       ("io_setup", lambda: libc.syscall(io_setup, 64, ctypes.byref(ctypes.c_ulong(0)))),
+                       ("sysinfo", lambda: libc.sysinfo(ctypes.create_string_buffer(256)))):
+        tried.append(name + (" refused" if call() < 0 and ctypes.get_errno() == 1 else " done"))
+    private = libc.syscall(futex, ctypes.byref(own), 1 | 128, 1)  # FUTEX_WAKE_PRIVATE
+    raise RuntimeError("tried: " + ", ".join(tried) + "; private futex %d" % private)
+'''
+    feedback = steps_by_id(grade_source(tmp_path, in_facts(probe)))["ex4_shapes"]["feedback"]
+    assert "tried: shared futex refused, io_setup refused, sysinfo refused; private futex 0" in feedback, feedback
+
+
 def test_a_scratch_tree_of_any_depth_is_removed_whole_without_following_links(tmp_path):
     from autograder.inside import remove_tree
 

@@ -102,7 +102,14 @@ GROUPS = {
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
     "metadata": lambda: _between_classmates(attacker("b", "metadata")),
     "deep_scratch": lambda: _between_classmates(attacker("b", "deep_scratch")),
+    "held": lambda: _between_classmates(attacker("b", "held_memory", base="correct")),
+    # Graded at once by two workers: however the two share the queue, a writer runs beside a reader.
+    "channel": lambda: [attacker("a", "channel_writer", base="correct"), attacker("b", "channel_reader"),
+                        attacker("c", "channel_reader"), attacker("d", "channel_writer", base="correct"),
+                        victim("e", "correct"), victim("f", "colnorm")],
 }
+TWO_WORKERS = {"channel"}
+"""Groups graded with `--jobs 2`: the attacks there need a classmate running at the same time."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,7 +117,7 @@ def attacked(mode: str, group: str) -> Outcome:
     """One run per mode and group, shared by the tests that read it."""
     require(mode)
     baseline(mode)  # graded first, so a broken mode fails here with its own message
-    return grade(mode, GROUPS[group](), group)
+    return grade(mode, GROUPS[group](), group, jobs=2 if group in TWO_WORKERS else 1)
 
 
 def check(mode: str, group: str, *attackers: str) -> Outcome:
@@ -424,6 +431,53 @@ def test_filling_the_scratch_folder_in_short_bursts_is_stopped_at_its_quota(mode
     check(mode, "disk_burst")
 
 
+def _refused(outcome: Outcome, name: str, ways: list[str]) -> None:
+    """Each of `ways` was tried by attack `name` and refused, by its own account."""
+    output = outcome.results[name].get("output", "")
+    missing = [way for way in ways if f"refused: {way} (" not in output]
+    assert not missing, f"[{outcome.mode}] {name} was not refused {missing}: {output[-800:]}"
+
+
+@per_mode
+def test_memory_held_in_anonymous_unnamed_or_unlinked_files_is_refused(mode):
+    """Neither the address-space limit nor the listing of the scratch folder counts a file without
+    a name: each way of holding one is refused before it holds anything, and the attack, a correct
+    submission otherwise, keeps its full marks."""
+    outcome = check(mode, "held")
+    ways = ["memfd_create", "open with O_TMPFILE", "unlink while open", "rename over an open file", "memfd_secret",
+            "F_SETPIPE_SZ"] + (["openat2 with O_TMPFILE"] if os.uname().machine == "x86_64" else [])
+    _refused(outcome, "b_held_memory.py", ways)
+    assert outcome.results["b_held_memory.py"]["score"] == baseline(mode)["correct"]["score"]
+
+
+def _channel(mode: str, writer_ways: list[str], reader_ways: list[str]) -> None:
+    """Both ends of the channel graded at once: the readers learn nothing (each graded exactly as the
+    stub it is built on), and each writer's attempt, like each reader's probe, is refused."""
+    outcome = check(mode, "channel")
+    for name in ("b_channel_reader.py", "c_channel_reader.py"):
+        assert graded_view(outcome.results[name], name) == graded_view(baseline(mode)["stub"], "stub.py"), name
+        _refused(outcome, name, reader_ways)
+    for name in ("a_channel_writer.py", "d_channel_writer.py"):
+        _refused(outcome, name, writer_ways)
+
+
+@per_mode
+def test_two_classmates_graded_at_once_cannot_signal_through_a_lock(mode):
+    _channel(mode, ["flock", "fcntl F_SETLK read lock", "fcntl F_OFD_SETLK read lock"],
+             ["flock", "fcntl F_GETLK", "fcntl F_OFD_GETLK"])
+
+
+@per_mode
+def test_two_classmates_graded_at_once_cannot_signal_through_the_page_cache(mode):
+    _channel(mode, ["posix_fadvise DONTNEED", "madvise PAGEOUT", "madvise COLD", "readahead", "madvise WILLNEED"],
+             ["mincore", "cachestat", "preadv2 RWF_NOWAIT"])
+
+
+@per_mode
+def test_two_classmates_graded_at_once_cannot_signal_through_queued_signals(mode):
+    _channel(mode, ["queued signals"], ["queued signals"])
+
+
 # ------------------------------------------------------------------ the grader's own reads -----
 
 @per_mode
@@ -531,6 +585,9 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
         "deprioritize": attacked("none", "deprioritize").holes("b_deprioritize.py"),
         "thread_bomb": attacked("none", "thread_bomb").holes("b_thread_bomb.py"),
+        "held_memory": attacked("none", "held").holes("b_held_memory.py"),
+        "channel_reader": attacked("none", "channel").holes("b_channel_reader.py")
+        + attacked("none", "channel").holes("c_channel_reader.py"),
         # run as a normal user, the grader is a process of the submission's own user
         "steal_queued": any("replaced the job" in hole for hole in attacked("none-user", "steal_queued").holes(
             "b_steal_queued.py")),
