@@ -45,6 +45,9 @@ c.CourseDirectory.course_id = {course_id!r}
 from autograder.nbgrader_feedback import configure  # noqa: E402
 
 configure(c)
+
+# grades.csv (nbgrader export) with every score to two places, as the feedback and formgrader show it.
+c.ExportApp.plugin_class = "autograder.nbgrader_export.RoundedCsvExport"
 '''
 
 class CourseError(Exception):
