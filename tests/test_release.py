@@ -350,6 +350,8 @@ def test_a_column_normalized_softmax_fails_with_the_call_the_expected_weights_an
     assert "§15.3" in message
     weights = json.loads(DATA.read_text(encoding="utf-8"))["values"]["A"]
     assert f"{weights[0][0]:.6f}" in message and f"{weights[2][2]:.6f}" in message
+    # six significant digits, as a person reads them: never a float's full 17
+    assert not re.search(r"\d\.\d{8,}", message), message
     assert re.search(r"mismatched elements: \d / 9", message)  # numpy's manner: how many differ
     assert "shape (3, 3)" in message.splitlines()[1]  # and the shape first
     assert run.steps()["scores"][0] == "passed"

@@ -292,7 +292,7 @@ def mismatch_report(actual: np.ndarray, expected: np.ndarray, atol: float = ATOL
         lines.append("  first mismatches [index]: returned, expected")
         for index in list(zip(*np.nonzero(bad)))[:SHOWN_MISMATCHES]:
             position = ", ".join(str(int(i)) for i in index)
-            lines.append(f"    [{position}]: {float(actual[index])!r}, {float(expected[index])!r}")
+            lines.append(f"    [{position}]: " + ", ".join(_digits(float(actual[index]), float(expected[index]))))
         with np.errstate(invalid="ignore"):
             errors = np.abs(actual - expected)
         if np.isfinite(errors).all():
@@ -307,10 +307,19 @@ def mismatch_report(actual: np.ndarray, expected: np.ndarray, atol: float = ATOL
     return "\n".join(lines)
 
 
+def _digits(returned: float, expected: float) -> tuple[str, str]:
+    """Both numbers to six significant digits, or as many more as it takes to tell them apart."""
+    for digits in (6, 9, 12, 17):
+        shown = (f"{returned:.{digits}g}", f"{expected:.{digits}g}")
+        if shown[0] != shown[1]:
+            return shown
+    return shown
+
+
 def _show(array: np.ndarray) -> str:
     if array.size > 60:
         return f"    (an array of shape {array.shape}, too large to show)"
-    with np.printoptions(precision=8, suppress=True):
+    with np.printoptions(precision=6, suppress=True):
         text = np.array2string(array, separator=", ")
     return "\n".join("    " + line for line in text.splitlines())
 
