@@ -265,6 +265,15 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     # The bytes graded, read as grading read them: never through a link.
     notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
                               as_version=nbformat.NO_CONVERT)
+    # Metadata of an unexpected shape counts as absent, as everywhere in grading (nbgrader's own
+    # steps would stop at it); nbgrader then checks what remains against the gradebook.
+    if not isinstance(notebook.get("metadata"), dict):
+        notebook["metadata"] = nbformat.from_dict({})
+    for cell in notebook.get("cells", []):
+        if not isinstance(cell.get("metadata"), dict):
+            cell["metadata"] = nbformat.from_dict({})
+        elif "nbgrader" in cell.metadata and not isinstance(cell.metadata["nbgrader"], dict):
+            del cell.metadata["nbgrader"]
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)

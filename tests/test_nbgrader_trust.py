@@ -9,7 +9,8 @@ pending notebook that claims 500 points); pat (the reference, with code that put
 a script, SVG, HTML and hidden values beside it into every later cell's output, the heatmap's and
 the checks' included, and outputs saved in the notebook itself); wes (the reference, with scripts
 in every written answer); tim (the reference, with a timestamp.txt no date fits); nora (a notebook
-that is not JSON).
+that is not JSON); olga (the reference, with metadata of odd shapes and an answer claiming 500
+points).
 """
 from __future__ import annotations
 
@@ -138,8 +139,17 @@ def course(tmp_path_factory):
     for cell in wes.cells:
         if cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = next(answers)
+    olga = filled_notebook(released, reference_source())
+    olga.metadata["qkv"] = ["in_kernel", 100]
+    for cell in olga.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "answer-ANSWER_1":
+            cell.metadata["nbgrader"]["points"] = 500
+            cell.metadata["qkv_title"] = "<script>window.__pwned = 'title'</script>"
+        elif cell.cell_type == "markdown" and "nbgrader" not in cell.metadata:
+            cell.metadata["nbgrader"] = "grade"
+            cell.metadata["qkv_pending"] = True
     students = {"alice": filled_notebook(released, reference_source()), "mallory": mallory, "pat": pat,
-                "wes": wes, "tim": filled_notebook(released, reference_source())}
+                "wes": wes, "tim": filled_notebook(released, reference_source()), "olga": olga}
     submitted = {student: submit_notebook(path, student, notebook) for student, notebook in students.items()}
     # mallory's own "pending notebook": her notebook, claiming every point and 500 more.
     fake = nbformat.read(released, as_version=4)
@@ -234,13 +244,16 @@ def _planted_values(course) -> set[str]:
 
 def test_every_student_gets_what_their_code_earns_and_nothing_a_file_claims(course, oracle):
     trusted = gradebook_scores(course["path"])
-    for student in ("alice", "mallory", "pat", "wes", "tim", "nora"):
+    for student in ("alice", "mallory", "pat", "wes", "tim", "nora", "olga"):
         assert trusted[student] == oracle[student], student
     assert sum(trusted["alice"].values()) == MAX_SCORE
     assert sum(trusted["mallory"].values()) == 0.0
     totals = _totals(course)
     assert totals["mallory"] == 0.0  # no 500 points from a file named like the grader's
-    assert totals["alice"] == MAX_SCORE  # the written answers wait for a person
+    assert totals["alice"] == totals["olga"] == MAX_SCORE  # the written answers wait for a person
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        grade = gradebook.find_grade("answer-ANSWER_1", NOTEBOOK_ID, ASSIGNMENT, "olga")
+        assert grade.max_score == 2.0 and grade.auto_score is None and grade.needs_manual_grade
 
 
 def test_a_fake_pending_notebook_in_the_submission_is_never_adopted(course):
@@ -274,7 +287,7 @@ def test_scores_in_the_notebooks_metadata_do_not_make_the_comparison_agree(cours
     assert "differ from these" in report
     line = next(line for line in report.splitlines() if line.startswith("  mallory:"))
     assert f"in-kernel {MAX_SCORE:g}, trusted 0" in line
-    for student in ("alice", "pat", "wes"):  # honest code: autograde said the same
+    for student in ("alice", "pat", "wes", "olga"):  # honest code: autograde said the same
         assert f"  {student}:" not in report
 
 
@@ -305,7 +318,8 @@ def test_outputs_planted_in_the_heatmap_and_check_cells_are_gone_but_a_real_pict
 
 def test_scripts_in_written_answers_are_inert_in_the_feedback(course):
     page = _page(course, "wes")
-    assert _active(page) == [] and _active(_page(course, "alice")) == []
+    assert _active(page) == [] and _active(_page(course, "alice")) == [] and _active(_page(course, "olga")) == []
+    assert "__pwned" not in _page(course, "olga")
     assert "The weights stay uniform." in page  # the answer is still shown
 
 
