@@ -5,17 +5,18 @@ and under `nbgrader autograde` it echoes the step's score as its value (nbgrader
 Neither is for a reader. `ReaderView` removes both once nbgrader has taken the score, notes the
 in-kernel scores in the notebook's metadata (for a reader only: `qkv-grade --nbgrader` compares
 with the gradebook, never with a notebook) and gives each check cell its step's title.
+`configure` puts it into the course's `nbgrader_config.py`: into autograde right after
+SaveAutoGrades, so formgrader and the feedback both read the clean notebook, and into
+generate_feedback, with the `qkv_feedback` template beside this module (step names in the
+contents, ungraded answers marked as such), and into formgrader's grading view, with the
+`qkv_formgrade` template (nbgrader's `formgrade`; its folder holds only a conf.json). Both
+templates add `WrapLines`, the styles that wrap every line of code and output instead of cutting
+it off.
 
 Everything in a submitted notebook is the student's, and so is every output its kernel made: a
 page shows it as text, a picture that is a checked PNG, or markdown rendered and then cleaned to
 plain formatting (`CleanMarkdown`, which formgrader's exporter and the feedback's both use), so
-no script, event handler, frame or SVG of a student's reaches a grader's or a student's browser. `configure` puts it into the course's
-`nbgrader_config.py`: into autograde right after SaveAutoGrades, so formgrader and the feedback
-both read the clean notebook, and into generate_feedback, with the `qkv_feedback` template beside
-this module (step names in the contents, ungraded answers marked as such), and into formgrader's
-grading view, with the `qkv_formgrade` template (nbgrader's `formgrade`; its folder holds only a
-conf.json). Both templates add `WrapLines`, the styles that wrap every line of code and output
-instead of cutting it off.
+no script, event handler, frame or SVG of a student's reaches a grader's or a student's browser.
 """
 from __future__ import annotations
 

@@ -240,6 +240,36 @@ def _planted_values(course) -> set[str]:
     return {f"{x:.6g}" for x in reference.softmax_rows(hidden).ravel() if len(f"{x:.6g}") > 5}
 
 
+# --- the checks themselves -----------------------------------------------------------------------
+
+def test_a_picture_is_kept_only_as_a_whole_png_of_its_pixels():
+    from autograder.nbgrader_feedback import PNG_SIGNATURE, clean_png
+
+    good = _png(MARK.encode())
+    kept = base64.b64decode(clean_png(base64.b64encode(good).decode()))
+    assert kept.startswith(PNG_SIGNATURE) and MARK.encode() not in kept and b"IDAT" in kept
+    broken_crc = good.replace(b"IDAT", b"IDAu", 1)
+    svg = b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"
+    for bad in (b"<script>alert(1)</script>", good[:-4], good + b"<script>", broken_crc, svg,
+                PNG_SIGNATURE + b"<script>"):
+        assert clean_png(base64.b64encode(bad).decode()) is None, bad[:20]
+    assert clean_png("not base64 <script>") is None and clean_png(None) is None
+
+
+def test_cleaned_markdown_keeps_formatting_and_shows_markup_that_runs_as_text():
+    from autograder.nbgrader_feedback import MARKDOWN_CLEANER
+
+    kept = MARKDOWN_CLEANER.clean('<p><em>a</em> <code>x &lt; y</code> <a href="https://example.org">ok</a></p>'
+                                  '<img src="data:image/png;base64,AAAA" alt="p">')
+    assert kept == ('<p><em>a</em> <code>x &lt; y</code> <a href="https://example.org">ok</a></p>'
+                    '<img src="data:image/png;base64,AAAA" alt="p">')
+    for answer in SCRIPTED_ANSWERS + ['<img src="data:image/svg+xml;base64,AAAA">',
+                                      '<a href="data:text/html,<script>x</script>">l</a>',
+                                      '<a href=" jav&#x09;ascript:alert(1)">l</a>']:
+        assert _active(MARKDOWN_CLEANER.clean(answer)) == [], answer
+        assert "svg+xml" not in MARKDOWN_CLEANER.clean(answer).replace("&lt;", "")
+
+
 # --- the grades ---------------------------------------------------------------------------------
 
 def test_every_student_gets_what_their_code_earns_and_nothing_a_file_claims(course, oracle):
