@@ -2,28 +2,42 @@
 
 A check cell of the course's source notebook carries a hidden line that imports the grading hook,
 and under `nbgrader autograde` it echoes the step's score as its value (nbgrader's partial credit).
-Neither is for a reader. `ReaderView` removes both once nbgrader has taken the score, keeps the
-in-kernel scores in the notebook's metadata (where `qkv-grade --nbgrader` compares them with its
-own) and gives each check cell its step's title. `configure` puts it into the course's
-`nbgrader_config.py`: into autograde right after SaveAutoGrades, so formgrader and the feedback
-both read the clean notebook, and into generate_feedback, with the `qkv_feedback` template beside
-this module (step names in the contents, ungraded answers marked as such), and into formgrader's
-grading view, with the `qkv_formgrade` template (nbgrader's `formgrade`; its folder holds only a
-conf.json). Both templates add `WrapLines`, the styles that wrap every line of code and output
-instead of cutting it off.
+Neither is for a reader. `ReaderView` removes both once nbgrader has taken the score, notes the
+in-kernel scores in the notebook's metadata (for a reader only: `qkv-grade --nbgrader` compares
+with the gradebook, never with a notebook) and gives each check cell its step's title.
+`configure` puts it into the course's `nbgrader_config.py`: into autograde right after
+SaveAutoGrades, so formgrader and the feedback both read the clean notebook, and into
+generate_feedback, with the `qkv_feedback` template beside this module (step names in the
+contents, ungraded answers marked as such), and into formgrader's grading view, with the
+`qkv_formgrade` template (nbgrader's `formgrade`; its folder holds only a conf.json). Both
+templates add `WrapLines`, the styles that wrap every line of code and output instead of cutting
+it off.
+
+Everything in a submitted notebook is the student's, and so is every output its kernel made: a
+page shows it as text, a picture that is a checked PNG, or markdown rendered and then cleaned to
+plain formatting (`CleanMarkdown`, which formgrader's exporter and the feedback's both use), so
+no script, event handler, frame or SVG of a student's reaches a grader's or a student's browser.
 """
 from __future__ import annotations
 
+import base64
+import binascii
+import html
 import re
+import struct
+import zlib
 from pathlib import Path
 
+import bleach
+from jinja2 import pass_context
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors import Preprocessor
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets.config import LoggingConfigurable
 
 from .steps import STEPS
-from .submission import cell_grade_id, qkv_metadata
+from .submission import cell_grade_id
 
 TEMPLATES = Path(__file__).resolve().parent / "nbgrader_templates"
 TEMPLATE = "qkv_feedback"
@@ -34,7 +48,15 @@ CHECK_TITLES = {f"check-{step.id}": f"Step {number}: {step.title} ({step.id})"
                 for number, step in enumerate(STEPS, 1)}
 STEP_OF_CHECK = {f"check-{step.id}": step.id for step in STEPS}
 PLOT_CELL = "plot"  # the heatmap cell's id in the release
-PLOT_KEPT = ("image/png",)  # what of its kernel output survives a trusted rewrite
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_MAX_BYTES = 4 * 1024 * 1024  # a heatmap is some tens of kilobytes
+PNG_KEPT_CHUNKS = {b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS"}  # pixels only: no text chunks
+# What a cleaned answer may hold: the formatting markdown makes, and nothing that runs.
+MARKDOWN_TAGS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "a", "img", "em", "strong", "b", "i", "u",
+                 "s", "del", "code", "pre", "kbd", "blockquote", "ul", "ol", "li", "dl", "dt", "dd",
+                 "hr", "br", "table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "span",
+                 "div", "sup", "sub", "small", "abbr"}
+PICTURE_URL = re.compile(r"^data:image/(png|jpeg|gif);base64,", re.IGNORECASE)
 # A line of code or output wraps instead of running past the page's right edge, where nbgrader's
 # pages (bootstrap's `pre`, classic's scrolling output areas) cut it off.
 WRAP_CSS = """\
@@ -47,22 +69,102 @@ div.output_area img { max-width: 100%; height: auto; }
 """
 
 
+def clean_png(data) -> str | None:
+    """`data` (an output's base64 image/png) as a PNG of its pixels alone, base64 again; None when
+    it is not a whole, well-formed PNG (every chunk's CRC right, IHDR first, IEND last)."""
+    if not isinstance(data, str) or len(data) > PNG_MAX_BYTES * 4 // 3 + 4:
+        return None
+    try:
+        raw = base64.b64decode("".join(data.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not raw.startswith(PNG_SIGNATURE):
+        return None
+    kept, at, kinds = [PNG_SIGNATURE], len(PNG_SIGNATURE), []
+    while at + 12 <= len(raw):
+        length, kind = struct.unpack(">I4s", raw[at:at + 8])
+        end = at + 12 + length
+        if end > len(raw) or not kind.isalpha():
+            return None
+        body = raw[at + 8:end - 4]
+        if struct.unpack(">I", raw[end - 4:end])[0] != zlib.crc32(kind + body):
+            return None
+        kinds.append(kind)
+        if kind in PNG_KEPT_CHUNKS:
+            kept.append(raw[at:end])
+        at = end
+        if kind == b"IEND":
+            break
+    if at != len(raw) or not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or b"IDAT" not in kinds:
+        return None
+    return base64.b64encode(b"".join(kept)).decode("ascii")
+
+
+def pictures(outputs) -> list:
+    """The checked pictures among a cell's outputs, each alone in an output of its own."""
+    from nbformat import from_dict
+
+    kept = []
+    for output in outputs or []:
+        data = output.get("data") if isinstance(output, dict) else None
+        picture = clean_png(data.get("image/png")) if isinstance(data, dict) else None
+        if picture is not None and output.get("output_type") in ("display_data", "execute_result"):
+            kept.append(from_dict({"output_type": "display_data", "metadata": {},
+                                   "data": {"image/png": picture}}))
+    return kept
+
+
+def plain_outputs(outputs) -> list:
+    """A kernel's outputs as a reader may see them: streams and errors (shown as text), checked
+    pictures and plain text; no HTML, SVG, JavaScript or other rich output."""
+    from nbformat import from_dict
+
+    kept = []
+    for output in outputs or []:
+        kind = output.get("output_type")
+        if kind in ("stream", "error"):
+            kept.append(output)
+        elif kind in ("display_data", "execute_result"):
+            data = output.get("data") if isinstance(output.get("data"), dict) else {}
+            shown = {"text/plain": data["text/plain"]} if isinstance(data.get("text/plain"), str) else {}
+            picture = clean_png(data.get("image/png"))
+            if picture is not None:
+                shown["image/png"] = picture
+            if shown:
+                kept.append(from_dict({**output, "metadata": {}, "data": shown}))
+    return kept
+
+
+def forget_reader_marks(notebook) -> None:
+    """Remove the marks this module puts on a notebook, wherever a submission brought its own."""
+    metadata = notebook.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("qkv", None)
+    for cell in notebook.get("cells", []):
+        if isinstance(cell.get("metadata"), dict):
+            for mark in ("qkv_title", "qkv_pending"):
+                cell.metadata.pop(mark, None)
+
+
 def reader_view(notebook) -> dict[str, float]:
     """Make `notebook` what a reader should see, in place; returns the in-kernel step scores it
     found (nbgrader's reading of each check cell) before taking the scores out."""
     scores = {}
+    forget_reader_marks(notebook)
     for cell in notebook.cells:
-        grade_id = cell_grade_id(cell)
-        if cell.cell_type != "code" or grade_id not in STEP_OF_CHECK:
+        if cell.cell_type != "code":
             continue
-        cell.source = HIDDEN.sub("", cell.source)
-        if any(output.output_type == "execute_result" for output in cell.get("outputs", [])):
-            score, _ = utils.determine_grade(cell)
-            scores[STEP_OF_CHECK[grade_id]] = float(score) if score is not None else 0.0
-        cell.outputs = [output for output in cell.get("outputs", [])
-                        if output.output_type != "execute_result"]
-        cell.execution_count = None
-        cell.metadata["qkv_title"] = CHECK_TITLES[grade_id]
+        grade_id = cell_grade_id(cell)
+        outputs = cell.get("outputs", [])
+        if grade_id in STEP_OF_CHECK:
+            cell.source = HIDDEN.sub("", cell.source)
+            if any(output.get("output_type") == "execute_result" for output in outputs):
+                score, _ = utils.determine_grade(cell)
+                scores[STEP_OF_CHECK[grade_id]] = float(score) if score is not None else 0.0
+            outputs = [output for output in outputs if output.get("output_type") != "execute_result"]
+            cell.execution_count = None
+            cell.metadata["qkv_title"] = CHECK_TITLES[grade_id]
+        cell.outputs = plain_outputs(outputs)
     return scores
 
 
@@ -71,8 +173,8 @@ class ReaderView(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         scores = reader_view(nb)
-        if scores and "in_kernel" not in qkv_metadata(nb):
-            nb.metadata["qkv"] = {**qkv_metadata(nb), "in_kernel": scores}
+        if scores:  # shown to a reader only; nothing reads it back as a score
+            nb.metadata["qkv"] = {"in_kernel": scores}
         pending = _ungraded(resources.get("nbgrader", {}))
         for cell in nb.cells:
             if cell_grade_id(cell) in pending:
@@ -105,6 +207,36 @@ class WrapLines(Preprocessor):
         return nb, resources
 
 
+def _link_allowed(tag: str, name: str, value: str) -> bool:
+    """bleach's attribute test: plain attributes, and links and pictures that load no script
+    (bleach itself then checks each URL's protocol)."""
+    if name in ("class", "id", "title"):
+        return True
+    url = re.sub(r"[\s\x00-\x20]", "", html.unescape(value)).lower()
+    if tag == "a" and name == "href":
+        return not url.startswith("data:")
+    if tag == "img" and name == "src":
+        return not url.startswith("data:") or bool(PICTURE_URL.match(url))
+    return tag == "img" and name in ("alt", "width", "height") or tag in ("td", "th") and name == "align"
+
+
+MARKDOWN_CLEANER = bleach.Cleaner(tags=MARKDOWN_TAGS, attributes=_link_allowed,
+                                  protocols=["http", "https", "mailto", "data"], strip_comments=True)
+
+
+@pass_context  # jinja hands each call its context, as it does nbconvert's own markdown2html
+class CleanMarkdown(LoggingConfigurable):
+    """The `markdown2html` filter of formgrader's and the feedback's pages: the exporter's own
+    rendering, then cleaned to MARKDOWN_TAGS (any other tag is shown as text, escaped).
+
+    nbgrader's templates render markdown cells, the written answers included, without nbconvert's
+    `sanitize_html` cleaning; a filter of the same name reaches every place they render markdown.
+    """
+
+    def __call__(self, context, source):
+        return MARKDOWN_CLEANER.clean(self.parent.markdown2html(context, source))
+
+
 class FeedbackExporter(HTMLExporter):
     """generate_feedback's exporter, so that the feedback template is its alone: formgrader
     renders with HTMLExporter's settings, whose template is `qkv_formgrade`."""
@@ -130,3 +262,7 @@ def configure(c) -> None:
     # Formgrader renders a submission with a plain HTMLExporter made from this configuration.
     c.HTMLExporter.template_name = FORMGRADE_TEMPLATE
     c.HTMLExporter.extra_template_basedirs = basedirs
+    # A student's markdown and outputs are shown cleaned, on both pages (FeedbackExporter is an
+    # HTMLExporter): nbconvert's sanitize_html for outputs, CleanMarkdown for markdown cells.
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.filters = {"markdown2html": f"{__name__}.CleanMarkdown"}

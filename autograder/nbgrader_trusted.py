@@ -19,6 +19,17 @@ course's seed, and then, through nbgrader's own API:
 - reports every notebook whose in-kernel result differs from the trusted one, and every notebook
   with no in-kernel result.
 
+What a student hands in is read as their work and nothing else. nbgrader's copy steps put every
+file of `submitted/<student>/<assignment>/` into `autograded/`, and a notebook's metadata and
+outputs are the student's too, so none of them is ever taken as a result: the grader keeps its own
+state (pending notebooks, and what it recorded for each student) in STATE_FOLDER of the course,
+which no nbgrader step copies into or out of; the in-kernel scores compared are the ones
+`nbgrader autograde` wrote into the gradebook; each autograded notebook is rebuilt from the
+submission by nbgrader's own sanitizing steps, with only this grader's feedback and the heatmap's
+checked picture as outputs; and the written answers' records follow the gradebook's cells. A
+student file that cannot be read (a notebook that is not JSON, a timestamp.txt no date fits) costs
+that student alone, with one line saying why.
+
 A notebook cell that exits ends only itself (the runner runs notebooks cell by cell), so a notebook that
 killed its kernel is graded on every step its code reaches.
 """
@@ -26,8 +37,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
+import json
 import logging
-import math
 import os
 import sys
 import time
@@ -42,13 +54,18 @@ if TYPE_CHECKING:
 
 from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_key, course_seed
 from .store import write_atomically
-from .submission import cell_grade_id, qkv_metadata
+from .submission import cell_grade_id
 
 NOTEBOOK_ID = Path(NOTEBOOK).stem
 TOLERANCE = 0.005  # scores are kept to two decimals
 READ_ONLY = 0o444  # what nbgrader autograde leaves on an autograded notebook
-PENDING = ".qkv-pending"
 LOCK_FILE = ".qkv-grade.lock"
+# The grader's own state, in the course folder: nbgrader copies source/ to release/, exchange to
+# submitted/ and submitted/ to autograded/, never this folder, so nothing a student hands in
+# lands here. Per assignment: pending/<key>.ipynb and pending/<key>.json (a run's notebook and
+# record, until its gradebook commit), and <key>.json (each student's last recorded run), where
+# <key> is a digest of the student id (any id makes a file name of the same length).
+STATE_FOLDER = ".qkv-grade"
 
 
 @dataclass
@@ -60,9 +77,12 @@ class Graded:
     result: "SubmissionResult"
     """What the isolated grading found."""
     in_kernel: dict[str, float] | None
-    """Step id -> the in-kernel score, or None when there is no in-kernel result."""
+    """Step id -> the in-kernel score, from the gradebook autograde wrote, or None when there is
+    no in-kernel result."""
     feedback_notebook: str
     """What happened to the autograded notebook: "updated", "written" or why not."""
+    notes: list[str] | None = None
+    """One line each on the student's files that could not be read (graded all the same)."""
 
     @property
     def differences(self) -> list[str]:
@@ -148,33 +168,78 @@ def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], lis
 
 # --- grading ------------------------------------------------------------------------------------
 
-def in_kernel_scores(notebook, step_ids: dict[str, str]) -> dict[str, float] | None:
-    """What `nbgrader autograde` gave each step, read from its check cells' outputs.
+def _key(student: str) -> str:
+    return hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
-    A notebook this command has already updated carries the in-kernel scores it found then.
-    """
-    from nbgrader import utils
 
-    recorded = qkv_metadata(notebook)
-    if "in_kernel" in recorded:
-        # nbgrader carries a submitted notebook's metadata over: only scores of the shape written
-        # here are read (they are shown beside the trusted ones, never graded); any other is none
-        kept = recorded["in_kernel"]
-        if isinstance(kept, dict) and all(isinstance(score, (int, float)) and not isinstance(score, bool)
-                                          and math.isfinite(score) for score in kept.values()):
-            return {step: float(score) for step, score in kept.items() if step in step_ids}
+def state_folder(coursedir, assignment: str) -> Path:
+    return Path(coursedir.root) / STATE_FOLDER / assignment
+
+
+def _read_record(path: Path) -> dict | None:
+    """A record this grader wrote (see STATE_FOLDER), or None where there is none of that shape."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
-    steps_of = {grade_id: step for step, grade_id in step_ids.items()}
-    scores = {}
-    for cell in notebook.cells:
-        grade_id = cell_grade_id(cell)
-        if grade_id in steps_of and utils.is_grade(cell) and cell.cell_type == "code":
-            try:
-                score, _ = utils.determine_grade(cell)
-            except (ValueError, KeyError):  # nbgrader itself fails on such a cell
-                score = None
-            scores[steps_of[grade_id]] = float(score) if score is not None else 0.0
-    return scores
+    if not (isinstance(record, dict) and isinstance(record.get("student"), str)
+            and isinstance(record.get("sha256"), str) and isinstance(record.get("trusted_scores"), dict)):
+        return None
+    return record
+
+
+def _digest(path: Path) -> str | None:
+    """The SHA-256 of the regular file at `path` (never through a link), None without one."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := os.read(descriptor, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(descriptor)
+
+
+def in_kernel_results(coursedir, assignment: str, step_ids: dict[str, str],
+                      students: list[str]) -> dict[str, dict[str, float] | None]:
+    """Student -> what `nbgrader autograde` gave each step, or None when it has no result.
+
+    Read from the gradebook, where autograde saved it, never from a notebook (whose metadata and
+    outputs are the student's). Once this grader has recorded a student, the gradebook holds the
+    trusted scores: while the autograded notebook is still the one it wrote (same digest), the
+    in-kernel scores are those it kept then; a notebook it did not write is autograde's since,
+    whose scores the gradebook holds now. No autograded notebook: no in-kernel result.
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+
+    found: dict[str, dict[str, float] | None] = {}
+    state = state_folder(coursedir, assignment)
+    with Gradebook(coursedir.db_url) as gradebook:
+        for student in students:
+            digest = _digest(_autograded_path(coursedir, assignment, student))
+            record = _read_record(state / f"{_key(student)}.json")
+            if digest is None:
+                found[student] = None
+            elif record is not None and record["student"] == student and record["sha256"] == digest:
+                kept = record.get("in_kernel")
+                found[student] = ({step: float(kept[step]) for step in step_ids if step in kept}
+                                  if isinstance(kept, dict) else None)
+            else:
+                try:
+                    scores = {step: gradebook.find_grade(grade_id, NOTEBOOK_ID, assignment, student).auto_score
+                              for step, grade_id in step_ids.items()}
+                except MissingEntry:
+                    scores = {}
+                found[student] = ({step: float(score or 0.0) for step, score in scores.items()}
+                                  if any(score is not None for score in scores.values()) else None)
+    return found
 
 
 def _quiet_log() -> logging.Logger:
@@ -200,6 +265,15 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     # The bytes graded, read as grading read them: never through a link.
     notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
                               as_version=nbformat.NO_CONVERT)
+    # Metadata of an unexpected shape counts as absent, as everywhere in grading (nbgrader's own
+    # steps would stop at it); nbgrader then checks what remains against the gradebook.
+    if not isinstance(notebook.get("metadata"), dict):
+        notebook["metadata"] = nbformat.from_dict({})
+    for cell in notebook.get("cells", []):
+        if not isinstance(cell.get("metadata"), dict):
+            cell["metadata"] = nbformat.from_dict({})
+        elif "nbgrader" in cell.metadata and not isinstance(cell.metadata["nbgrader"], dict):
+            del cell.metadata["nbgrader"]
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
@@ -219,14 +293,22 @@ def _check_outputs(step) -> list:
     return [from_dict({"output_type": "stream", "name": "stdout", "text": text})]
 
 
-def _pictures(cell) -> list:
-    """The heatmap cell's rendered pictures, and nothing else its kernel printed."""
-    from .nbgrader_feedback import PLOT_CELL, PLOT_KEPT
+def _pictures(coursedir, assignment: str, student: str) -> list:
+    """The heatmap's pictures as autograde's kernel drew them, each checked to be a PNG and kept
+    alone (no text, HTML or script beside it); none without an autograded notebook."""
+    import nbformat
 
-    if cell.get("id") != PLOT_CELL:
+    from .nbgrader_feedback import PLOT_CELL, pictures
+    from .submission import SubmissionError, read_bytes
+
+    path = _autograded_path(coursedir, assignment, student)
+    try:
+        notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
+                                  as_version=nbformat.NO_CONVERT)
+        cell = next((cell for cell in notebook.cells if cell.get("id") == PLOT_CELL), None)
+        return pictures(cell.get("outputs")) if cell is not None and cell.get("cell_type") == "code" else []
+    except (SubmissionError, ValueError, AttributeError, TypeError):
         return []
-    return [output for output in cell.get("outputs", []) if output.output_type == "display_data"
-            and set(output.get("data", {})) & set(PLOT_KEPT)]
 
 
 def _copy_files(folders: list[Path], target: Path) -> None:
@@ -259,97 +341,128 @@ def _copy_files(folders: list[Path], target: Path) -> None:
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
                       seed: int):
-    """Put the trusted feedback into the autograded notebook, writing one when there is none;
-    returns the notebook as written (None when none was)."""
+    """Build the student's autograded notebook from their submission, with the trusted feedback,
+    and leave it, with its record, pending in the grader's state folder; returns the notebook
+    (None when none was built, the reason in `graded.feedback_notebook`).
+
+    The notebook is the submission as nbgrader's sanitizing steps make it, whether or not autograde
+    ran: nothing of the student's notebook or of autograde's copy of it is kept but the source of
+    its cells and, from autograde's run, the heatmap's checked pictures.
+    """
     import nbformat
 
-    from .nbgrader_feedback import reader_view
+    from .nbgrader_feedback import PLOT_CELL, forget_reader_marks, reader_view
 
     folder = Path(coursedir.format_path(coursedir.autograded_directory, graded.student, assignment))
     target = folder / NOTEBOOK
-    if target.is_file():
-        notebook = nbformat.read(str(target), as_version=nbformat.NO_CONVERT)
-        graded.in_kernel = in_kernel_scores(notebook, step_ids)
+    if graded.result.error:
+        graded.feedback_notebook = f"not written: {graded.result.error}"
+        return None
+    notebook = _sanitized(graded.path, coursedir, config, assignment, graded.student)
+    forget_reader_marks(notebook)
+    if os.path.lexists(target):
         graded.feedback_notebook = "updated"
     else:
-        if graded.result.error:
-            graded.feedback_notebook = f"not written: {graded.result.error}"
-            return None
-        notebook = _sanitized(graded.path, coursedir, config, assignment, graded.student)
-        graded.in_kernel = None
         graded.feedback_notebook = "written"
         folder.mkdir(parents=True, exist_ok=True)
         source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
         _copy_files([graded.path.parent, source], folder)
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
+    pictures = _pictures(coursedir, assignment, graded.student)
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
-        # Whatever the kernel printed goes, but the heatmap's picture: code that ran there could
-        # print what no student may see.
         grade_id = cell_grade_id(cell)
         cell.outputs = (_check_outputs(results[steps_of[grade_id]]) if grade_id in steps_of
-                        else _pictures(cell))
+                        else pictures if cell.get("id") == PLOT_CELL else [])
         cell.execution_count = None
     reader_view(notebook)
+    trusted_scores = {step.id: step.score for step in graded.result.steps}
     notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed,
-                                "trusted_scores": {step.id: step.score for step in graded.result.steps}}
-    pending = _pending(target)
-    write_atomically(pending, nbformat.writes(notebook))
+                                "trusted_scores": trusted_scores}
+    text = nbformat.writes(notebook).encode("utf-8")
+    pending = _pending(coursedir, assignment, graded.student)
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(pending, text)
     os.chmod(pending, READ_ONLY)
+    write_atomically(pending.with_suffix(".json"), json.dumps(
+        {"student": graded.student, "sha256": hashlib.sha256(text).hexdigest(),
+         "trusted_scores": trusted_scores, "in_kernel": graded.in_kernel}, indent=1))
     return notebook
+
+
+MAX_TIMESTAMP_BYTES = 200  # `nbgrader collect` writes some thirty
 
 
 def _timestamp(graded: Graded):
     """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
-    notebook (None without one); read as submissions are, never through a link."""
+    notebook (None without one, or with one no date fits, which adds a note for that student);
+    read as submissions are, never through a link."""
     from nbgrader import utils
 
     from .submission import SubmissionError, read_bytes
 
     path = graded.path.parent / "timestamp.txt"
+    if not os.path.lexists(path):
+        return None
     try:
-        return utils.parse_utc(read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
-                               .decode("utf-8").strip())
-    except (SubmissionError, UnicodeDecodeError, ValueError, TypeError):
+        data = read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
+        if len(data) > MAX_TIMESTAMP_BYTES:
+            raise ValueError(f"{len(data)} bytes")
+        when = utils.parse_utc(data.decode("utf-8").strip())
+        if when is None:
+            raise ValueError("empty")
+        return when
+    except (SubmissionError, UnicodeDecodeError, ValueError, TypeError, OverflowError, AttributeError) as error:
+        from .results import printable
+
+        reason = printable(str(error), one_line=True)[:80]
+        graded.notes = [*(graded.notes or []), f"timestamp.txt holds no date that can be read ({reason}); "
+                        f"the submission time in the gradebook is left as it was"]
         return None
 
 
-def _pending(target: Path) -> Path:
-    """Where a run leaves an autograded notebook until the gradebook holds its scores."""
-    return target.with_name(f".{target.name}{PENDING}")
+def _pending(coursedir, assignment: str, student: str) -> Path:
+    """Where a run leaves a student's autograded notebook until the gradebook holds its scores
+    (its record beside it, `.json` for `.ipynb`)."""
+    return state_folder(coursedir, assignment) / "pending" / f"{_key(student)}.ipynb"
 
 
 def settle_pending(coursedir, assignment: str, step_ids: dict[str, str]) -> list[str]:
-    """Finish what a killed run left: each pending autograded notebook replaces the old one if the
-    gradebook holds its scores (the run committed), and is removed if not. Returns the students
-    whose notebook was put in place."""
-    import nbformat
+    """Finish what a killed run left in the state folder: each pending autograded notebook
+    replaces the student's if the gradebook holds its record's scores (the run committed), and is
+    removed if not. Returns the students whose notebook was put in place. Nothing outside the
+    state folder is looked at: a file in autograded/ named like anything here is the student's."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    autograded = Path(coursedir.format_path(coursedir.autograded_directory, "*", assignment))
-    found = sorted(autograded.parent.parent.glob(f"*/{autograded.name}/.{NOTEBOOK}{PENDING}"))
-    if not found:
-        return []
+    folder = state_folder(coursedir, assignment) / "pending"
+    found = sorted(folder.glob("*.json")) if folder.is_dir() else []
     settled = []
     with Gradebook(coursedir.db_url) as gradebook:
-        for pending in found:
-            student = pending.parent.parent.name
+        for path in found:
+            record, notebook = _read_record(path), path.with_suffix(".ipynb")
+            student = record["student"] if record is not None else None
             try:
-                wanted = nbformat.reads(pending.read_text(encoding="utf-8"), as_version=nbformat.NO_CONVERT) \
-                    .metadata["qkv"]["trusted_scores"]
                 recorded = {step: gradebook.find_grade(grade_id, NOTEBOOK_ID, assignment, student).auto_score
-                            for step, grade_id in step_ids.items()}
-            except (OSError, ValueError, KeyError, MissingEntry):
-                recorded, wanted = None, {}
-            if recorded is not None and all(recorded[step] is not None
-                                            and abs(recorded[step] - wanted.get(step, -1)) <= TOLERANCE
-                                            for step in step_ids):
-                os.replace(pending, pending.with_name(NOTEBOOK))
+                            for step, grade_id in step_ids.items()} if student is not None else None
+            except MissingEntry:
+                recorded = None
+            wanted = record["trusted_scores"] if record is not None else {}
+            if (recorded is not None and path.stem == _key(student) and _digest(notebook) == record["sha256"]
+                    and all(recorded[step] is not None and isinstance(wanted.get(step), (int, float))
+                            and abs(recorded[step] - wanted[step]) <= TOLERANCE for step in step_ids)):
+                target = _autograded_path(coursedir, assignment, student)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(notebook, target)
+                os.replace(path, path.parent.parent / path.name)
                 settled.append(student)
             else:
-                pending.unlink()
+                for leftover in (notebook, path):
+                    try:
+                        os.unlink(leftover)
+                    except FileNotFoundError:
+                        pass
     return settled
 
 
@@ -385,7 +498,6 @@ class GradebookWriter:
     def prepare(self, graded: list[Graded]) -> None:
         """Do what `update_or_create_student` and `update_or_create_submission` do for each
         student, then load every submitted notebook of the run with its grades and comments."""
-        from nbgrader import utils
         from nbgrader.api import Student, SubmittedNotebook
         from sqlalchemy.exc import SAWarning
         from sqlalchemy.orm import selectinload
@@ -405,10 +517,14 @@ class GradebookWriter:
                 if one.student not in submissions:
                     submissions[one.student] = self._new_submission(one.student, timestamp)
                 elif timestamp:
-                    submissions[one.student].timestamp = utils.parse_utc(timestamp)
+                    submissions[one.student].timestamp = timestamp
         self.submissions = submissions
         notebook = gradebook.find_notebook(NOTEBOOK_ID, self.assignment)
         task_cells = {cell.name: cell.id for cell in notebook.task_cells}
+        self.checksums = {cell.name: cell.checksum for cell in notebook.source_cells}
+        self.graded = {cell.name for cell in notebook.grade_cells} | set(task_cells)
+        self.solutions = {cell.name for cell in notebook.solution_cells}
+        self.tasks = set(task_cells)
         self.cell_ids = {"grades": [{cell.name: cell.id for cell in notebook.grade_cells}, task_cells],
                          "comments": [{cell.name: cell.id for cell in notebook.solution_cells}, task_cells]}
         student_of = {submission.id: student for student, submission in submissions.items()}
@@ -418,13 +534,12 @@ class GradebookWriter:
         self.notebooks = {student_of[row.assignment_id]: row for row in rows
                           if row.assignment_id in student_of}
 
-    def _new_submission(self, student: str, timestamp: str | None):
+    def _new_submission(self, student: str, timestamp):
         """What nbgrader's `add_submission` builds (the submission, its notebooks, an empty grade
         and comment per cell), without its commit: nothing reaches the gradebook until `commit`."""
-        from nbgrader import utils
         from nbgrader.api import Comment, Grade, Student, SubmittedAssignment, SubmittedNotebook
 
-        extra = {"timestamp": utils.parse_utc(timestamp)} if timestamp else {}
+        extra = {"timestamp": timestamp} if timestamp else {}
         gradebook = self.gradebook
         assignment = gradebook.find_assignment(self.assignment)
         row = gradebook.db.query(Student).filter(Student.id == student).one()
@@ -443,7 +558,6 @@ class GradebookWriter:
 
     def record(self, graded: Graded, notebook) -> None:
         """One student's scores; `notebook` is their autograded notebook (None when there is none)."""
-        from nbgrader import utils
 
         student = graded.student
         row = self.notebooks.get(student)
@@ -459,19 +573,25 @@ class GradebookWriter:
             return look_up(name, NOTEBOOK_ID, self.assignment, student)
 
         if notebook is not None:
-            # The answer cells' "No response." and needs-manual-grade flags, as nbgrader's
-            # SaveAutoGrades sets them, cell by cell.
-            log = _quiet_log()
+            # The written answers' records, as nbgrader's SaveAutoGrades sets them, but from the
+            # gradebook's cells (which are graded, which are answers, each one's checksum as
+            # released): of the notebook only the content of the first cell with each grade id
+            # counts, never its metadata's points or flags.
+            cells: dict = {}
             for cell in notebook.cells:
-                if utils.is_grade(cell):
-                    grade = find("grades", cell.metadata["nbgrader"]["grade_id"])
-                    auto_score, _ = utils.determine_grade(cell, log)
-                    grade.auto_score = auto_score
+                cells.setdefault(cell_grade_id(cell), cell)
+            steps = set(self.step_ids.values())
+            for name in sorted((self.graded | self.solutions) - steps):
+                if name not in cells:
+                    continue  # no such cell handed in: left as nbgrader left it
+                unchanged = _unchanged(cells[name], self.checksums.get(name))
+                if name in self.graded:
+                    grade = find("grades", name)
+                    grade.auto_score = 0.0 if unchanged and name in self.solutions else None
                     grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
-                if utils.is_solution(cell) or utils.is_task(cell):
-                    comment = find("comments", cell.metadata["nbgrader"]["grade_id"])
-                    unchanged = cell.metadata.nbgrader.get("checksum", None) == utils.compute_checksum(cell)
-                    comment.auto_comment = "No response." if unchanged and not utils.is_task(cell) else None
+                if name in self.solutions or name in self.tasks:
+                    comment = find("comments", name)
+                    comment.auto_comment = "No response." if unchanged and name not in self.tasks else None
         results = {step.id: step for step in graded.result.steps}
         for step_id, grade_id in self.step_ids.items():
             grade = find("grades", grade_id)
@@ -504,6 +624,17 @@ class GradebookWriter:
         self.gradebook.db.commit()
 
 
+def _unchanged(cell, checksum: str | None) -> bool:
+    """Whether an answer cell is as released: its checksum, computed as nbgrader does, is the one
+    the gradebook holds. A cell nbgrader cannot checksum is taken as changed (a person looks)."""
+    from nbgrader import utils
+
+    try:
+        return checksum is not None and utils.compute_checksum(cell) == checksum
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+
+
 def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: int | None = None,
                  limits=None, progress=None, waiting=None, carry_forward: bool = True) -> tuple[list[Graded], int]:
     """Grade every submitted notebook of `assignment` and record the results; returns them and
@@ -533,7 +664,8 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     grader = Grader(seed, limits, course_key(course if (course / COURSE_FILE).is_file() else None), carry_forward)
     results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}")
                                  for path, student in items], jobs=jobs, progress=progress)
-    graded = [Graded(student, path, result, None, "")
+    in_kernel = in_kernel_results(coursedir, assignment, step_ids, [student for _, student in items])
+    graded = [Graded(student, path, result, in_kernel[student], "")
               for (path, student), result in zip(items, results)]
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -615,36 +747,31 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
                 except Exception as error:  # nbgrader refuses the notebook: the scores still count
                     one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
                     notebook = None
-                if notebook is None:
-                    notebook = _autograded(coursedir, assignment, one.student)
-                else:
-                    written.append(_autograded_path(coursedir, assignment, one.student))
+                if notebook is not None:
+                    written.append(one.student)
                 writer.record(one, notebook)
             with interrupts_deferred():  # Ctrl-C lands once the run is whole
                 writer.commit()
                 committed = True
-                for target in written:
-                    os.replace(_pending(target), target)
+                state = state_folder(coursedir, assignment)
+                for student in written:
+                    pending = _pending(coursedir, assignment, student)
+                    os.replace(pending, _autograded_path(coursedir, assignment, student))
+                    os.replace(pending.with_suffix(".json"), state / f"{_key(student)}.json")
     except BaseException:
         if not committed:  # the old grades stand: so do the old notebooks
-            for target in written:
-                try:
-                    os.unlink(_pending(target))
-                except OSError:
-                    pass
+            for student in written:
+                pending = _pending(coursedir, assignment, student)
+                for leftover in (pending, pending.with_suffix(".json")):
+                    try:
+                        os.unlink(leftover)
+                    except OSError:
+                        pass
         raise  # committed, with renames left undone: the next run's settle_pending does them
 
 
 def _autograded_path(coursedir, assignment: str, student: str) -> Path:
     return Path(coursedir.format_path(coursedir.autograded_directory, student, assignment)) / NOTEBOOK
-
-
-def _autograded(coursedir, assignment: str, student: str):
-    """The autograded notebook as it is on disk, or None when there is none."""
-    import nbformat
-
-    path = _autograded_path(coursedir, assignment, student)
-    return nbformat.read(str(path), as_version=nbformat.NO_CONVERT) if path.is_file() else None
 
 
 # --- the command --------------------------------------------------------------------------------
@@ -692,6 +819,9 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
         lines.append("")
         lines.append(f"No in-kernel result (autograde not run, or its kernel died): "
                      f"{', '.join(no_kernel)}")
+    for one in graded:
+        for note in one.notes or []:
+            lines.append(f"{names[one.student]}: {printable(note, one_line=True)}")
     unwritten = [one for one in graded if one.feedback_notebook.startswith("not written")]
     for one in unwritten:
         lines.append(f"{names[one.student]}: no autograded notebook, so no feedback file "

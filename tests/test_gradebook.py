@@ -52,7 +52,7 @@ def agree(course: Path) -> dict[str, dict[str, float]]:
     for student, steps in scores.items():
         assert None not in steps.values(), student
         assert notebook_scores(course / "autograded" / student / ASSIGNMENT / NOTEBOOK) == steps, student
-    assert not list(course.glob(f"autograded/*/{ASSIGNMENT}/.*.qkv-pending"))
+    assert not list(course.glob(f".qkv-grade/{ASSIGNMENT}/pending/*"))
     return scores
 
 
@@ -69,6 +69,9 @@ def test_two_runs_at_once_on_a_fresh_gradebook_take_turns(course):
 
 
 def test_a_pending_notebook_replaces_the_old_one_only_if_the_gradebook_holds_its_scores(course):
+    import hashlib
+    import json
+
     import nbformat
 
     from autograder import nbgrader_trusted as trusted
@@ -77,18 +80,23 @@ def test_a_pending_notebook_replaces_the_old_one_only_if_the_gradebook_holds_its
     done = trusted_run(path, env)
     assert done.wait(timeout=300) == 0, done.communicate()
     before = agree(path)
+    coursedir, _ = trusted.course_directory(path)
     pending = {}
     for student, shift in (("ann", 0.0), ("bo", 1.0)):  # ann's matches the gradebook, bo's does not
         target = path / "autograded" / student / ASSIGNMENT / NOTEBOOK
         notebook = nbformat.read(target, as_version=nbformat.NO_CONVERT)
         notebook.metadata["qkv"]["trusted_scores"]["scale"] += shift
         notebook.metadata["qkv"]["marker"] = student
-        pending[student] = target.with_name(f".{NOTEBOOK}{trusted.PENDING}")
-        pending[student].write_text(nbformat.writes(notebook), encoding="utf-8")
-    coursedir, _ = trusted.course_directory(path)
+        text = nbformat.writes(notebook)
+        pending[student] = trusted._pending(coursedir, ASSIGNMENT, student)
+        pending[student].parent.mkdir(parents=True, exist_ok=True)
+        pending[student].write_text(text, encoding="utf-8")
+        pending[student].with_suffix(".json").write_text(json.dumps(
+            {"student": student, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+             "trusted_scores": notebook.metadata["qkv"]["trusted_scores"], "in_kernel": None}))
     settled = trusted.settle_pending(coursedir, ASSIGNMENT, trusted.step_cells(coursedir, ASSIGNMENT))
     assert settled == ["ann"]
-    assert not pending["ann"].exists() and not pending["bo"].exists()
+    assert not [file for name in pending.values() for file in (name, name.with_suffix(".json")) if file.exists()]
     shown = {student: nbformat.read(path / "autograded" / student / ASSIGNMENT / NOTEBOOK, as_version=4)
              for student in ("ann", "bo")}
     assert shown["ann"].metadata["qkv"]["marker"] == "ann" and "marker" not in shown["bo"].metadata["qkv"]

@@ -1,0 +1,436 @@
+"""What a student hands in is data, never a grade: attacks on `qkv-grade --nbgrader` through the
+files nbgrader copies from submitted/ into autograded/, the notebook's metadata and outputs, and
+the written answers, each in a real course (real `nbgrader autograde`, gradebook,
+`qkv-grade --nbgrader` and `nbgrader generate_feedback`).
+
+The class: alice (the reference, honest); mallory (the stub, a cell that fools autograde into full
+marks, in-kernel scores written into her notebook's metadata, and a file named like the grader's
+pending notebook that claims 500 points); pat (the reference, with code that puts a picture with
+a script, SVG, HTML and hidden values beside it into every later cell's output, the heatmap's and
+the checks' included, and outputs saved in the notebook itself); wes (the reference, with scripts
+in every written answer); tim (the reference, with a timestamp.txt no date fits); nora (a notebook
+that is not JSON); olga (the reference, with metadata of odd shapes and an answer claiming 500
+points).
+"""
+from __future__ import annotations
+
+import base64
+import html.parser
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from support import (ASSIGNMENT, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores, jupyter_env,
+                     reference_source, submit_notebook)
+
+from autograder import release
+from autograder.steps import ANSWERS, MAX_SCORE, STEPS
+
+try:
+    import nbgrader  # noqa: F401
+except ImportError:
+    if IN_CI:
+        raise
+    pytest.skip("nbgrader is not installed (pip install -e '.[nbgrader]')", allow_module_level=True)
+
+from nbgrader.api import Gradebook  # noqa: E402
+
+SEED = 13
+NOTEBOOK_ID = Path(NOTEBOOK).stem
+POINTS = {step.id: step.points for step in STEPS}
+# Patches nothing of the grader's: plants a grading module in the kernel that hands out every point.
+FAKE_HOOK = """\
+import json, sys, types
+points = {step["id"]: step["points"] for step in json.load(open("steps.json"))["steps"]}
+fake = types.ModuleType("autograder.nbgrader_hook")
+fake.check = lambda step_id, *functions: points[step_id]
+sys.modules["autograder.nbgrader_hook"] = fake"""
+MARK = "PLANTED"
+
+
+def _png(comment: bytes) -> bytes:
+    """A real 2 x 2 PNG that carries `comment` in a text chunk."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"tEXt", b"Comment\x00" + comment) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
+
+
+# After every later cell, the heatmap's and the checks' included, the kernel shows a bundle with a
+# picture, a script, an SVG with a script and a hidden case's expected values; and a "picture" that
+# is a script.
+PLANT = f"""\
+from pathlib import Path
+from IPython.display import display
+from autograder import cases, nbgrader_course
+from solutions import attention_head as reference
+_seed = nbgrader_course.course_seed(nbgrader_course.find_course(Path.cwd()))
+_hidden = cases.build(_seed)["softmax"][2].calls[0].args[0]
+_leak = "{MARK} " + " ".join(f"{{x:.6g}}" for x in reference.softmax_rows(_hidden).ravel())
+_png = {base64.b64encode(_png(b"{MARK} in the picture")).decode()!r}
+def _plant(*_):
+    display({{"image/png": _png, "text/plain": _leak,
+              "text/html": "<script>window.__pwned = 'html'</script>" + _leak,
+              "image/svg+xml": "<svg xmlns='http://www.w3.org/2000/svg' onload=\\"window.__pwned = 'svg'\\">"
+                               "<script>window.__pwned = 'svg script'</script></svg>",
+              "application/javascript": "window.__pwned = 'js'"}}, raw=True)
+    display({{"image/png": {base64.b64encode(b"<script>window.__pwned = 'png'</script>").decode()!r}}}, raw=True)
+get_ipython().events.register("post_run_cell", _plant)"""
+SAVED_OUTPUT = {"output_type": "display_data", "metadata": {},
+                "data": {"text/html": f"<script>window.__pwned = 'saved'</script>{MARK}",
+                         "text/plain": MARK}}
+SCRIPTED_ANSWERS = [
+    "<img src=x onerror=\"window.__pwned = 'img'\"> The weights stay uniform.",
+    "<script>window.__pwned = 'script'</script> Columns are not rows.",
+    "<svg><script>window.__pwned = 'svg'</script></svg><svg onload=\"window.__pwned = 'svgload'\"></svg>",
+    "[a link](javascript:window.__pwned='link') <a href=\"javascript:window.__pwned='a'\">another</a>",
+    "<iframe srcdoc=\"<script>parent.__pwned='iframe'</script>\"></iframe>"
+    "<details open ontoggle=\"window.__pwned='toggle'\">x</details>",
+]
+BAD_TIMESTAMP = "0001-01-01 00:00:00 +0100"  # before the first representable UTC instant
+
+
+def _run(argv: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _nbgrader(command: str, course: Path, env: dict, *more: str) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "nbgrader", command, ASSIGNMENT, *more], course, env)
+
+
+def _trusted(course: Path, root: Path, env: dict) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT], root, env)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nbtrust")
+    env = jupyter_env(root)
+    done = _run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], root, env)
+    assert done.returncode == 0, done.stderr
+    path = root / "course"
+    done = _run([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", str(SEED)], root, env)
+    assert done.returncode == 0, done.stderr
+    done = _nbgrader("generate_assignment", path, env)
+    assert done.returncode == 0, done.stderr
+    released = path / "release" / ASSIGNMENT / NOTEBOOK
+
+    mallory = nbformat.read(released, as_version=4)
+    mallory.cells[3:3] = [nbformat.v4.new_code_cell(FAKE_HOOK)]
+    mallory.metadata["qkv"] = {"in_kernel": {step: 0.0 for step in POINTS},
+                               "trusted_scores": dict(POINTS), "trusted_seed": SEED}
+    pat = filled_notebook(released, reference_source())
+    pat.cells[3:3] = [nbformat.v4.new_code_cell(PLANT)]
+    for cell in pat.cells:
+        if cell.cell_type == "code" and (cell.get("id") == "plot" or "check(" in cell.source):
+            cell.outputs = [nbformat.from_dict(SAVED_OUTPUT)]
+    wes = filled_notebook(released, reference_source())
+    answers = iter(SCRIPTED_ANSWERS)
+    for cell in wes.cells:
+        if cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = next(answers)
+    olga = filled_notebook(released, reference_source())
+    olga.metadata["qkv"] = ["in_kernel", 100]
+    for cell in olga.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "answer-ANSWER_1":
+            cell.metadata["nbgrader"]["points"] = 500
+            cell.metadata["qkv_title"] = "<script>window.__pwned = 'title'</script>"
+        elif cell.cell_type == "markdown" and "nbgrader" not in cell.metadata:
+            cell.metadata["nbgrader"] = "grade"
+            cell.metadata["qkv_pending"] = True
+    students = {"alice": filled_notebook(released, reference_source()), "mallory": mallory, "pat": pat,
+                "wes": wes, "tim": filled_notebook(released, reference_source()), "olga": olga}
+    submitted = {student: submit_notebook(path, student, notebook) for student, notebook in students.items()}
+    # mallory's own "pending notebook": her notebook, claiming every point and 500 more.
+    fake = nbformat.read(released, as_version=4)
+    # It matches what the fooled autograde put in the gradebook, and says the kernel agreed.
+    fake.metadata["qkv"] = {"in_kernel": {step: 0.0 for step in POINTS}, "trusted_scores": dict(POINTS),
+                            "trusted_seed": SEED}
+    bonus = nbformat.v4.new_code_cell("print('bonus')")
+    bonus.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": False, "points": 500,
+                                  "grade_id": "answer-ANSWER_1", "schema_version": 3}
+    fake.cells.append(bonus)
+    (submitted["mallory"].parent / f".{NOTEBOOK}.qkv-pending").write_text(nbformat.writes(fake))
+    (submitted["tim"].parent / "timestamp.txt").write_text(BAD_TIMESTAMP)
+    nora = path / "submitted" / "nora" / ASSIGNMENT
+    nora.mkdir(parents=True)
+    (nora / NOTEBOOK).write_text('{"cells": [ this is not JSON')
+    submitted["nora"] = nora / NOTEBOOK
+
+    autograde = _nbgrader("autograde", path, env)
+    in_kernel = gradebook_scores(path)
+    trusted = _trusted(path, root, env)
+    assert trusted.returncode == 0, trusted.stderr
+    feedback = _nbgrader("generate_feedback", path, env)
+    return {"path": path, "root": root, "env": env, "submitted": submitted, "autograde": autograde,
+            "in_kernel": in_kernel, "trusted": trusted, "feedback": feedback}
+
+
+@pytest.fixture(scope="module")
+def oracle(course):
+    """What qkv-grade says, with the course's seed, about each submitted notebook."""
+    done = _run([sys.executable, "-m", "autograder.cli", str(course["path"] / "submitted"), "--format", "json",
+                 "--seed", str(SEED), "--out", str(course["root"] / "qkv-results")], course["root"], course["env"])
+    assert done.returncode == 0, done.stderr
+    return {result["submission"].split("/")[0]: {step["id"]: step["score"] for step in result["steps"]}
+            for result in json.loads(done.stdout)}
+
+
+def _page(course, student: str) -> str:
+    return (course["path"] / "feedback" / student / ASSIGNMENT / NOTEBOOK).with_suffix(".html") \
+        .read_text(encoding="utf-8")
+
+
+def _totals(course) -> dict[str, float]:
+    """Student -> the notebook's total in the gradebook (what formgrader, feedback and export show)."""
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        return {submission.student.id: gradebook.find_submission_notebook(NOTEBOOK_ID, ASSIGNMENT,
+                                                                          submission.student.id).score
+                for submission in gradebook.find_assignment(ASSIGNMENT).submissions}
+
+
+class _Tags(html.parser.HTMLParser):
+    """Every tag of a page with its attributes, and the text of each script."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tags, self.scripts, self._in_script = [], [], False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def _active(text: str) -> list[str]:
+    """What in a page could run a student's script: event-handler attributes, javascript: links,
+    frames, SVG, and scripts that mention the planted marker."""
+    found = _Tags(text)
+    active = [f"<{tag} {name}=>" for tag, attrs in found.tags for name in attrs if name.startswith("on")]
+    active += [f"<{tag} {name}={value}>" for tag, attrs in found.tags for name, value in attrs.items()
+               if value and "javascript:" in value.replace(" ", "").lower()]
+    active += [f"<{tag}>" for tag, _ in found.tags if tag in ("iframe", "svg", "object", "embed", "details")]
+    active += [script[:60] for script in found.scripts if "__pwned" in script]
+    return active
+
+
+def _planted_values(course) -> set[str]:
+    """The hidden expected values pat's kernel printed, as it printed them."""
+    from autograder import cases
+    from solutions import attention_head as reference
+
+    hidden = cases.build(SEED)["softmax"][2].calls[0].args[0]
+    return {f"{x:.6g}" for x in reference.softmax_rows(hidden).ravel() if len(f"{x:.6g}") > 5}
+
+
+# --- the checks themselves -----------------------------------------------------------------------
+
+def test_a_picture_is_kept_only_as_a_whole_png_of_its_pixels():
+    from autograder.nbgrader_feedback import PNG_SIGNATURE, clean_png
+
+    good = _png(MARK.encode())
+    kept = base64.b64decode(clean_png(base64.b64encode(good).decode()))
+    assert kept.startswith(PNG_SIGNATURE) and MARK.encode() not in kept and b"IDAT" in kept
+    broken_crc = good.replace(b"IDAT", b"IDAu", 1)
+    svg = b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"
+    for bad in (b"<script>alert(1)</script>", good[:-4], good + b"<script>", broken_crc, svg,
+                PNG_SIGNATURE + b"<script>"):
+        assert clean_png(base64.b64encode(bad).decode()) is None, bad[:20]
+    assert clean_png("not base64 <script>") is None and clean_png(None) is None
+
+
+def test_cleaned_markdown_keeps_formatting_and_shows_markup_that_runs_as_text():
+    from autograder.nbgrader_feedback import MARKDOWN_CLEANER
+
+    kept = MARKDOWN_CLEANER.clean('<p><em>a</em> <code>x &lt; y</code> <a href="https://example.org">ok</a></p>'
+                                  '<img src="data:image/png;base64,AAAA" alt="p">')
+    assert kept == ('<p><em>a</em> <code>x &lt; y</code> <a href="https://example.org">ok</a></p>'
+                    '<img src="data:image/png;base64,AAAA" alt="p">')
+    for answer in SCRIPTED_ANSWERS + ['<img src="data:image/svg+xml;base64,AAAA">',
+                                      '<a href="data:text/html,<script>x</script>">l</a>',
+                                      '<a href=" jav&#x09;ascript:alert(1)">l</a>']:
+        assert _active(MARKDOWN_CLEANER.clean(answer)) == [], answer
+        assert "svg+xml" not in MARKDOWN_CLEANER.clean(answer).replace("&lt;", "")
+
+
+# --- the grades ---------------------------------------------------------------------------------
+
+def test_every_student_gets_what_their_code_earns_and_nothing_a_file_claims(course, oracle):
+    trusted = gradebook_scores(course["path"])
+    for student in ("alice", "mallory", "pat", "wes", "tim", "nora", "olga"):
+        assert trusted[student] == oracle[student], student
+    assert sum(trusted["alice"].values()) == MAX_SCORE
+    assert sum(trusted["mallory"].values()) == 0.0
+    totals = _totals(course)
+    assert totals["mallory"] == 0.0  # no 500 points from a file named like the grader's
+    assert totals["alice"] == totals["olga"] == MAX_SCORE  # the written answers wait for a person
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        grade = gradebook.find_grade("answer-ANSWER_1", NOTEBOOK_ID, ASSIGNMENT, "olga")
+        assert grade.max_score == 2.0 and grade.auto_score is None and grade.needs_manual_grade
+
+
+def test_a_fake_pending_notebook_in_the_submission_is_never_adopted(course):
+    assert sum(course["in_kernel"]["mallory"].values()) == MAX_SCORE  # autograde was fooled
+    autograded = course["path"] / "autograded" / "mallory" / ASSIGNMENT
+    notebook = nbformat.read(autograded / NOTEBOOK, as_version=4)
+    assert "print('bonus')" not in [cell.source for cell in notebook.cells]
+    assert notebook.metadata["qkv"]["trusted_scores"] == {step: 0.0 for step in POINTS}
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        grade = gradebook.find_grade("answer-ANSWER_1", NOTEBOOK_ID, ASSIGNMENT, "mallory")
+        assert grade.auto_score == 0.0 and grade.max_score == 2.0
+
+
+def test_a_second_run_adopts_no_pending_notebook_from_autograded_either(course, tmp_path):
+    """The grader's own pending notebooks are not in autograded/: whatever is there named like
+    one is left alone, and the gradebook keeps what the code earns."""
+    path = tmp_path / "course"
+    shutil.copytree(course["path"], path)
+    planted = path / "autograded" / "mallory" / ASSIGNMENT / f".{NOTEBOOK}.qkv-pending"
+    assert planted.exists()  # autograde's copy step brought it
+    before = gradebook_scores(path)
+    done = _trusted(path, course["root"], course["env"])
+    assert done.returncode == 0, done.stderr
+    assert gradebook_scores(path) == before
+    notebook = nbformat.read(path / "autograded" / "mallory" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    assert notebook.metadata["qkv"]["trusted_scores"] == {step: 0.0 for step in POINTS}
+
+
+def test_scores_in_the_notebooks_metadata_do_not_make_the_comparison_agree(course):
+    report = course["trusted"].stdout
+    assert "differ from these" in report
+    line = next(line for line in report.splitlines() if line.startswith("  mallory:"))
+    assert f"in-kernel {MAX_SCORE:g}, trusted 0" in line
+    for student in ("alice", "pat", "wes", "olga"):  # honest code: autograde said the same
+        assert f"  {student}:" not in report
+
+
+# --- what people read ---------------------------------------------------------------------------
+
+def test_outputs_planted_in_the_heatmap_and_check_cells_are_gone_but_a_real_picture(course):
+    notebook = nbformat.read(course["path"] / "autograded" / "pat" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    checks = {release.check_cell_id(step.id) for step in STEPS}
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in checks:
+            assert [output.output_type for output in cell.outputs] == ["stream"]
+            assert MARK not in cell.outputs[0].text
+        elif cell.get("id") == "plot":
+            assert cell.outputs, "the heatmap's picture is kept"
+            for output in cell.outputs:
+                assert output.output_type == "display_data" and set(output.data) == {"image/png"}
+                picture = base64.b64decode(output.data["image/png"])
+                assert picture.startswith(b"\x89PNG\r\n\x1a\n") and MARK.encode() not in picture
+        else:
+            assert cell.outputs == []
+    page = _page(course, "pat")  # it shows pat's code, which names the marker: never its outputs
+    assert _active(page) == [] and f'{MARK} in the picture' not in page
+    assert "<script>window.__pwned" not in page and f"{MARK} 0." not in page
+    assert not _planted_values(course) & set(re.findall(r"\d\.\d+", page))
+
+
+def test_scripts_in_written_answers_are_inert_in_the_feedback(course):
+    page = _page(course, "wes")
+    assert _active(page) == [] and _active(_page(course, "alice")) == [] and _active(_page(course, "olga")) == []
+    assert "__pwned" not in _page(course, "olga")
+    assert "The weights stay uniform." in page  # the answer is still shown
+
+
+def test_scripts_in_written_answers_are_inert_in_formgrader(course, tmp_path):
+    page = _formgrader_page(course, "wes", tmp_path)
+    assert "input" in page and "Columns are not rows." in page
+    # formgrader's own page has handlers (its score buttons): an answer adds none
+    assert sorted(_active(page)) == sorted(_active(_formgrader_page(course, "alice", tmp_path)))
+    assert not [tag for tag, attrs in _Tags(page).tags if "onerror" in attrs or "ontoggle" in attrs]
+
+
+FORMGRADE = """\
+import sys
+from nbconvert.exporters import HTMLExporter
+from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
+formgrader = FormgradeExtension()
+formgrader.root_dir = "."
+formgrader.initialize([])
+page, _ = HTMLExporter(config=formgrader.config).from_filename(
+    sys.argv[1], resources={"base_url": "", "index": 0, "total": 1})
+sys.stdout.write(page)"""
+
+
+def _formgrader_page(course, student: str, tmp_path: Path) -> str:
+    """What formgrader's grading view serves for the student's autograded notebook (nbgrader's
+    SubmissionHandler, without the server)."""
+    notebook = course["path"] / "autograded" / student / ASSIGNMENT / NOTEBOOK
+    done = _run([sys.executable, "-c", FORMGRADE, str(notebook)], course["path"], course["env"])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# --- one student's broken files -----------------------------------------------------------------
+
+def test_a_malformed_timestamp_is_one_line_for_that_student_and_everyone_is_graded(course, oracle):
+    report = course["trusted"].stdout
+    lines = [line for line in report.splitlines() if line.startswith("tim") and "timestamp.txt" in line]
+    assert len(lines) == 1, report
+    assert "Traceback" not in course["trusted"].stderr
+    assert gradebook_scores(course["path"])["tim"] == oracle["tim"]
+    assert (course["path"] / "feedback" / "tim" / ASSIGNMENT / NOTEBOOK).with_suffix(".html").is_file()
+
+
+def test_a_notebook_that_is_not_json_is_one_line_for_that_student_and_everyone_is_graded(course):
+    report = course["trusted"].stdout
+    assert len([line for line in report.splitlines() if line.startswith("nora")]) >= 1
+    assert gradebook_scores(course["path"])["nora"] == {step: 0.0 for step in POINTS}
+    assert set(gradebook_scores(course["path"])) >= {"alice", "mallory", "pat", "wes", "tim", "nora"}
+
+
+# --- in a browser -------------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).is_file() and not IN_CI, reason=f"needs Chromium at {CHROMIUM}")
+def test_no_planted_script_runs_in_a_browser_on_the_feedback_or_formgrader_page(course, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    pages = {"wes feedback": _page(course, "wes"), "pat feedback": _page(course, "pat"),
+             "wes formgrader": _formgrader_page(course, "wes", tmp_path),
+             "pat formgrader": _formgrader_page(course, "pat", tmp_path)}
+    ran = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=["--no-sandbox", "--disable-gpu"])
+        try:
+            for name, text in pages.items():
+                target = tmp_path / f"{name.replace(' ', '-')}.html"
+                target.write_text(text, encoding="utf-8")
+                page = browser.new_page()
+                dialogs = []
+                page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+                page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:")
+                           else route.continue_())  # no network: the page stands alone
+                page.goto(target.as_uri())
+                page.wait_for_timeout(1000)
+                for details in page.query_selector_all("details"):
+                    details.click()
+                ran[name] = (page.evaluate("() => window.__pwned ?? null"), dialogs)
+                page.close()
+        finally:
+            browser.close()
+    assert ran == {name: (None, []) for name in pages}
