@@ -132,10 +132,12 @@ class Grader:
 
     def grade_many(self, items: Iterable[tuple[Path, str]], jobs: int | None = None,
                    progress: Callable[[SubmissionResult], None] | None = None,
-                   workers: list[Worker] | None = None) -> list[SubmissionResult]:
+                   workers: list[Worker] | None = None,
+                   loader: Callable[[Path, str], Submission] = load) -> list[SubmissionResult]:
         """Grade every (path, name) in parallel, one worker per job; results keep the input order.
 
-        `workers`, when given, are started workers to use (and close): one job each.
+        `workers`, when given, are started workers to use (and close): one job each. `loader`
+        reads a submission (from the worker threads), raising SubmissionError for one it cannot.
         """
         items = list(items)
         started = list(workers or ())
@@ -169,7 +171,7 @@ class Grader:
                     except queue.Empty:
                         return None
                     try:
-                        submission = load(path, name)
+                        submission = loader(path, name)
                     except SubmissionError as exc:
                         record(index, unreadable(name, str(exc), self.seed, self.isolation))
                         continue

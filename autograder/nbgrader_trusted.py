@@ -83,6 +83,8 @@ class Graded:
     """What happened to the autograded notebook: "updated", "written" or why not."""
     notes: list[str] | None = None
     """One line each on the student's files that could not be read (graded all the same)."""
+    notebook: object = None
+    """The submission as it was graded: made as autograde makes it (see `_as_autograde_runs`)."""
 
     @property
     def differences(self) -> list[str]:
@@ -277,7 +279,39 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
+    for cell in notebook.cells:  # every line graded is shown: no cell hides its source from a person
+        for key in HIDING:
+            cell.metadata.pop(key, None)
     return notebook
+
+
+HIDING = ("transient", "jupyter", "hide_input", "collapsed")
+"""Cell metadata that hides a cell's source in nbconvert's pages (formgrader, the feedback) or in
+JupyterLab (`transient.remove_source`, `jupyter.source_hidden`, …)."""
+
+
+def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, str], kept: dict):
+    """The loader of a course's submissions: the notebook read under the intake's budgets, then
+    made as `nbgrader autograde` makes it before it runs it (locked and test cells as the source
+    has them), so that what is graded is exactly what formgrader and the feedback show. Each
+    sanitized notebook is kept in `kept`, by student, to be written into autograded/."""
+    import nbformat
+
+    from .submission import Submission, SubmissionError, load, notebook_cells, shown_name
+
+    def loader(path: Path, name: str) -> Submission:
+        load(path, name)  # the budgets, before nbformat and nbgrader read a byte of it
+        student = students[path]
+        try:
+            notebook = _sanitized(path, coursedir, config, assignment, student)
+            text = nbformat.writes(notebook)
+        except Exception as error:  # nbgrader's own refusal: that student's, in one line
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise SubmissionError(f"{name}: nbgrader cannot take it as this assignment's notebook ({reason})") from None
+        kept[student] = notebook
+        return Submission(path, shown_name(name), tuple(notebook_cells(text, Path(name))), True)
+
+    return loader
 
 
 def _check_outputs(step) -> list:
@@ -358,7 +392,7 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     if graded.result.error:
         graded.feedback_notebook = f"not written: {graded.result.error}"
         return None
-    notebook = _sanitized(graded.path, coursedir, config, assignment, graded.student)
+    notebook = graded.notebook or _sanitized(graded.path, coursedir, config, assignment, graded.student)
     forget_reader_marks(notebook)
     if os.path.lexists(target):
         graded.feedback_notebook = "updated"
@@ -662,10 +696,12 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
                                f"cases: pass --seed, or write the course with qkv-course")
         seed = course_seed(course)
     grader = Grader(seed, limits, course_key(course if (course / COURSE_FILE).is_file() else None), carry_forward)
-    results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}")
-                                 for path, student in items], jobs=jobs, progress=progress)
+    sanitized: dict = {}
+    loader = _as_autograde_runs(coursedir, config, assignment, {path: student for path, student in items}, sanitized)
+    results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}") for path, student in items],
+                                jobs=jobs, progress=progress, loader=loader)
     in_kernel = in_kernel_results(coursedir, assignment, step_ids, [student for _, student in items])
-    graded = [Graded(student, path, result, in_kernel[student], "")
+    graded = [Graded(student, path, result, in_kernel[student], "", notebook=sanitized.get(student))
               for (path, student), result in zip(items, results)]
     from sqlalchemy.exc import SQLAlchemyError
 

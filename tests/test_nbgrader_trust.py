@@ -97,6 +97,7 @@ SCRIPTED_ANSWERS = [
     "<iframe srcdoc=\"<script>parent.__pwned='iframe'</script>\"></iframe>"
     "<details open ontoggle=\"window.__pwned='toggle'\">x</details>",
 ]
+HIDDEN_SOLUTION = "# GHOST: solved where no person looks\n" + reference_source()
 BAD_TIMESTAMP = "0001-01-01 00:00:00 +0100"  # before the first representable UTC instant
 
 
@@ -148,8 +149,21 @@ def course(tmp_path_factory):
         elif cell.cell_type == "markdown" and "nbgrader" not in cell.metadata:
             cell.metadata["nbgrader"] = "grade"
             cell.metadata["qkv_pending"] = True
+    # hidey: the stub, with the solution hidden in the locked setup cell, moved last, which nbgrader
+    # shows a person as the source has it; ghost: the stub, with the solution in a cell of its own whose
+    # metadata hides its source from the pages a person reads.
+    hidey = nbformat.read(released, as_version=4)
+    setup = next(cell for cell in hidey.cells if cell.get("id") == "setup")
+    setup.source += "\n" + HIDDEN_SOLUTION
+    hidey.cells.remove(setup)
+    hidey.cells.append(setup)  # last, so that its functions are the ones left defined
+    ghost = nbformat.read(released, as_version=4)
+    hidden = nbformat.v4.new_code_cell(HIDDEN_SOLUTION)
+    hidden.metadata.update(transient={"remove_source": True}, jupyter={"source_hidden": True}, hide_input=True)
+    ghost.cells.append(hidden)
     students = {"alice": filled_notebook(released, reference_source()), "mallory": mallory, "pat": pat,
-                "wes": wes, "tim": filled_notebook(released, reference_source()), "olga": olga}
+                "wes": wes, "tim": filled_notebook(released, reference_source()), "olga": olga,
+                "hidey": hidey, "ghost": ghost}
     submitted = {student: submit_notebook(path, student, notebook) for student, notebook in students.items()}
     # mallory's own "pending notebook": her notebook, claiming every point and 500 more.
     fake = nbformat.read(released, as_version=4)
@@ -434,3 +448,22 @@ def test_no_planted_script_runs_in_a_browser_on_the_feedback_or_formgrader_page(
         finally:
             browser.close()
     assert ran == {name: (None, []) for name in pages}
+
+
+# --- what is graded is what a person sees ----------------------------------------------------------
+
+def test_code_in_the_locked_setup_cell_is_graded_as_the_source_has_it(course, oracle):
+    """nbgrader shows the setup cell as the source has it, so that is what is graded: a solution
+    appended to it would score where no person could see it."""
+    assert sum(oracle["hidey"].values()) == MAX_SCORE  # graded as handed in, it would score
+    assert sum(gradebook_scores(course["path"])["hidey"].values()) == 0.0
+    notebook = nbformat.read(course["path"] / "autograded" / "hidey" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    assert "GHOST" not in next(cell.source for cell in notebook.cells if cell.get("id") == "setup")
+
+
+def test_a_cell_that_hides_its_source_is_graded_and_shown_whole(course):
+    assert sum(gradebook_scores(course["path"])["ghost"].values()) == MAX_SCORE  # the code is ghost's own
+    notebook = nbformat.read(course["path"] / "autograded" / "ghost" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    cell = next(cell for cell in notebook.cells if "GHOST" in cell.source)
+    assert not {"transient", "jupyter", "hide_input"} & set(cell.metadata)
+    assert "solved where no person looks" in _page(course, "ghost")
