@@ -345,18 +345,42 @@ def _pictures(coursedir, assignment: str, student: str) -> list:
         return []
 
 
-def _copy_files(folders: list[Path], target: Path) -> None:
-    """What autograde puts beside the notebook: the submission's files, then the source's.
+COPIED_FILES = 200
+COPIED_BYTES = 16 << 20
+"""What of a student's own files is copied into autograded/ beside their notebook, at most: the
+notebook needs none of them, and a folder of links to one large file would fill the disk."""
+
+
+def _copy_files(submitted: Path, source: Path, target: Path) -> int:
+    """What autograde puts beside the notebook: the submission's files, then the source's; returns
+    how many of the student's files were left out.
 
     Only regular files are copied, each read without following a link; a linked file or folder
     is left behind (its target is never opened), and so are hidden folders, `__pycache__` and
-    folders nested deeper than `submission.MAX_DEPTH`.
+    folders nested deeper than `submission.MAX_DEPTH`. Of the student's own files, at most
+    COPIED_FILES files and COPIED_BYTES bytes are copied, and no file with another name (a hard link).
     """
     from .submission import SubmissionError, read_bytes, walk
 
-    for folder in folders:
-        files = [(Path(entry.path), parts) for entry, parts, problem in walk(folder)
-                 if not problem and entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb")]
+    left_out = 0
+    for folder, budgeted in ((submitted, True), (source, False)):
+        count, size, files = 0, 0, []
+        for seen, (entry, parts, problem) in enumerate(walk(folder)):
+            if problem or not entry.is_file(follow_symlinks=False) or entry.name.endswith(".ipynb"):
+                continue
+            if budgeted:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (count >= COPIED_FILES or size + info.st_size > COPIED_BYTES or info.st_nlink > 1
+                        or seen > 10 * COPIED_FILES):
+                    left_out += 1
+                    if seen > 10 * COPIED_FILES:
+                        break  # a folder of thousands: not walked to its end
+                    continue
+                count, size = count + 1, size + info.st_size
+            files.append((Path(entry.path), parts))
         for path, parts in files:
             try:
                 data = read_bytes(path, "/".join(parts))
@@ -371,6 +395,7 @@ def _copy_files(folders: list[Path], target: Path) -> None:
             except OSError as error:
                 if error.errno != errno.ENAMETOOLONG:  # a name one letter too long for autograded/
                     raise
+    return left_out
 
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
@@ -400,7 +425,10 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
         graded.feedback_notebook = "written"
         folder.mkdir(parents=True, exist_ok=True)
         source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
-        _copy_files([graded.path.parent, source], folder)
+        left_out = _copy_files(graded.path.parent, source, folder)
+        if left_out:
+            graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
+                            f"autograded/ (at most {COPIED_FILES} files and {COPIED_BYTES >> 20} MiB, no hard links)"]
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     pictures = _pictures(coursedir, assignment, graded.student)
@@ -837,8 +865,8 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
     compared = [one for one in graded if one.in_kernel is not None]
     if compared and not differing:
         lines.append("")
-        lines.append(f"In-kernel results (nbgrader autograde) agree with these, step by step, on all "
-                     f"{len(compared)} notebooks it graded.")
+        lines.append("In-kernel results (nbgrader autograde) agree with these, step by step, on "
+                     + (f"all {len(compared)} notebooks" if len(compared) > 1 else "the one notebook") + " it graded.")
     if differing:
         lines.append("")
         lines.append("In-kernel results (nbgrader autograde) that differ from these, step by step "

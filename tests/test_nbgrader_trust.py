@@ -467,3 +467,30 @@ def test_a_cell_that_hides_its_source_is_graded_and_shown_whole(course):
     cell = next(cell for cell in notebook.cells if "GHOST" in cell.source)
     assert not {"transient", "jupyter", "hide_input"} & set(cell.metadata)
     assert "solved where no person looks" in _page(course, "ghost")
+
+
+def test_a_students_folder_of_many_files_and_links_is_copied_only_within_its_budget(course, tmp_path):
+    """Without autograde, the grader writes the autograded folder itself: of the student's own
+    files it copies at most COPIED_FILES and COPIED_BYTES, no hard link, and says what it left."""
+    from autograder.nbgrader_trusted import COPIED_BYTES, COPIED_FILES
+
+    path = tmp_path / "course"
+    shutil.copytree(course["path"], path)
+    shutil.rmtree(path / "autograded" / "alice")
+    folder = path / "submitted" / "alice" / ASSIGNMENT
+    for number in range(COPIED_FILES + 50):
+        (folder / f"note{number:03d}.txt").write_text("x")
+    big = folder / "big.bin"
+    big.write_bytes(b"\0" * (COPIED_BYTES // 4))
+    for number in range(8):  # eight more names for the same 4 MiB: 36 MiB if each were copied
+        (folder / f"link{number}.bin").hardlink_to(big)
+    done = _trusted(path, course["root"], course["env"])
+    assert done.returncode == 0, done.stderr
+    copied = path / "autograded" / "alice" / ASSIGNMENT
+    own = [item for item in copied.iterdir() if item.name.startswith(("note", "link", "big"))]
+    assert len(own) <= COPIED_FILES
+    assert not [item for item in own if item.name.startswith(("link", "big"))]  # every name of it is a link
+    assert sum(item.stat().st_size for item in copied.rglob("*") if item.is_file()) < COPIED_BYTES
+    assert (copied / NOTEBOOK).is_file() and (copied / "steps.json").is_file()
+    assert re.search(r"alice: .*\d+ of the files beside the notebook not copied", done.stdout + done.stderr)
+    assert sum(gradebook_scores(path)["alice"].values()) == MAX_SCORE
