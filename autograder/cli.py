@@ -4,13 +4,26 @@ Imports stay inside functions: `qkv-grade --help` and a bad path answer without 
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
-import secrets
+import signal
 import sys
-import sysconfig
-from pathlib import Path
+
+
+def _interrupted_while_starting(_number, _frame):
+    sys.stderr.write("qkv-grade: error: interrupted\n")
+    os._exit(130)
+
+
+# Ctrl-C before `main` runs (while this module and its imports load) ends the command with its one
+# line and status 130, as later; only as the command itself, never in a process that imports it.
+if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "qkv-grade":
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import secrets  # noqa: E402
+import sysconfig  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from . import keys
 
@@ -103,7 +116,6 @@ def interrupts_deferred():
     For the imports: an interrupt that lands inside numpy's own import surfaces as an ImportError
     with a page of advice, not as an interrupt.
     """
-    import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -136,6 +148,8 @@ def speak_utf8() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, ^C is KeyboardInterrupt
     speak_utf8()
     try:
         return _main(argv)
@@ -227,8 +241,6 @@ def _grade_file(grader, worker, path: Path, args) -> int:
 def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     """Grade a folder into a run folder of its own (see store.py); print every grade computed,
     whatever happens to the writing."""
-    import signal
-
     with interrupts_deferred():
         from . import results, store  # noqa: F401 (loaded whole before any ^C can land)
         from .submission import discover
