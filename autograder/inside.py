@@ -39,8 +39,9 @@ process):
     file it may own), truncating by path, and watching folders (inotify, fanotify); what would hold
     memory or disk no limit and no listing of the scratch folder counts (a file without a name:
     memfd, O_TMPFILE, renaming over a name; a pipe grown past its default size), while removing a
-    name seems to succeed and leaves it, counted, until the child ends; and the kernel state a classmate graded at once shares (locks on files, the page cache,
-    futexes keyed by a file, asynchronous I/O contexts, sysinfo);
+    name seems to succeed and leaves it, counted, until the child ends; and the kernel state a
+    classmate graded at once shares (locks on files, the page cache, futexes keyed by a file,
+    asynchronous I/O contexts, sysinfo, another process's scheduling state, priority or group);
   - arguments reach it as read-only arrays: writing into one fails where it happens.
 The worker hands the child one step's calls at a time, the next step's only once the last call has
 answered (and never waits to: a child that answered calls it never read is ended), and keeps time
@@ -121,7 +122,9 @@ _NR = {
                    rename=82, renameat=264, renameat2=316, flock=73, mincore=27, cachestat=451, fadvise64=221,
                    readahead=187, sysinfo=99, io_setup=206, open=2, openat=257, madvise=28, futex=202,
                    openat2=437, preadv2=327, pwritev2=328, futex_waitv=449, futex_wake=454, futex_wait=455,
-                   futex_requeue=456),
+                   futex_requeue=456, getpriority=140, ioprio_get=252, sched_getparam=143,
+                   sched_getscheduler=145, sched_getaffinity=204, sched_rr_get_interval=148, sched_getattr=315,
+                   getpgid=121, getsid=124),
     "aarch64": dict(socket=198, socketpair=199, connect=203, bind=200, listen=201, accept=202, accept4=242,
                     execve=221, execveat=281, clone=220, clone3=435, ptrace=117, process_vm_readv=270,
                     process_vm_writev=271, kcmp=272, pidfd_open=434, pidfd_getfd=438, pidfd_send_signal=424,
@@ -145,12 +148,19 @@ _NR = {
                     unlinkat=35, renameat=38, renameat2=276, flock=32, mincore=232, cachestat=451,
                     fadvise64=223, readahead=213, sysinfo=179, io_setup=0, openat=56, madvise=233, futex=98,
                     openat2=437, preadv2=286, pwritev2=287, futex_waitv=449, futex_wake=454, futex_wait=455,
-                    futex_requeue=456),
+                    futex_requeue=456, getpriority=141, ioprio_get=31, sched_getparam=121,
+                    sched_getscheduler=120, sched_getaffinity=123, sched_rr_get_interval=127, sched_getattr=275,
+                    getpgid=155, getsid=156),
 }.get(_MACHINE)
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
 # Allowed only when the first argument names this process: by its id, or (second list) also by 0.
 _SELF_ONLY = ("kill", "tkill", "tgkill")
-_SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
+_SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr",
+                 # and reading another process's scheduling state or group: where classmates share a
+                 # PID namespace (landlock), one could set its own and the other read it
+                 "sched_getparam", "sched_getscheduler", "sched_getaffinity", "sched_rr_get_interval",
+                 "sched_getattr", "getpgid", "getsid")
+# getpriority and ioprio_get name their process by the second argument: not in any list, refused whole.
 # Refused by the value of one argument (its index, then the values): whatever makes the kernel
 # signal a process on the child's behalf (a descriptor's owner, its signal, a lease, a folder
 # notice) or types into a terminal; a lock on a file, which any classmate able to read it sees;

@@ -478,6 +478,12 @@ def test_two_classmates_graded_at_once_cannot_signal_through_queued_signals(mode
     _channel(mode, ["queued signals"], ["queued signals"])
 
 
+@per_mode
+def test_two_classmates_graded_at_once_cannot_read_each_others_scheduling_state(mode):
+    _channel(mode, [], ["sched_getscheduler", "sched_getparam", "sched_getaffinity", "getpriority", "getpgid",
+                        "getsid"])
+
+
 # ------------------------------------------------------------------ the grader's own reads -----
 
 @per_mode

@@ -3,7 +3,8 @@
 # POSIX record lock, an open file description's lock), for that file's pages leaving the page cache
 # (mincore, cachestat, preadv2 with RWF_NOWAIT), and for signals the writer keeps queued (its own
 # limit lowered to just above the count it starts from: a signal that loses its details says the
-# user's count went past it). Whatever it sees is a hole; a probe refused prints `refused: WAY
+# user's count went past it), and then asks the processes around it for their scheduling state
+# (which a writer sets for itself: a policy, a nice value, a set of CPUs). Whatever it sees is a hole; a probe refused prints `refused: WAY
 # (why)`. The base is the stub.
 import ctypes as _ctypes
 import fcntl as _fcntl
@@ -111,6 +112,32 @@ def _signals_counted():
         _hole("a signal lost its details: its user holds 1000 queued signals")
 
 
+_SCHEDULING = (("sched_getscheduler", lambda pid: _os.sched_getscheduler(pid)),
+               ("sched_getparam", lambda pid: _os.sched_getparam(pid)),
+               ("sched_getaffinity", lambda pid: _os.sched_getaffinity(pid)),
+               ("getpriority", lambda pid: _os.getpriority(_os.PRIO_PROCESS, pid)),
+               ("getpgid", lambda pid: _os.getpgid(pid)),
+               ("getsid", lambda pid: _os.getsid(pid)))
+
+
+def _scheduling(span=400):
+    """Another process's scheduling state (its policy, priority, nice, CPUs, group), which a
+    writer may set for itself: every process near this one's id is asked, the writer among them."""
+    me = _os.getpid()
+    for pid in range(max(1, me - span), me + span):
+        if pid == me:
+            continue
+        for way, ask in _SCHEDULING:
+            try:
+                ask(pid)
+            except ProcessLookupError:
+                break  # no such process
+            except OSError as exc:
+                _refused(way, exc)
+                continue
+            _hole("%s read the scheduling state of process %d" % (way, pid))
+
+
 def _read_channel(seconds=3.0):
     fd = _os.open(_SHARED, _os.O_RDONLY)
     second = _os.open(_SHARED, _os.O_RDONLY)
@@ -122,6 +149,7 @@ def _read_channel(seconds=3.0):
         _page_cache(fd, address, size)
         if "queued signals" not in _REFUSED and "a lower RLIMIT_SIGPENDING" not in _REFUSED:
             _signals_counted()
+    _scheduling()
     _LIBC.munmap(_ctypes.c_void_p(address), _ctypes.c_size_t(size))
     _os.close(fd)
     _os.close(second)
