@@ -281,6 +281,31 @@ class _CallVerdict:
 _RAISED_IN = re.compile(r", in (\w+)$")
 
 
+
+def _known_exceptions() -> frozenset[str]:
+    """Names of the exceptions Python and numpy raise themselves: on a hidden case, only these are
+    shown by name (a submission can name a class of its own after a hidden input)."""
+    import builtins
+
+    names = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)}
+    names |= {name for name in dir(np.exceptions) if not name.startswith("_")}
+    return frozenset(names | {"LinAlgError", "_ArrayMemoryError"})
+
+
+KNOWN_EXCEPTIONS = _known_exceptions()
+
+
+def _hidden_raise(kind: str, raised_in: str | None) -> str:
+    """What a hidden case says of an exception: its type if Python or numpy made it, and the
+    student's function it came through; never its message, file, line or a class named by the
+    submission, each of which the submission could spell from the hidden input."""
+    from .steps import STEPS
+
+    shown = kind if kind in KNOWN_EXCEPTIONS else "an exception of a class of its own"
+    where = f" in `{raised_in}`" if raised_in in {fn for step in STEPS for fn in step.functions} else ""
+    return f"It raised {shown}{where}; its message and line are shown only for the chapter's example."
+
+
 def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: dict) -> _CallVerdict:
     call = case.calls[call_index]
     if outcome is None:
@@ -308,9 +333,8 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
                                 ["mutates-input"], raised=kind, raised_in=raised_in)
         if case.public:
             message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
-        else:  # a message is the submission's own text: on a hidden case it could carry the case out
-            message = (f"It raised {kind}" + (f" ({where})" if where else "")
-                       + "; its message is shown only for the chapter's example.")
+        else:  # the submission's own words: on a hidden case they could carry the case out
+            message = _hidden_raise(kind, raised_in)
         return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in,
                             raised_message=outcome.raised.get("message", ""))
     if outcome.value is EXACT:  # it returned exactly what the reference returns

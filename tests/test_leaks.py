@@ -47,8 +47,31 @@ def test_an_exception_on_a_hidden_case_shows_its_type_and_line_but_not_its_messa
         assert steps[step_id]["status"] == "partial", steps[step_id]["feedback"]
         numbers = set(re.findall(r"\d[\d.e-]*", shown))
         assert not numbers & _hidden_numbers(step_id), sorted(numbers & _hidden_numbers(step_id))[:5]
-    assert re.search(r"It raised ValueError \(attention_head\.py line \d+, in softmax_rows\); its message is shown "
-                     r"only for the chapter's example\.", steps["softmax"]["feedback"]), steps["softmax"]["feedback"]
+    assert "It raised ValueError in `softmax_rows`; its message and line are shown only for the chapter's " \
+           "example." in steps["softmax"]["feedback"], steps["softmax"]["feedback"]
+
+
+# A class named after the input, raised from a function named after it, in a file named after it:
+# on every input but the example.
+NAMES_ITS_INPUT = variant([("def scores(q, k):\n", "def scores(q, k):\n"
+                            "    if q.shape != (3, 2):\n"
+                            "        spelled = 'Q' + '_'.join(str(int(abs(x) * 1e6)) for x in q.ravel()[:6])\n"
+                            "        def throw():\n"
+                            "            raise type(spelled, (Exception,), {})()\n"
+                            "        code = throw.__code__.replace(co_name=spelled, co_filename='attention_head.py' + spelled)\n"
+                            "        throw = type(throw)(code, globals(), None, None, throw.__closure__)\n"
+                            "        throw()\n")])
+
+
+def test_a_hidden_case_names_no_class_function_or_file_the_submission_named(tmp_path):
+    require_sandbox()
+    path = tmp_path / "attention_head.py"
+    path.write_text(NAMES_ITS_INPUT)
+    shown = json.dumps(grade_json(path, "--seed", str(SEED))) + qkv_grade(str(path), "--seed", str(SEED)).stdout
+    digits = {str(int(abs(float(x)) * 1e6)) for case in cases.build(SEED)["scores"] if not case.public
+              for call in case.calls for x in call.args[0].ravel() if abs(float(x)) > 0.01}
+    assert not set(re.findall(r"\d{5,}", shown)) & digits
+    assert "It raised an exception of a class of its own" in shown
 
 
 def _cells_split_on(line: str, separator: str) -> list[str]:
