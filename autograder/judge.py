@@ -469,6 +469,8 @@ def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -
                     if codes == (code,)]
             if len(named) > 1 and used_fn in diagnoses.PIPELINES:
                 pool += [(codes, model) for codes, _, model in diagnoses.models(used_fn, 2) if set(codes) <= set(named)]
+            pool += [((code,), derived.model(code)) for code in named
+                     if derived.is_derived(code) and derived.fn_of(code) == used_fn]
             found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
                       for codes, model in pool]
     return found
@@ -854,6 +856,9 @@ def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[
                 found.append((fn, model))
         if found:
             break  # the fewest slips that do
+    if not found:
+        found = [(fn, derived.model(code)) for code in codes if derived.is_derived(code) and derived.fn_of(code) == fn
+                 and _reproduces(derived.model(code), (fn, "derived", code), calls, flat, wants)]
     return found
 
 

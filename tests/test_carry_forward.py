@@ -184,8 +184,7 @@ NOT_A_SINGLE_VERIFIABLE_SLIP = {
     "float32_softmax": "float32 arithmetic inside the function",
     "forgot_return": "returns None: no model of a value",
     "hard_coded_softmax": "hard-coded: no model of its values",
-    "softmax_min_subtracted": "non-finite values no slip describes",
-    "queries_compared_with_queries": "no slip describes it",
+    "softmax_total_minus_one": "non-finite values no model gives",
     "scores_not_written": "not implemented",
 }
 
