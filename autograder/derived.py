@@ -146,7 +146,7 @@ SWAPS: dict[str, tuple[str, ...]] = {
     "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2",), "nonneg": ("positive", "nonneg_any"),
     "close": ("close_first", "close_any", "close_below", "close_rel"),
 }
-AXES = (-2, 0, None)
+AXES = (-2, 0, 1, None)
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
 INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows")
 ROUNDINGS = (0, 2, 3, 4)
@@ -224,7 +224,7 @@ WORDS = {
     "o": "the output", "v_new": "the shifted value rows", "moved": "the weight on the moved rows",
     "c": "the change", "shift": "the shift", "rows": "the listed rows", "sums": "the row sums",
     "is_2d": "the 2-D test", "sums_ok": "the row-sum test", "signs_ok": "the sign test",
-    "divisor": "the divisor", "score_shape": "the score shape", "output_shape": "the output shape",
+    "all": "its reductions", "divisor": "the divisor", "score_shape": "the score shape", "output_shape": "the output shape",
 }
 SECTIONS = {"q": "§15.1", "k": "§15.1", "v": "§15.1", "k_t": "§15.2", "d": "§15.2", "d_k": "§15.3", "r": "§15.3",
             "s": "§15.3", "m": "§15.3", "shifted": "§15.3", "e": "§15.3", "z": "§15.3", "a": "§15.3", "o": "§15.4",
@@ -305,6 +305,16 @@ def _edits(fn: str) -> list[Edit]:
                           SECTIONS.get(stage[0], "§15.8" if fn in ("is_attention_weights", "head_facts",
                                                                    "zero_query_mixture") else "§15.4")))
 
+    # Every reduction moved to another axis at once: `axis=1` written throughout, say.
+    reducing = [i for i, stage in enumerate(stages) if stage[3].get("axis") == -1]
+    if len(reducing) > 1:
+        for axis in AXES:
+            program = [(n, o, a, {**p, "axis": axis}) if i in reducing else (n, o, a, p)
+                       for i, (n, o, a, p) in enumerate(stages)]
+            code = _code(fn, "all", f"axes:-1->{axis}")
+            found.append(Edit(fn, code, tuple(program), "axis=-1", f"axis={axis}",
+                              f"every reduction ran over {'the whole array' if axis is None else f'axis {axis}'}, "
+                              f"not the last axis", SECTIONS.get("a", "§15.3")))
     for i, stage in enumerate(stages):
         name, op, args, params = stage
         scope = [n for n, _ in inputs] + [s[0] for s in stages[:i] if s[0] not in ("_", "return")]

@@ -44,7 +44,7 @@ contributing keys, so every receiving position gets a unit-total mixture.
 
 def test_a_column_normalized_softmax_is_explained_on_the_example():
     assert step_feedback("column_normalized", "softmax") == """\
-Normalize each receiving row: 1 of 9 cases pass.
+Normalize each receiving row: 1 of 10 cases pass.
 Called softmax_rows(s [3, 3]) on the chapter's example.
 """ + COLUMN_NORMALIZED_WEIGHTS + """\
   Where to look: The softmax runs along the last axis: `axis=-1, keepdims=True` for the maximum and \

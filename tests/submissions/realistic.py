@@ -119,7 +119,7 @@ MISTAKES: dict[str, Submission] = {
     "softmax_unused_shift_raw_scores_normalized": Submission(
         ((SOFTMAX_MAX, "shifted = s - s.max(axis=-1)"), (SOFTMAX_SUM, "a = s / s.sum(axis=-1, keepdims=True)")),
         {**_on(SOFTMAX_ON + ("ex1_zero_query",), "not-exponentiated"),
-         "batch": ["missing-keepdims", "not-exponentiated"]}),
+         "softmax": ["missing-keepdims", "not-exponentiated"], "batch": ["missing-keepdims", "not-exponentiated"]}),
     # -- exercise 1 --------------------------------------------------------------------------
     "zero_query_weights_not_divided": _one(ZERO_WEIGHTS, "weights = np.exp(k @ q / np.sqrt(k.shape[-1]))",
                                            "ex1_zero_query", "not-normalized"),

@@ -181,7 +181,9 @@ WRONG: dict[str, Submission] = {
     "batch_keys_dot_T": _one("k_t = np.swapaxes(k, -1, -2)", "k_t = k.T", "batch", "batch-axes-mixed"),
     "batch_softmax_axis_1": Submission(((SOFTMAX_MAX, "shifted = s - s.max(axis=1, keepdims=True)"),
                                         (SOFTMAX_SUM, "a = e / e.sum(axis=1, keepdims=True)")),
-                                       {"batch": ["batch-axes-mixed"], "ex1_zero_query": ["crashed"]}),
+                                       {"softmax": ["derived-softmax_rows-all-axes--1-to-1"],
+                                        "batch": ["batch-axes-mixed"],
+                                        "ex1_zero_query": ["derived-softmax_rows-all-axes--1-to-1"]}),
     "batch_flattened": _one("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
                             "    q, k, v = project_qkv(x.reshape(-1, x.shape[-1]), w_q, w_k, w_v)\n"
                             "    o, a = attention(q, k, v)\n"
