@@ -634,6 +634,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             else:
                 candidates = _derived(fn) if own else []
             for candidate in candidates:
+                if not candidate.carried and any(c.carried for c in accepted):
+                    break  # an earlier diagnosis explains every failure: no model of its own can outrank it
                 _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order)
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
