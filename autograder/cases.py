@@ -5,7 +5,9 @@ then hidden cases drawn from a generator seeded with HMAC-SHA256(grading key, se
 (see keys.py): one seed under one key reproduces every grade exactly, and a step's inputs reveal
 nothing of a later step's. Hidden shapes are non-square with d_in, d_k and d_v all different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
 thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
-by the global maximum underflows to 0/0). A few cases are square on purpose, so that a slip that
+by the global maximum underflows to 0/0); `softmax` also gets a batch of score matrices [B, T, T],
+and exercise 2's predicate gets row sums just inside and just outside 1e-9, a valid weight of exactly
+0, and a matrix whose first row sums to one but a later row does not. A few cases are square on purpose, so that a slip that
 would only raise elsewhere runs and its result can be recognised: one case per comparison step has
 T = d_k (`q @ k` without the transpose), one `mix` case has d_v = T (`v @ a`), and one `qkv` and
 one `head` case have T = d_in = d_k = d_v (`x * w` in place of `x @ w`).
@@ -132,6 +134,8 @@ def _cases_softmax(rng, ex):
     yield "large", (Call("softmax_rows", (-rng.uniform(1000.0, 3000.0, size=(t, t)),)),)
     far = rng.normal(scale=2.0, size=(t, t)) + rng.permutation([0.0, -850.0, -1200.0, 0.0, -2000.0, 30.0])[:, None]
     yield "far", (Call("softmax_rows", (far,)),)
+    # The docstring allows [..., T, T]: a batch of score matrices, each row on its own.
+    yield "hidden", (Call("softmax_rows", (rng.normal(scale=2.0, size=(3, 4, 4)),)),)
 
 
 def _cases_mix(rng, ex):
@@ -198,8 +202,17 @@ def _cases_ex2(rng, ex):
     near[2] *= 1.0 + 1e-6
     within = _weights(rng, 5)
     within[3] *= 1.0 + 1e-12
+    # The tolerance's edges: a row sum 5e-10 over one (valid) and 5e-9 over (not), a valid weight
+    # of exactly 0, and a first row that sums to one above a later one that sums to a half.
+    inside, outside = _weights(rng, 4), _weights(rng, 4)
+    inside[1] += 5e-10 / 4
+    outside[2] += 5e-9 / 4
+    zero = _weights(rng, 4)
+    zero[2] = [0.0, 0.25, 0.75, 0.0]
+    later = _weights(rng, 4)
+    later[3] *= 0.5
     for matrix in (counter, column_stochastic, _weights(rng, 4, 6), negative, near, within,
-                   _weights(rng, 3)[None], _weights(rng, 1)[0]):
+                   _weights(rng, 3)[None], _weights(rng, 1)[0], inside, outside, zero, later):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 

@@ -47,8 +47,8 @@ CODES: dict[str, Diagnosis] = dict([
        "Look for a division by zero (a total of zero, such as a sum of all-zero scores) or an exponential "
        "of a large number.", "§15.3"),
     _d("hard-coded", "you are right on the chapter's example but wrong on other inputs.",
-       "Compute from the arguments you are given: no numbers copied from the example, and no sizes taken "
-       "from its shapes."),
+       "Look for what holds only for the example in your code (a number or a size taken from it, or a case "
+       "written for its shapes); the call shown above gives the shapes it failed on."),
     _d("mutates-input", "your function changed an array it was given.",
        "Work on a copy (`np.array(v, dtype=float)`) or build new arrays; no `-=`, `+=` or slice assignment "
        "on an argument."),
@@ -59,7 +59,7 @@ CODES: dict[str, Diagnosis] = dict([
     _d("exit-called", "your code called exit(), sys.exit() or os._exit(), which ends the program.",
        "Remove the call; return a value instead."),
     _d("crashed", "your code raised an exception, or its process died.",
-       "Run the function on the chapter's example and read the error."),
+       "Call the function on arrays of the shapes shown above and read the error."),
     _d("unreadable", "the file could not be read as a submission: it is not UTF-8 text, or not a valid "
        "notebook, so none of its steps could be graded.",
        "Open it in Jupyter or an editor, save it again as attention_head.ipynb or attention_head.py, and "
@@ -135,7 +135,7 @@ CODES: dict[str, Diagnosis] = dict([
     _d("output-shape-d_k", "you gave the output the query/key width; each output row is a mixture of value "
        "rows, so its width is d_v.",
        "The output is [T, d_v].", "§15.4"),
-    _d("batch-axes-mixed", "your head works on one sequence but not on a [B, T, d_in] batch; each example "
+    _d("batch-axes-mixed", "your head runs on one sequence but not on a [B, T, d_in] batch; each example "
        "must be computed on its own, never mixed with the others.",
        "Let every product and reduction act on the last two axes: `np.swapaxes(k, -1, -2)` rather than "
        "`.T` (which reverses all three axes), `axis=-1` in the softmax, and no reshape that merges the "
@@ -221,6 +221,15 @@ CODES: dict[str, Diagnosis] = dict([
        "rows moved; each receiving row moves by the shift times its weight on the moved rows.",
        "Sum each row's weights over the shifted rows only.", "§15.5"),
 ])
+
+
+def describe(code: str) -> Diagnosis:
+    """A code's explanation: a named misconception's, or one written from a derived edit."""
+    if code in CODES:
+        return CODES[code]
+    from . import derived
+
+    return derived.describe(code)
 
 
 # The grammar itself lives in slips.py; its chapter data is loaded here, where the data is.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .diagnoses import CODES
+from .diagnoses import describe
 from .steps import Step
 
 FIRST_DIFFERENCES = 3
@@ -56,20 +56,40 @@ def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name:
     return "\n".join(lines)
 
 
-def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = frozenset()) -> list[str]:
-    """Each code's explanation; a code carried from an earlier step skips the advice given there."""
+def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = frozenset(),
+                    alternatives: list[tuple] = (), looks: dict[str, str] | None = None,
+                    seen: dict[str, list[str]] | None = None) -> list[str]:
+    """Each code's explanation; a code carried from an earlier step skips the advice given there.
+
+    `alternatives`: groups of code tuples the evidence cannot tell apart, introduced as "one of";
+    `looks`: advice that replaces a code's general advice; `seen`: the cases where a code read from
+    the look of the values (NaN, a shape, an exception) shows."""
+    looks, seen = looks or {}, seen or {}
     lines = []
+    opened = set()
     for code in codes:
-        info = CODES[code]
-        lines.append(f"[{code}] {info.what[0].upper()}{info.what[1:]}")
+        group = next((g for g in alternatives if any(code in option for option in g)), None)
+        if group is not None and id(group) not in opened:
+            opened.add(id(group))
+            options = "; ".join(" with ".join(option) for option in group)
+            lines.append(f"Your numbers fit more than one mistake, each reproducing every failing case; "
+                         f"one of: {options}.")
+        info = describe(code)
+        where = ""
+        if seen.get(code):
+            shown = seen[code][:3]
+            where = f" (on {', '.join(shown)}{', …' if len(seen[code]) > 3 else ''})"
+        what = info.what.rstrip(".") + where + "."
+        lines.append(f"[{code}] {what[0].upper()}{what[1:]}")
         if code not in carried:
-            lines.append(f"  Where to look: {info.look} Reread {info.section or step.section}.")
+            lines.append(f"  Where to look: {looks.get(code, info.look)} Reread {info.section or step.section}.")
     return lines
 
 
 def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[str],
                   shown_call: str | None, detail: str, root_causes: dict[str, str],
-                  carried: frozenset[str] = frozenset()) -> str:
+                  carried: frozenset[str] = frozenset(), alternatives: list[tuple] = (),
+                  looks: dict[str, str] | None = None, seen: dict[str, list[str]] | None = None) -> str:
     """The full feedback for one step.
 
     `root_causes` maps each earlier step this one builds on, and that should be fixed first, to its
@@ -93,8 +113,9 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         lines.append(f"Called {shown_call}.")
     if detail:
         lines.append(detail)
-    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, carried))
-    sections = sorted({CODES[code].section for code in codes if CODES[code].section} | {step.section})
+    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, carried,
+                                 alternatives, looks, seen))
+    sections = sorted({describe(code).section for code in codes if describe(code).section} | {step.section})
     lines.append(f"The task: {step.task} Reread {', '.join(sections)}.")
     return "\n".join(lines)
 

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import diagnoses, feedback
+from . import derived, diagnoses, feedback
 from .cases import Case
 from .protocol import Bad
 from .results import StepResult
@@ -493,6 +493,8 @@ def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -
                     if codes == (code,)]
             if len(named) > 1 and used_fn in diagnoses.PIPELINES:
                 pool += [(codes, model) for codes, _, model in diagnoses.models(used_fn, 2) if set(codes) <= set(named)]
+            pool += [((code,), derived.model(code)) for code in named
+                     if derived.is_derived(code) and derived.fn_of(code) == used_fn]
             found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
                       for codes, model in pool]
     return found
@@ -509,6 +511,12 @@ def _own(fn: str, depth: int):
     if fn in diagnoses.PIPELINES:
         for n, (codes, _, model) in enumerate(diagnoses.models(fn, depth)):
             yield _Candidate(codes, model, False, key=(fn, depth, n))
+
+
+def _derived(fn: str):
+    """The step's models derived by general edits of the reference's stages (derived.py)."""
+    for code, model in derived.models(fn):
+        yield _Candidate((code,), model, False, key=(fn, "derived", code))
 
 
 _CARRIED: dict[tuple, Callable] = {}
@@ -587,10 +595,11 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         call, verdict, want = calls[index], verdicts[index], expected[index]
         value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "raised":
-            if error is not None and error[0] == verdict.raised:
+            # Only the student's very exception counts: the same type and the same message, which
+            # names the operation that failed and the shapes it failed on.
+            if error is not None and error == (verdict.raised, verdict.raised_message):
                 candidate.explains.add(index)
-                # The same message too (the same operation on the same shapes) is as good as a value.
-                candidate.values += bool(verdict.raised_message) and error[1] == verdict.raised_message
+                candidate.values += 1
             continue
         if verdict.kind == "ok":  # the student matched the reference: the model must too
             if differs or error is not None:
@@ -607,60 +616,73 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             candidate.values += 1
 
 
-def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
-                  failing_uses: list[str], earlier: dict[str, StepResult]) -> tuple[list[str], set]:
-    """The misconception codes that account for the step's failing calls, and which calls they cover.
+_WHOLE_RESULT = frozenset(slip.code for slip in diagnoses.SLIPS if slip.knob == "result")
 
-    A model is accepted when it reproduces at least half the failing calls and contradicts none
-    that passed; it must reproduce at least one wrong value (or an exception, message and all),
-    unless it carries an earlier step's diagnosis. Of the accepted, the fewest that cover the failures are kept, earlier diagnoses
-    preferred: one mistake gets one explanation even where two models happen to agree.
+
+def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+                  failing_uses: list[str], earlier: dict[str, StepResult],
+                  own: bool = True) -> tuple[list[str], set, list]:
+    """The misconception codes that account for the step's failing calls, which calls they cover,
+    and the groups of codes between which the evidence cannot choose.
+
+    A model is accepted for one function only when it reproduces every failing call of that
+    function (the student's value within the model tolerance, or the student's very exception,
+    type and message) and contradicts no call that passed; it must reproduce at least one wrong
+    value or exception of its own, unless it carries an earlier step's diagnosis. So every code
+    named is true of every case the student failed, not only of the example. Of the accepted,
+    carried diagnoses come first, then the fewest slips, then codes named earlier; where models
+    that rank alike name different mistakes, all of them are kept as alternatives.
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
     if not failing:
-        return [], set()
-    accepted = []
-    by_earlier: set = set()  # the failures that accepted diagnoses of earlier steps explain
+        return [], set(), []
+    named = {code for used in failing_uses for code in earlier[used].diagnoses}
     agreed: dict = {}
-    own = _own_allowed(failing_uses, earlier)
-    fns = list(dict.fromkeys(call.fn for call in calls))
-    for depth in (1, 2):
-        for fn in fns:
-            indexes = [i for i, call in enumerate(calls) if call.fn == fn]
-            to_explain = {i for i in indexes if i in failing}
+    own = own and _own_allowed(failing_uses, earlier)
+    codes, covered, alternatives = [], set(), []
+    for fn in dict.fromkeys(call.fn for call in calls):
+        indexes = [i for i, call in enumerate(calls) if call.fn == fn]
+        to_explain = {i for i in indexes if i in failing}
+        if not to_explain:
+            continue
+        fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
+                                              [expected[i] for i in indexes])
+        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
+                       key=lambda i: fn_verdicts[i].kind != "ok")
+        accepted = []
+        for depth in (1, 2, 3):
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
+            elif depth == 2:
+                candidates = _screened(fn, indexes, calls, verdicts, expected, set()) if own else []
             else:
-                candidates = _screened(fn, indexes, calls, verdicts, expected, covered) if own else []
-            fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
-                                                  [expected[i] for i in indexes])
-            order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
-                           key=lambda i: fn_verdicts[i].kind != "ok")
+                candidates = _derived(fn) if own else []
             for candidate in candidates:
-                if not candidate.carried and to_explain <= by_earlier:
-                    break  # earlier diagnoses already explain every failure: no model of its own can win
+                if not candidate.carried and any(c.carried for c in accepted):
+                    break  # an earlier diagnosis explains every failure: no model of its own can outrank it
                 _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order)
                 candidate.explains = {indexes[i] for i in candidate.explains}
-                if (not candidate.contradicted and (candidate.values or (candidate.carried and candidate.explains))
-                        and 2 * len(candidate.explains) >= len(failing)):
+                if (not candidate.contradicted and (candidate.values or candidate.carried)
+                        and to_explain <= candidate.explains):
                     accepted.append(candidate)
-                    if candidate.carried:
-                        by_earlier |= candidate.explains
-        covered = {i for c in accepted for i in c.explains}
-        if set(failing) <= covered:
-            break  # the search goes one slip deeper only for failures no single slip explains
-    named = {code for used in failing_uses for code in earlier[used].diagnoses}
-    codes, covered = [], set()
-    # Most failures covered; then carried; then fewest slips; then most codes named earlier; then the
-    # strongest evidence: an exception with the student's very message outweighs one of the same type.
-    while accepted:
-        best = max(accepted, key=lambda c: (len(c.explains - covered), c.carried, -len(c.codes),
-                                            len(named & set(c.codes)), c.values))
-        if not best.explains - covered:
-            break
-        covered |= best.explains
-        codes += [code for code in best.codes if code not in codes]
-    return codes, covered
+            if accepted:
+                break  # the search goes deeper only when nothing simpler reproduces every failure
+        if not accepted:
+            continue
+
+        def rank(c):
+            # A slip of a stage before one of the whole result, where both reproduce the numbers:
+            # `k @ q.T` is the transposed scores, and the stage is the mistake a student makes.
+            return (c.carried, -len(c.codes), -len(_WHOLE_RESULT & set(c.codes)), len(named & set(c.codes)))
+
+        best = max(rank(c) for c in accepted)
+        groups = list(dict.fromkeys(c.codes for c in accepted if rank(c) == best))
+        covered |= to_explain
+        if len(groups) > 1:
+            alternatives.append(tuple(groups))
+        for group in groups:
+            codes += [code for code in group if code not in codes]
+    return codes, covered, alternatives
 
 
 def _shapes(value: dict | None) -> tuple | None:
@@ -807,8 +829,10 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
         status = "partial" if any(passed) else "failed"
 
     failing_uses = _failing_uses(step, status, flat, earlier)
-    codes = [] if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses, earlier)
-    first = _first_failure(cases, verdicts, "wrong-shape" in codes)
+    found = _Findings([]) if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses,
+                                                             earlier)
+    codes = found.codes
+    first = _first_failure(cases, verdicts, _showing(found))
     shown, detail = (None, "")
     if first is not None:
         case, index, verdict = first
@@ -831,7 +855,8 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
     text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
-                                  {used: earlier[used].status for used in _first_causes(failing_uses)}, carried)
+                                  {used: earlier[used].status for used in _first_causes(failing_uses)}, carried,
+                                  alternatives=found.alternatives, looks=found.looks, seen=found.seen)
     return StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
 
 
@@ -857,6 +882,9 @@ def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[
                 found.append((fn, model))
         if found:
             break  # the fewest slips that do
+    if not found:
+        found = [(fn, derived.model(code)) for code in codes if derived.is_derived(code) and derived.fn_of(code) == fn
+                 and _reproduces(derived.model(code), (fn, "derived", code), calls, flat, wants)]
     return found
 
 
@@ -927,8 +955,25 @@ def _first_causes(failing: list[str]) -> list[str]:
     return [used for used in failing if not set(_all_uses(BY_ID[used])) & set(failing)]
 
 
+@dataclass
+class _Findings:
+    """What the judge found on a failing step, for the feedback to say."""
+
+    codes: list[str]
+    alternatives: list[tuple] = field(default_factory=list)
+    """Groups of code tuples: within a group, each reproduces the student's numbers equally well."""
+    looks: dict[str, str] = field(default_factory=dict)
+    """Advice that replaces a code's general advice, where the evidence says more."""
+    seen: dict[str, list[str]] = field(default_factory=dict)
+    """For a code read from the look of the values (NaN, a shape, an exception): the cases showing it."""
+
+
+def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list[str]:
+    return [case.label for case, case_verdicts in zip(cases, verdicts) if any(test(v) for v in case_verdicts)]
+
+
 def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
-              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult]) -> list[str]:
+              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult]) -> _Findings:
     """The step's diagnosis codes: what the runner saw, then the misconceptions that explain the values."""
     flat = [v for case_verdicts in verdicts for v in case_verdicts]
     codes: list[str] = []
@@ -939,33 +984,70 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     wrong = [i for i, v in enumerate(flat) if v.kind in ("mismatch", "raised", "wrong-type")]
     if step.id == "batch" and "head" in earlier and earlier["head"].status == "passed":
         # The same function works on one sequence, so only the batch axis can be at fault.
-        return codes + (["batch-axes-mixed"] if wrong else [])
+        return _Findings(codes + (["batch-axes-mixed"] if wrong else []))
+    if (step.id == "batch" and wrong and all(flat[i].kind == "raised" for i in wrong) and "head" in earlier
+            and earlier["head"].status in ("failed", "partial") and "crashed" not in earlier["head"].diagnoses):
+        # The head returns values on one sequence, and raises on every batch: code written for 2-D
+        # arrays only. Only the head's own verified mistake, raising the very same exceptions on
+        # every batch, may name it otherwise: another slip whose model happens to raise the same
+        # text says nothing.
+        calls = [call for case in cases for call in case.calls]
+        wants = [want for case_expected in expected for want in case_expected]
+        models, explained, alternatives = _explanations(calls, flat, wants, failing_uses, earlier, own=False)
+        if set(wrong) <= explained:
+            return _Findings(codes + [code for code in models if code not in codes], alternatives)
+        return _Findings(codes + ["batch-axes-mixed"])
 
     calls = [call for case in cases for call in case.calls]
     wants = [want for case_expected in expected for want in case_expected]
-    models, explained = _explanations(calls, flat, wants, failing_uses, earlier)
+    models, explained, alternatives = _explanations(calls, flat, wants, failing_uses, earlier)
     codes += [code for code in models if code not in codes]
     unexplained = [v for i, v in enumerate(flat) if v.kind in ("mismatch", "raised") and i not in explained]
+    alone = {id(v) for v in unexplained}
+    found = _Findings(codes, alternatives)
 
     hidden = [c for c, case in enumerate(cases) if not case.public]
     hidden_wrong = [c for c in hidden if any(v.kind in ("mismatch", "wrong-type") for v in verdicts[c])]
     example_right = all(ok for case, ok in zip(cases, passed) if case.public)
     mismatched = [v for v in flat if v.kind == "mismatch"]
-    derived = []
+    derived_codes = []
     if (mismatched and not models and all(v.close() for v in mismatched) and (any(v.float32() for v in mismatched)
                  or any("low-precision" in earlier[used].diagnoses for used in failing_uses))
             and not any(v.kind == "raised" for v in flat)):
-        derived.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
+        derived_codes.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
     elif example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1:
-        derived.append("hard-coded")  # right on the example, wrong almost everywhere else
+        derived_codes.append("hard-coded")  # right on the example, wrong almost everywhere else
+        if _copied(cases, verdicts, hidden_wrong):
+            found.looks["hard-coded"] = ("On the hidden cases you returned the very numbers of the chapter's "
+                                         "example: compute them from the arguments you are given.")
     else:
         if any(v.nonfinite for v in unexplained):
-            derived.append("non-finite")
+            derived_codes.append("non-finite")
+            found.seen["non-finite"] = _labels(cases, verdicts, lambda v: v.nonfinite and id(v) in alone)
         if any(v.shape for v in unexplained):
-            derived.append("wrong-shape")
+            derived_codes.append("wrong-shape")
+            found.seen["wrong-shape"] = _labels(cases, verdicts, lambda v: v.shape and id(v) in alone)
     if any(v.kind == "raised" for v in unexplained):
-        derived.append("crashed")
-    return codes + [code for code in derived if code not in codes]
+        derived_codes.append("crashed")
+        found.seen["crashed"] = _labels(cases, verdicts, lambda v: v.kind == "raised" and id(v) in alone)
+        if any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
+            found.looks["crashed"] = "Run the function on the chapter's example and read the error."
+    found.codes = codes + [code for code in derived_codes if code not in codes]
+    return found
+
+
+def _copied(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong: list[int]) -> bool:
+    """Did every wrong hidden case return exactly what the student returned on the example?"""
+    public = [c for c, case in enumerate(cases) if case.public]
+    if not public:
+        return False
+    example = verdicts[public[0]]
+    for c in hidden_wrong:
+        for verdict, shown in zip(verdicts[c], example):
+            if verdict.kind == "mismatch":
+                if shown.actual is None or not _same_value(verdict.actual, shown.actual):
+                    return False
+    return True
 
 
 def _all_uses(step: Step) -> list[str]:
@@ -977,19 +1059,26 @@ def _all_uses(step: Step) -> list[str]:
     return seen
 
 
-def _first_failure(cases, verdicts, wrong_shape: bool = False):
-    """The failing call to show: the public example first, then the first hidden one.
+def _showing(found: "_Findings"):
+    """Which failing call the feedback should show: one with the look a code names, so that the
+    message never says "wrong shape" or "NaN" beside a call that has neither."""
+    if "wrong-shape" in found.codes:
+        return lambda v: v.shape
+    if "non-finite" in found.codes:
+        return lambda v: v.nonfinite
+    return None
 
-    When the step is diagnosed `wrong-shape`, the call shown is one whose shape is wrong, so the
-    message never says "wrong shape" beside a call that returned the right one.
-    """
+
+def _first_failure(cases, verdicts, wanted=None):
+    """The failing call to show: the public example first, then the first hidden one; given
+    `wanted`, the first such call for which it holds (any failing call when none does)."""
     order = sorted(range(len(cases)), key=lambda c: not cases[c].public)
     for c in order:
         for i, verdict in enumerate(verdicts[c]):
             if (not verdict.ok and verdict.kind not in ("skipped", "not-implemented")
-                    and (verdict.shape or not wrong_shape)):
+                    and (wanted is None or wanted(verdict))):
                 return cases[c], i, verdict
-    return _first_failure(cases, verdicts) if wrong_shape else None
+    return _first_failure(cases, verdicts) if wanted is not None else None
 
 
 def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]],

@@ -16,7 +16,7 @@ from collections import Counter
 from html import escape
 from pathlib import Path
 
-from .diagnoses import CODES
+from .diagnoses import CODES, describe
 from .results import SubmissionResult, spreadsheet_cell, spreadsheet_csv
 from .steps import STEPS
 
@@ -77,6 +77,14 @@ def diagnosed(results: list[SubmissionResult]) -> dict[str, dict[str, list[str]]
     order = list(CODES)
     return dict(sorted(found.items(), key=lambda item: (-len(item[1]), item[0] in FAULTS,
                                                          order.index(item[0]) if item[0] in order else len(order))))
+
+
+def _derived_info(code: str):
+    """A derived edit's explanation (derived.py), or None for a code no longer known."""
+    try:
+        return describe(code)
+    except KeyError:
+        return None
 
 
 # ------------------------------------------------------------------ the plots --------------------
@@ -214,7 +222,7 @@ def render(results: list[SubmissionResult]) -> str:
                      "diagnosis with the explanation its students read and who they are.</p>")
         parts.append(_img(diagnosis_chart(found), "How many students showed each diagnosis"))
         for code, students in found.items():
-            info = CODES.get(code)
+            info = CODES.get(code) or _derived_info(code)
             share = 100.0 * len(students) / total  # of the class, as the steps' shares are
             what = f"{info.what[0].upper()}{info.what[1:]}" if info else "No explanation is recorded for this code."
             reread = f" Reread {_e(info.section)}." if info and info.section else ""

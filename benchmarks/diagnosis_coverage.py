@@ -8,6 +8,10 @@ graded in one real qkv-grade run, and every step it shows on (the step fails) is
 exactly, named by an equivalent composition (one that returns the same values on every call of
 the step), or missed. The hand-written realistic mistakes (tests/submissions/realistic.py) are
 counted as named when a step carries a code, and the unusual correct solutions must lose nothing.
+The held-out set (tests/submissions/unlisted.py), mistakes written with no list of misconceptions in
+mind, is counted the same way, but a step counts as named only when it carries a code of a
+mistake (a slip, a composition or a derived edit), not merely a description of how its values look
+(wrong-shape, non-finite, crashed, hard-coded, wrong-type).
 Targets: every grammar composition named; at least 90% of the hand-written steps named.
 """
 from __future__ import annotations
@@ -25,6 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from submissions import grammar  # noqa: E402
 from submissions.realistic import MISTAKES, UNUSUAL  # noqa: E402
+from submissions.unlisted import UNLISTED  # noqa: E402
 from support import qkv_grade  # noqa: E402
 
 from autograder.steps import STEP_IDS  # noqa: E402
@@ -67,6 +72,29 @@ def handwritten(seed: int) -> tuple[list[tuple], list[str]]:
     return rows, problems
 
 
+LOOKS = {"wrong-shape", "non-finite", "crashed", "hard-coded", "wrong-type", "not-implemented"}
+
+
+def held_out(seed: int) -> list[tuple]:
+    """Per step: how many steps of the held-out mistakes fail, and how many of those name a mistake."""
+    folder = Path(tempfile.mkdtemp(prefix="qkv-unlisted-"))
+    try:
+        (folder / "in").mkdir()
+        for name, submission in UNLISTED.items():
+            (folder / "in" / f"{name}.py").write_text(submission.text())
+        done = qkv_grade(str(folder / "in"), "--format", "json", "--seed", str(seed), "--out", str(folder / "out"))
+        assert done.returncode == 0, done.stderr
+        results = json.loads(done.stdout)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    rows = []
+    for step_index, step in enumerate(STEP_IDS):
+        failing = [r["steps"][step_index] for r in results if r["steps"][step_index]["status"] != "passed"]
+        named = sum(bool(set(graded["diagnoses"]) - LOOKS) for graded in failing)
+        rows.append((step, len(failing), named, f"{100.0 * named / len(failing):.1f}%" if failing else "-"))
+    return rows
+
+
 def show(header: tuple, rows: list[tuple]) -> None:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     for row in (header, *rows):
@@ -101,6 +129,12 @@ def main() -> int:
     print(f"all steps: {named} of {shown} named ({100.0 * named / shown:.1f}%)")
     for problem in problems:
         print(f"  {problem}")
+
+    rows = held_out(args.seed)
+    print(f"\nHeld-out mistakes (unlisted.py): {len(UNLISTED)}")
+    show(("step", "shown", "named", "share"), rows)
+    shown, named = sum(row[1] for row in rows), sum(row[2] for row in rows)
+    print(f"all steps: {named} of {shown} named by a mistake ({100.0 * named / shown:.1f}%)")
     return 0
 
 

@@ -153,6 +153,8 @@ def judge(choices: list[Choice], seed: int) -> list[Verdict]:
                 expected = ("batch-axes-mixed",)  # right on one sequence: the contract's name for it
             if set(got) == set(expected):
                 kind = "exact"
+            elif set(expected) < set(got) and "one of:" in graded["feedback"]:
+                kind = "equivalent"  # named among the mistakes the evidence cannot tell apart
             elif got and not NOT_SLIPS & set(got) and equivalent(step.id, choice, got, seed):
                 kind = "equivalent"
             else:

@@ -66,9 +66,14 @@ MISTAKES: dict[str, Submission] = {
                                           "a = np.exp(s - np.log(np.exp(s).sum(axis=-1, keepdims=True)))",
                                           ("softmax", "attention", "head"), "unstable-softmax"),
     # The row minimum subtracted, so that no exponent is negative: on scores spread over thousands
-    # the exponentials overflow, and the NaN they leave is the one thing the grader can say.
+    # the exponentials overflow. No slip of the grammar; the edit max -> min of the reference's
+    # shift reproduces it, NaN and all.
     "softmax_min_subtracted": _one(SOFTMAX_MAX, "shifted = s - s.min(axis=-1, keepdims=True)",
-                                   ("softmax", "attention", "head"), "non-finite"),
+                                   ("softmax", "attention", "head"), "derived-softmax_rows-m-op-max-to-min"),
+    # One taken off each row's total "to leave room": a row with a single key, or one key far ahead,
+    # divides by zero; no edit of the reference gives it, so NaN and infinity are what can be said.
+    "softmax_total_minus_one": _one(SOFTMAX_SUM, "a = e / (e.sum(axis=-1, keepdims=True) - 1.0)",
+                                    SOFTMAX_ON + ("ex1_zero_query",), "non-finite"),
     # After the shift each row's largest exponential is 1: dividing by it normalizes nothing.
     "softmax_divides_by_row_max": _one(SOFTMAX_SUM, "a = e / e.max(axis=-1, keepdims=True)",
                                        SOFTMAX_ON + ("ex1_zero_query",), "not-normalized"),
@@ -114,7 +119,7 @@ MISTAKES: dict[str, Submission] = {
     "softmax_unused_shift_raw_scores_normalized": Submission(
         ((SOFTMAX_MAX, "shifted = s - s.max(axis=-1)"), (SOFTMAX_SUM, "a = s / s.sum(axis=-1, keepdims=True)")),
         {**_on(SOFTMAX_ON + ("ex1_zero_query",), "not-exponentiated"),
-         "batch": ["missing-keepdims", "not-exponentiated"]}),
+         "softmax": ["missing-keepdims", "not-exponentiated"], "batch": ["missing-keepdims", "not-exponentiated"]}),
     # -- exercise 1 --------------------------------------------------------------------------
     "zero_query_weights_not_divided": _one(ZERO_WEIGHTS, "weights = np.exp(k @ q / np.sqrt(k.shape[-1]))",
                                            "ex1_zero_query", "not-normalized"),

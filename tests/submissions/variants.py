@@ -140,10 +140,10 @@ WRONG: dict[str, Submission] = {
     "keys_not_transposed": _one("k_t = np.swapaxes(k, -1, -2)", "k_t = k", SCORES_ON, "keys-not-transposed"),
     "receivers_and_keys_swapped": _one("d = q @ k_t", "d = k @ q.T", SCORES_ON,
                                        "keys-not-transposed"),
-    # Queries compared with queries: no model describes it, so no step may borrow a lookalike
-    # (the head's result is also what W_Q used for the keys would give).
+    # Queries compared with queries: no slip of the grammar, but an edit of the reference's
+    # dataflow (the keys replaced by the queries), named where it was made and carried from there.
     "queries_compared_with_queries": Submission((("d = q @ k_t", "d = q @ np.swapaxes(q, -1, -2)"),),
-                                                dict.fromkeys(SCORES_ON, [])),
+                                                _on(SCORES_ON, "derived-scores-k_t-operand-k-to-q")),
     "scores_prescaled": _one("d = q @ k_t", "d = q @ k_t / np.sqrt(q.shape[-1])", SCORES_ON, "scores-prescaled"),
     # -- §15.3: the divisor ----------------------------------------------------------------
     "no_scaling": _one("s = d / np.sqrt(d_k)", "s = d", SCALE_ON, "no-scaling"),
@@ -181,7 +181,9 @@ WRONG: dict[str, Submission] = {
     "batch_keys_dot_T": _one("k_t = np.swapaxes(k, -1, -2)", "k_t = k.T", "batch", "batch-axes-mixed"),
     "batch_softmax_axis_1": Submission(((SOFTMAX_MAX, "shifted = s - s.max(axis=1, keepdims=True)"),
                                         (SOFTMAX_SUM, "a = e / e.sum(axis=1, keepdims=True)")),
-                                       {"batch": ["batch-axes-mixed"], "ex1_zero_query": ["crashed"]}),
+                                       {"softmax": ["derived-softmax_rows-all-axes--1-to-1"],
+                                        "batch": ["batch-axes-mixed"],
+                                        "ex1_zero_query": ["derived-softmax_rows-all-axes--1-to-1"]}),
     "batch_flattened": _one("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
                             "    q, k, v = project_qkv(x.reshape(-1, x.shape[-1]), w_q, w_k, w_v)\n"
                             "    o, a = attention(q, k, v)\n"

@@ -1,0 +1,524 @@
+"""Error models derived from the reference: general edits of its dataflow, each with its own words.
+
+The hand-written grammar (slips.py) names the mistakes the chapter warns about. Students make many
+more, most of them one ordinary edit of one line: an operand replaced by another array in scope,
+an operation inverted or swapped, a stage skipped, done twice or followed by an extra one, a
+condition of a predicate dropped, added or loosened. Here each contract function is written once
+as a short program of stages (`PROGRAMS`), the reference's own dataflow line by line, and the
+edit operators (`_edits`) are applied to every stage. Each edit is a model with a stable code,
+`derived-<function>-<stage>-<edit>`, and words written from the edit itself: the line as the
+student's numbers say it was computed, beside the reference's line.
+
+The judge tries these only after the grammar's single slips and pairs have failed; a derived
+model, like any other, is named only when it reproduces every failing call. Its values on a
+case are computed once for the whole class (the judge's per-call cache), so the memory they take
+grows with the cases and the edits, never with the class.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+
+class _Stop(Exception):
+    """A predicate's early `return False`."""
+
+
+def _swap(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def _rows(rows):
+    return None if rows is None else list(rows)
+
+
+def _addrows(v, shift, rows):
+    out = np.array(v, dtype=float)
+    if rows is None:
+        out += shift
+    else:
+        out[_rows(rows)] += shift
+    return out
+
+
+def _selsum(a, rows):
+    return a.sum(axis=-1) if rows is None else a[:, _rows(rows)].sum(axis=-1)
+
+
+def _close(sums, tol):
+    return bool(np.all(np.abs(sums - 1.0) <= tol))
+
+
+def _head(x, w_q, w_k, w_v):
+    from solutions import attention_head as reference
+
+    return reference.self_attention_head(x, w_q, w_k, w_v)
+
+
+def _guard(ok):
+    if not ok:
+        raise _Stop
+    return True
+
+
+# op -> (function of (args, params), how the line reads, kind of its value)
+OPS: dict[str, tuple[Callable, str]] = {
+    "matmul": (lambda a, p: a[0] @ a[1], "{0} @ {1}"),
+    "mul": (lambda a, p: a[0] * a[1], "{0} * {1}"),
+    "div": (lambda a, p: a[0] / a[1], "{0} / {1}"),
+    "rdiv": (lambda a, p: a[1] / a[0], "{1} / {0}"),
+    "sub": (lambda a, p: a[0] - a[1], "{0} - {1}"),
+    "add": (lambda a, p: a[0] + a[1], "{0} + {1}"),
+    "T": (lambda a, p: _swap(a[0]), "{0}ᵀ"),
+    "sqrt": (lambda a, p: np.sqrt(a[0]), "√{0}"),
+    "square": (lambda a, p: np.square(a[0]), "{0}²"),
+    "same": (lambda a, p: a[0], "{0}"),
+    "exp": (lambda a, p: np.exp(a[0]), "exp({0})"),
+    "log": (lambda a, p: np.log(a[0]), "log({0})"),
+    "max": (lambda a, p: np.max(a[0], axis=p["axis"], keepdims=True), "{0}.max(axis={axis})"),
+    "min": (lambda a, p: np.min(a[0], axis=p["axis"], keepdims=True), "{0}.min(axis={axis})"),
+    "sum": (lambda a, p: np.sum(a[0], axis=p["axis"], keepdims=True), "{0}.sum(axis={axis})"),
+    "mean": (lambda a, p: np.mean(a[0], axis=p["axis"], keepdims=True), "{0}.mean(axis={axis})"),
+    "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
+    "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
+    "zeros": (lambda a, p: np.zeros(a[0]), "np.zeros({0})"),
+    "ones": (lambda a, p: np.ones(a[0]), "np.ones({0})"),
+    "outer": (lambda a, p: np.outer(a[0], a[1]), "np.outer({0}, {1})"),
+    "addrows": (lambda a, p: _addrows(a[0], a[1], a[2]), "{0} with {1} added to the rows {2}"),
+    "addall": (lambda a, p: np.asarray(a[0]) + a[1], "{0} with {1} added to every row"),
+    "selsum": (lambda a, p: _selsum(a[0], a[1]), "{0}[:, {1}].sum(axis=-1)"),
+    "rowselsum": (lambda a, p: np.sum(a[0][_rows(a[1])], axis=0) if a[1] is not None else a[0].sum(axis=0),
+                  "{0}[{1}, :].sum(axis=0)"),
+    "ndim2": (lambda a, p: np.asarray(a[0]).ndim == 2, "{0}.ndim == 2"),
+    "ndim_at_least_2": (lambda a, p: np.asarray(a[0]).ndim >= 2, "{0}.ndim >= 2"),
+    "guard": (lambda a, p: _guard(a[0]), "return False unless {0}"),
+    "rowsum": (lambda a, p: np.asarray(a[0], dtype=float).sum(axis=p["axis"]), "{0}.sum(axis={axis})"),
+    "close": (lambda a, p: _close(a[0], p["tol"]), "all(|{0} - 1| <= {tol})"),
+    "close_first": (lambda a, p: _close(np.atleast_1d(a[0])[:1], p["tol"]), "|{0}[0] - 1| <= {tol}"),
+    "close_any": (lambda a, p: bool(np.any(np.abs(a[0] - 1.0) <= p["tol"])), "any(|{0} - 1| <= {tol})"),
+    "close_below": (lambda a, p: bool(np.all(a[0] - 1.0 <= p["tol"])), "all({0} - 1 <= {tol})"),
+    "close_rel": (lambda a, p: bool(np.allclose(a[0], 1.0)), "np.allclose({0}, 1)"),
+    "nonneg": (lambda a, p: bool(np.all(np.asarray(a[0]) >= 0)), "all({0} >= 0)"),
+    "positive": (lambda a, p: bool(np.all(np.asarray(a[0]) > 0)), "all({0} > 0)"),
+    "nonneg_any": (lambda a, p: bool(np.any(np.asarray(a[0]) >= 0)), "any({0} >= 0)"),
+    "at_most_one": (lambda a, p: bool(np.all(np.asarray(a[0]) <= 1)), "all({0} <= 1)"),
+    "square_matrix": (lambda a, p: a[0].shape[-1] == a[0].shape[-2], "{0} is square"),
+    "and": (lambda a, p: bool(all(a)), " and ".join),
+    "const": (lambda a, p: p["value"], "{value}"),
+    "pair": (lambda a, p: (int(a[0]), int(a[1])), "({0}, {1})"),
+    "float": (lambda a, p: float(a[0]), "float({0})"),
+    "tuple": (lambda a, p: tuple(a), "({all})"),
+    "one": (lambda a, p: a[0], "{0}"),
+    "facts": (lambda a, p: dict(zip(("divisor", "score_shape", "output_shape", "softmax_axis"), a)), "{{…}}"),
+    "exp2": (lambda a, p: np.exp2(a[0]), "2 ** {0}"),
+    "isqrt": (lambda a, p: np.floor(np.sqrt(a[0])), "floor(√{0})"),
+    "subrows": (lambda a, p: _addrows(a[0], -np.asarray(a[1]), a[2]), "{0} with {1} subtracted from the rows {2}"),
+    "selmean": (lambda a, p: a[0].mean(axis=-1) if a[1] is None else a[0][:, _rows(a[1])].mean(axis=-1),
+                "{0}[:, {1}].mean(axis=-1)"),
+    "selmax": (lambda a, p: a[0].max(axis=-1) if a[1] is None else a[0][:, _rows(a[1])].max(axis=-1),
+               "{0}[:, {1}].max(axis=-1)"),
+    "pair_rev": (lambda a, p: (int(a[1]), int(a[0])), "({1}, {0})"),
+    "head": (lambda a, p: _head(*a), "self_attention_head({0}, {1}, {2}, {3})"),
+    "intervention": (lambda a, p: {"output_before": a[0][0], "weights_before": a[0][1],
+                                   "output_after": a[1][0], "weights_after": a[1][1]}, "{{…}}"),
+    # inserted stages
+    "abs": (lambda a, p: np.abs(a[0]), "abs({0})"),
+    "clip": (lambda a, p: np.clip(a[0], 0.0, 1.0), "np.clip({0}, 0, 1)"),
+    "round": (lambda a, p: np.round(a[0], p.get("n", 0)), "np.round({0}, {n})"),
+    "square_": (lambda a, p: np.square(a[0]), "{0} ** 2"),
+    "neg": (lambda a, p: -a[0], "-{0}"),
+    "double": (lambda a, p: 2 * a[0], "2 * {0}"),
+    "per_row": (lambda a, p: a[0] / np.shape(a[0])[-2], "{0} / {0}.shape[-2]"),
+    "per_col": (lambda a, p: a[0] / np.shape(a[0])[-1], "{0} / {0}.shape[-1]"),
+    "times_rows": (lambda a, p: a[0] * np.shape(a[0])[-2], "{0} * {0}.shape[-2]"),
+    "residual": (lambda a, p: a[0] + a[1], "{0} + {1}"),
+}
+
+# Swapped or inverted operators: op -> alternatives (with their words).
+SWAPS: dict[str, tuple[str, ...]] = {
+    "matmul": ("mul",), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
+    "sqrt": ("square", "same", "log", "isqrt"), "exp": ("log", "same", "square", "exp2"), "max": ("min", "mean", "sum"),
+    "sum": ("mean", "max"), "lastdim": ("firstdim",), "zeros": ("ones",), "selsum": ("rowselsum", "selmean", "selmax"),
+    "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2",), "nonneg": ("positive", "nonneg_any"),
+    "close": ("close_first", "close_any", "close_below", "close_rel"),
+}
+AXES = (-2, 0, 1, None)
+TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
+INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows")
+ROUNDINGS = (0, 2, 3, 4)
+# What may happen to one operand on its way into a stage.
+OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
+# Conditions a predicate may add: each a stage whose value joins the final `and`.
+ADDED_CONDITIONS = ("at_most_one", "square_matrix", "positive")
+
+Stage = tuple  # (name, op, args, params)
+
+
+def _st(name, op, args, **params) -> Stage:
+    return (name, op, tuple(args), params)
+
+
+def _softmax(s: str) -> list[Stage]:
+    return [_st("m", "max", (s,), axis=-1), _st("shifted", "sub", (s, "m")), _st("e", "exp", ("shifted",)),
+            _st("z", "sum", ("e",), axis=-1), _st("a", "div", ("e", "z"))]
+
+
+def _compare(q="q", k="k", d_k_from="q") -> list[Stage]:
+    return [_st("d_k", "lastdim", (d_k_from,)), _st("k_t", "T", (k,)), _st("d", "matmul", (q, "k_t")),
+            _st("r", "sqrt", ("d_k",)), _st("s", "div", ("d", "r"))]
+
+
+_PROJECT = [_st("q", "matmul", ("x", "w_q")), _st("k", "matmul", ("x", "w_k")), _st("v", "matmul", ("x", "w_v"))]
+
+# The reference, function by function: inputs (name, kind) and stages. Kinds: array, int, rows, bool.
+PROGRAMS: dict[str, tuple[tuple[tuple[str, str], ...], list[Stage]]] = {
+    "project_qkv": ((("x", "array"), ("w_q", "array"), ("w_k", "array"), ("w_v", "array")),
+                    _PROJECT + [_st("return", "tuple", ("q", "k", "v"))]),
+    "scores": ((("q", "array"), ("k", "array")),
+               [_st("k_t", "T", ("k",)), _st("d", "matmul", ("q", "k_t")), _st("return", "one", ("d",))]),
+    "scale": ((("d", "array"), ("d_k", "int")),
+              [_st("r", "sqrt", ("d_k",)), _st("s", "div", ("d", "r")), _st("return", "one", ("s",))]),
+    "softmax_rows": ((("s", "array"),), _softmax("s") + [_st("return", "one", ("a",))]),
+    "mix": ((("a", "array"), ("v", "array")), [_st("o", "matmul", ("a", "v")), _st("return", "one", ("o",))]),
+    "attention": ((("q", "array"), ("k", "array"), ("v", "array")),
+                  _compare() + _softmax("s") + [_st("o", "matmul", ("a", "v")), _st("return", "tuple", ("o", "a"))]),
+    "self_attention_head": ((("x", "array"), ("w_q", "array"), ("w_k", "array"), ("w_v", "array")),
+                            _PROJECT + _compare() + _softmax("s")
+                            + [_st("o", "matmul", ("a", "v")), _st("return", "tuple", ("o", "a"))]),
+    "zero_query_mixture": ((("k", "array"), ("v", "array")),
+                           [_st("d_k", "lastdim", ("k",)), _st("q", "zeros", ("d_k",)), _st("d", "matmul", ("k", "q")),
+                            _st("r", "sqrt", ("d_k",)), _st("s", "div", ("d", "r"))] + _softmax("s")
+                           + [_st("o", "matmul", ("a", "v")), _st("return", "tuple", ("a", "o"))]),
+    "is_attention_weights": ((("a", "array"),),
+                             [_st("is_2d", "ndim2", ("a",)), _st("_", "guard", ("is_2d",)),
+                              _st("sums", "rowsum", ("a",), axis=1), _st("sums_ok", "close", ("sums",), tol=1e-9),
+                              _st("signs_ok", "nonneg", ("a",)), _st("return", "and", ("signs_ok", "sums_ok"))]),
+    "shifted_output": ((("a", "array"), ("v", "array"), ("shift", "array"), ("rows", "rows")),
+                       [_st("v_new", "addrows", ("v", "shift", "rows")), _st("o", "matmul", ("a", "v_new")),
+                        _st("return", "one", ("o",))]),
+    "output_change": ((("a", "array"), ("shift", "array"), ("rows", "rows")),
+                      [_st("moved", "selsum", ("a", "rows")), _st("c", "outer", ("moved", "shift")),
+                       _st("return", "one", ("c",))]),
+    "value_intervention": ((("x", "array"), ("w_q", "array"), ("w_k", "array"), ("w_v", "array"),
+                            ("w_v_new", "array")),
+                           [_st("before", "head", ("x", "w_q", "w_k", "w_v")),
+                            _st("after", "head", ("x", "w_q", "w_k", "w_v_new")),
+                            _st("return", "intervention", ("before", "after"))]),
+    "head_facts": ((("t", "int"), ("d_k", "int"), ("d_v", "int")),
+                   [_st("r", "sqrt", ("d_k",)), _st("divisor", "float", ("r",)),
+                    _st("score_shape", "pair", ("t", "t")), _st("output_shape", "pair", ("t", "d_v")),
+                    _st("softmax_axis", "const", (), value=-1),
+                    _st("return", "facts", ("divisor", "score_shape", "output_shape", "softmax_axis"))]),
+}
+
+# What each name stands for, in the chapter's words; and the section that teaches each stage.
+WORDS = {
+    "x": "the input x", "w_q": "W_Q", "w_k": "W_K", "w_v": "W_V", "q": "the queries", "k": "the keys",
+    "v": "the values", "k_t": "the transposed keys", "d": "the scores D", "s": "the scaled scores S",
+    "r": "the divisor √d_k", "d_k": "d_k", "d_v": "d_v", "t": "T", "m": "the row maxima",
+    "shifted": "the shifted scores", "e": "the exponentials", "z": "the row totals", "a": "the weights",
+    "o": "the output", "v_new": "the shifted value rows", "moved": "the weight on the moved rows",
+    "c": "the change", "shift": "the shift", "rows": "the listed rows", "sums": "the row sums",
+    "is_2d": "the 2-D test", "sums_ok": "the row-sum test", "signs_ok": "the sign test",
+    "all": "its reductions", "divisor": "the divisor", "score_shape": "the score shape", "output_shape": "the output shape",
+}
+SECTIONS = {"q": "§15.1", "k": "§15.1", "v": "§15.1", "k_t": "§15.2", "d": "§15.2", "d_k": "§15.3", "r": "§15.3",
+            "s": "§15.3", "m": "§15.3", "shifted": "§15.3", "e": "§15.3", "z": "§15.3", "a": "§15.3", "o": "§15.4",
+            "v_new": "§15.5", "moved": "§15.5", "c": "§15.5"}
+OP_WORDS = {
+    "mul": "an elementwise product", "matmul": "a matrix product", "div": "a division", "rdiv": "the division upside down",
+    "add": "an addition", "sub": "a subtraction", "square": "a square", "same": "nothing", "log": "a logarithm",
+    "exp": "an exponential", "min": "a minimum", "mean": "a mean", "sum": "a sum", "max": "a maximum",
+    "firstdim": "the first axis's length", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
+    "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
+    "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
+    "close_first": "the first row's sum only", "close_any": "any row summing to one",
+    "close_below": "the sums compared without their absolute value", "close_rel": "np.allclose's default tolerance",
+}
+
+
+@dataclass(frozen=True)
+class Edit:
+    fn: str
+    code: str
+    program: tuple
+    old: str
+    """The reference's line."""
+    new: str
+    """The line as the student's numbers say it was computed."""
+    why: str
+    """What the edit changed, in words."""
+    section: str
+
+
+def _code(fn: str, stage: str, label: str) -> str:
+    """`derived-<function>-<stage>-<edit>`, in the characters a results file allows for a code."""
+    text = f"{stage}-{label}".replace("->", "-to-").replace(":", "-").replace("'", "").replace(".", "p")
+    return f"derived-{fn}-" + re.sub(r"[^a-z0-9_-]", "_", text.lower())
+
+
+def _line(stage: Stage) -> str:
+    name, op, args, params = stage
+    template = OPS[op][1]
+    if op == "and":
+        body = " and ".join(args)
+    elif op == "tuple":
+        body = "(" + ", ".join(args) + ")"
+    elif op in ("facts", "intervention"):
+        body = "{" + ", ".join(args) + "}"
+    else:
+        shown = {k: ("None" if v is None else v) for k, v in params.items()}
+        body = template.format(*args, **shown)
+    return f"return {body}" if name == "return" else (body if name == "_" else f"{name} = {body}")
+
+
+def _kinds(fn: str) -> dict[str, str]:
+    inputs, stages = PROGRAMS[fn]
+    kinds = dict(inputs)
+    for name, op, args, _ in stages:
+        if op in ("lastdim", "firstdim"):
+            kinds[name] = "int"
+        elif op in ("sqrt", "float"):
+            kinds[name] = "scalar" if kinds.get(args[0]) in ("int", "scalar") else "array"
+        elif op in ("ndim2", "guard", "close", "nonneg", "and"):
+            kinds[name] = "bool"
+        elif op in ("pair", "const", "tuple", "facts", "head", "intervention"):
+            kinds[name] = op
+        else:
+            kinds[name] = "array"
+    return kinds
+
+
+def _edits(fn: str) -> list[Edit]:
+    inputs, stages = PROGRAMS[fn]
+    kinds = _kinds(fn)
+    found: list[Edit] = []
+
+    def add(i, new_stages, new_line, why, label):
+        stage = stages[i]
+        code = _code(fn, stage[0] if stage[0] != "_" else "guard", label)
+        found.append(Edit(fn, code, tuple(new_stages), _line(stage), new_line, why,
+                          SECTIONS.get(stage[0], "§15.8" if fn in ("is_attention_weights", "head_facts",
+                                                                   "zero_query_mixture") else "§15.4")))
+
+    # Every reduction moved to another axis at once: `axis=1` written throughout, say.
+    reducing = [i for i, stage in enumerate(stages) if stage[3].get("axis") == -1]
+    if len(reducing) > 1:
+        for axis in AXES:
+            program = [(n, o, a, {**p, "axis": axis}) if i in reducing else (n, o, a, p)
+                       for i, (n, o, a, p) in enumerate(stages)]
+            code = _code(fn, "all", f"axes:-1->{axis}")
+            found.append(Edit(fn, code, tuple(program), "axis=-1", f"axis={axis}",
+                              f"every reduction ran over {'the whole array' if axis is None else f'axis {axis}'}, "
+                              f"not the last axis", SECTIONS.get("a", "§15.3")))
+    for i, stage in enumerate(stages):
+        name, op, args, params = stage
+        scope = [n for n, _ in inputs] + [s[0] for s in stages[:i] if s[0] not in ("_", "return")]
+        before, after = list(stages[:i]), list(stages[i + 1:])
+        # An operand replaced by another value of its kind in scope.
+        for j, arg in enumerate(args):
+            for other in scope:
+                if other == arg or kinds.get(other) != kinds.get(arg) or (op == "pair" and other == arg):
+                    continue
+                if kinds.get(arg) == "bool":
+                    continue
+                new_args = args[:j] + (other,) + args[j + 1:]
+                new = (name, op, new_args, params)
+                add(i, before + [new] + after, _line(new),
+                    f"{WORDS.get(arg, arg)} {'were' if arg in ('q', 'k', 'v', 'e', 'k_t') else 'was'} replaced by "
+                    f"{WORDS.get(other, other)}", f"operand:{arg}->{other}")
+        # A condition of the final `and` dropped, or one added.
+        if op == "and":
+            for j, arg in enumerate(args):
+                new = (name, op, args[:j] + args[j + 1:], params)
+                add(i, before + [new] + after, _line(new), f"{WORDS.get(arg, arg)} was left out", f"drop:{arg}")
+            for cond in ADDED_CONDITIONS:
+                extra = (cond, cond, ("a",), {})
+                new = (name, op, args + (cond,), params)
+                add(i, before + [extra, new] + after, f"{_line(new)} with {OPS[cond][1].format('a')}",
+                    f"an extra condition ({OPS[cond][1].format('a')}) was added", f"add:{cond}")
+        # One operand changed on its way in (squared, its absolute value, transposed, negated, doubled).
+        if op not in ("and", "guard", "head", "intervention", "facts"):
+            for j, arg in enumerate(args):
+                if kinds.get(arg) != "array":
+                    continue
+                for change in OPERAND_CHANGES:
+                    inner = (f"{arg}'", change, (arg,), {})
+                    new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                    shown = OPS[change][1].format(arg)
+                    add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
+                        f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}")
+                if name == "return":
+                    for n in ROUNDINGS:
+                        inner = (f"{arg}'", "round", (arg,), {"n": n})
+                        new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                        add(i, before + [inner, new] + after,
+                            _line(new).replace(f"{arg}'", f"np.round({arg}, {n})"),
+                            f"{WORDS.get(arg, arg)} {'were' if arg in ('q', 'k', 'v') else 'was'} rounded to {n} "
+                            f"decimals", f"round:{arg}:{n}")
+        if op == "guard":
+            add(i, before + after, "(no 2-D test)", "the 2-D test was left out", "drop")
+        if name == "return" or op in ("guard", "and", "facts", "tuple", "one", "const"):
+            continue
+        # An operator swapped or inverted.
+        for alt in SWAPS.get(op, ()):
+            new = (name, alt, args, params)
+            add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became {OP_WORDS.get(alt, alt)}",
+                f"op:{op}->{alt}")
+        if "axis" in params:
+            for axis in AXES:
+                if axis != params["axis"]:
+                    new = (name, op, args, {**params, "axis": axis})
+                    add(i, before + [new] + after, _line(new),
+                        f"the {op} ran over {'the whole array' if axis is None else f'axis {axis}'}",
+                        f"axis:{params['axis']}->{axis}")
+        if "tol" in params:
+            for tol in TOLERANCES:
+                new = (name, op, args, {**params, "tol": tol})
+                add(i, before + [new] + after, _line(new), f"the tolerance became {tol:g}", f"tol:{tol:g}")
+        if kinds.get(name) not in ("array", "scalar"):
+            continue
+        # A stage skipped: its first operand passed on as it is.
+        if args and kinds.get(args[0]) == kinds.get(name):
+            new = (name, "same", args[:1], {})
+            add(i, before + [new] + after, f"{name} = {args[0]}", f"the step `{_line(stage)}` was left out", "skip")
+        # A stage done twice.
+        if op in ("T", "sqrt", "exp", "div", "sub", "abs") or (op == "matmul" and name == "o"):
+            twice = (name + "'", op, args, params)
+            # a product applied twice mixes its result again; anything else acts on its own output
+            again = (name, op, (args[0], name + "'") if op == "matmul" else (name + "'",) + args[1:], params)
+            add(i, before + [twice, again] + after, f"{_line(stage)}, twice",
+                f"the step `{_line(stage)}` was applied twice", "twice")
+        # A common extra stage after it.
+        for extra in INSERTS:
+            if extra == "residual":
+                sources = [a for a in args if kinds.get(a) == "array"] + [n for n, kind in inputs if kind == "array"]
+                for source in dict.fromkeys(sources):
+                    first = (name + "'", op, args, params)
+                    new = (name, "residual", (name + "'", source), {})
+                    add(i, before + [first, new] + after, f"{_line(stage)} + {source}",
+                        f"{WORDS.get(source, source)} was added back to {WORDS.get(name, name)}",
+                        f"insert:residual:{source}")
+                continue
+            for n in ROUNDINGS if extra == "round" else (0,):
+                first = (name + "'", op, args, params)
+                new = (name, extra, (name + "'",), {"n": n})
+                shown = OPS[extra][1].format(f"({_line(stage).split(' = ', 1)[1]})", n=n)
+                add(i, before + [first, new] + after, f"{name} = {shown}",
+                    f"an extra `{OPS[extra][1].format(name, n=n)}` was applied to {WORDS.get(name, name)}",
+                    f"insert:{extra}" + (f":{n}" if extra == "round" else ""))
+    return found
+
+
+def _run(fn: str, program: tuple, args: tuple):
+    inputs, _ = PROGRAMS[fn]
+    env = dict(zip((n for n, _ in inputs), args))
+    if fn == "is_attention_weights":
+        env["a"] = np.asarray(env["a"], dtype=float)
+    try:
+        for name, op, stage_args, params in program:
+            env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+    except _Stop:
+        return False
+    return env["return"]
+
+
+def _probes(fn: str) -> tuple[tuple, tuple] | None:
+    """Two inputs of the chapter's example's shapes, the second with every number moved."""
+    if fn in ("is_attention_weights", "head_facts"):
+        return None
+    from .cases import example_arrays
+
+    ex = example_arrays()
+    by_name = {"x": ex["X"], "w_q": ex["W_Q"], "w_k": ex["W_K"], "w_v": ex["W_V"], "w_v_new": ex["W_V"] - 1.0,
+               "q": ex["Q"], "k": ex["K"], "v": ex["V"], "d": ex["D"], "s": ex["S"], "a": ex["A"], "d_k": 2,
+               "shift": np.array([2.0, -1.0]), "rows": [0]}
+    first = tuple(by_name[name] for name, _ in PROGRAMS[fn][0])
+    moved = tuple(arg * 1.7 + 0.3 if isinstance(arg, np.ndarray) and name != "a" else
+                  (np.roll(arg, 1, axis=-1) if name == "a" else arg)
+                  for (name, _), arg in zip(PROGRAMS[fn][0], first))
+    return first, moved
+
+
+def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
+    """Does the edited program give the same value whatever its inputs (`s - s`, say)? Such an edit
+    describes no computation, only a constant: a guess, which it must not explain away."""
+    def parts(value):
+        return list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, tuple) else [value]
+
+    def same(a, b):
+        return np.shape(a) == np.shape(b) and np.allclose(a, b, equal_nan=True)
+
+    try:
+        with np.errstate(all="ignore"):
+            one, two = (parts(_run(fn, program, args)) for args in probes)
+            ref_one, ref_two = (parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes)
+    except Exception:
+        return False
+    # a part that stays put although the reference's moves (the reference's own zero-query weights never do)
+    return any(same(a, b) and not same(r, q) for a, b, r, q in zip(one, two, ref_one, ref_two))
+
+
+@lru_cache(maxsize=None)
+def _table(fn: str) -> dict[str, Edit]:
+    if fn not in PROGRAMS:
+        return {}
+    probes = _probes(fn)
+    table: dict[str, Edit] = {}
+    for edit in _edits(fn):
+        if edit.code not in table and not (probes and _ignores_inputs(fn, edit.program, probes)):
+            table[edit.code] = edit
+    return table
+
+
+@lru_cache(maxsize=None)
+def models(fn: str) -> tuple[tuple[str, Callable], ...]:
+    """Every derived edit of `fn`, as (code, model); the model takes the function's arguments."""
+    return tuple((code, _model(fn, edit.program)) for code, edit in _table(fn).items())
+
+
+def _model(fn: str, program: tuple) -> Callable:
+    return lambda *args: _run(fn, program, args)
+
+
+def model(code: str) -> Callable:
+    return dict(models(fn_of(code)))[code]
+
+
+def fn_of(code: str) -> str:
+    return code.split("-")[1]
+
+
+def is_derived(code: str) -> bool:
+    return code.startswith("derived-")
+
+
+_FUNCTION_WORDS = {"project_qkv": "projections", "scores": "scores", "scale": "scaled scores",
+                   "softmax_rows": "weights", "mix": "output", "attention": "attention",
+                   "self_attention_head": "head", "zero_query_mixture": "zero-query mixture",
+                   "is_attention_weights": "predicate", "shifted_output": "shifted output",
+                   "output_change": "output change", "head_facts": "facts"}
+
+
+def describe(code: str):
+    from .diagnoses import Diagnosis
+
+    edit = _table(fn_of(code)).get(code) if is_derived(code) else None
+    if edit is None:
+        raise KeyError(code)
+    what = (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of `{edit.old}`: "
+            f"{edit.why}.")
+    look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(_stage_of(code), 'this value')} and compare it "
+            f"with `{edit.old}`.")
+    return Diagnosis(code, what, look, edit.section)
+
+
+def _stage_of(code: str) -> str:
+    return code.split("-")[2]
+
+
+assert all(re.fullmatch(r"[a-z_]+", fn) for fn in PROGRAMS)

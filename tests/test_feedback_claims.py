@@ -1,0 +1,267 @@
+"""Every sentence of feedback is true of the submission it is about, checked claim by claim.
+
+Each submission of the test corpus is graded in this process (tests/inprocess.py), so the
+student's own values are at hand, and every step's feedback is read back as a list of claims that
+are checked here independently of the judge's own reasoning:
+
+- a named mistake has a model (a composition of slips, an earlier step's mistake carried through
+  the reference, or a derived edit) that reproduces the student's value, or the student's very
+  exception, on every failing call of the function it names; `batch-axes-mixed` is said only
+  where the head returns values for one sequence;
+- a value quoted as what the function returned ("got …") is the returned value at that index;
+- the advice to run the function on the chapter's example is given only where the example fails,
+  and "the very numbers of the chapter's example" only where a hidden case returned them;
+- NaN or infinity is reported only beside a call whose value holds one, and `non-finite` only on
+  cases that do.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from autograder import derived, diagnoses, judge, slips
+from autograder.steps import BY_ID, STEPS
+from inprocess import grade, runs_here
+from submissions.variants import everything
+
+try:
+    from submissions.unlisted import UNLISTED
+except ImportError:  # pragma: no cover
+    UNLISTED = {}
+
+SEED = 7
+# Codes read from the look of the values or from the runner, not from a model.
+PROBES = {"not-implemented", "wrong-shape", "non-finite", "hard-coded", "mutates-input", "timeout", "exit-called",
+          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision"}
+
+
+def _corpus() -> dict[str, str]:
+    found = {name: s.text() for name, s in everything().items()
+             if runs_here(s.text(), s.status) and not any({"timeout", "exit-called", "memory-limit"} & set(c)
+                                                          for c in s.expected.values())}
+    found.update({f"unlisted:{name}": s.text() for name, s in UNLISTED.items()})
+    return found
+
+
+CORPUS = _corpus()
+
+
+def _calls(graded, step_id):
+    return [call for case in graded.cases[step_id] for call in case.calls]
+
+
+def _labelled(graded, step_id):
+    return [(case, call) for case in graded.cases[step_id] for call in case.calls]
+
+
+def _value(fn, outcome):
+    if outcome.raised is not None:
+        return ("raised", (outcome.raised["type"], outcome.raised["message"]))
+    try:
+        return ("value", judge.canonical(fn, outcome.value))
+    except judge.WrongType:
+        return ("other", None)
+
+
+def _reference(fn, call):
+    from solutions import attention_head as reference
+
+    return judge.canonical(fn, getattr(reference, fn)(*call.args))
+
+
+def _same(student: dict, model: dict) -> bool:
+    for name, part in model.items():
+        got = student.get(name)
+        if isinstance(part, np.ndarray):
+            if not isinstance(got, np.ndarray) or got.shape != part.shape:
+                return False
+            if not np.allclose(got, part, rtol=judge.MODEL_RTOL, atol=judge.MODEL_ATOL, equal_nan=True):
+                return False
+        elif name == "softmax_axis":
+            if {1: -1, -2: 0}.get(got, got) != {1: -1, -2: 0}.get(part, part):
+                return False
+        elif name == "divisor":
+            if not np.isclose(got, part, rtol=judge.MODEL_RTOL, atol=judge.MODEL_ATOL):
+                return False
+        elif (tuple(got) if isinstance(got, (list, tuple)) else got) != (
+                tuple(part) if isinstance(part, (list, tuple)) else part):
+            return False
+    return True
+
+
+def _model_gives(model, fn, call):
+    try:
+        with np.errstate(all="ignore"):
+            raw = model(*call.args)
+    except diagnoses.Inapplicable:
+        return ("value", _reference(fn, call))
+    except Exception as exc:
+        message = str(exc)
+        return ("raised", (type(exc).__name__, message if len(message) <= 300 else message[:300] + "…"))
+    if judge.RETURNS[fn][0] == "facts":
+        return ("value", {**_reference(fn, call), **raw}) if isinstance(raw, dict) else ("other", None)
+    try:
+        return ("value", judge.canonical(fn, raw))
+    except judge.WrongType:
+        return ("other", None)
+
+
+def _models(fn: str, named: set):
+    """Every model whose codes are all named: the grammar's, the derived edits, and earlier
+    functions' models called through the reference's own calls."""
+    for depth in (1, 2):
+        for codes, _, model in slips.models(fn, depth):
+            if set(codes) <= named:
+                yield codes, model
+    for code, model in derived.models(fn):
+        if code in named:
+            yield (code,), model
+    for used in slips.PIPELINES:
+        if used == fn:
+            continue
+        for depth in (1, 2):
+            for codes, _, model in slips.models(used, depth):
+                if set(codes) <= named:
+                    yield codes, diagnoses.through_reference(fn, used, model)
+        for code, model in derived.models(used):
+            if code in named:
+                yield (code,), diagnoses.through_reference(fn, used, model)
+
+
+def _failing(graded, step_id):
+    """(call, what the student gave) for every call that does not match the reference."""
+    found = []
+    for call, outcome in zip(_calls(graded, step_id), graded.outcomes[step_id]):
+        kind, value = _value(call.fn, outcome)
+        if call.fn == "column_normalized_counterexample":
+            if kind == "value" and judge._counterexample_problems(value["counterexample"]):
+                found.append((call, kind, value))
+            continue
+        if kind == "raised" and value[0] not in judge.NOT_IMPLEMENTED:
+            found.append((call, kind, value))
+        elif kind == "value":
+            if judge.differences(value, _reference(call.fn, call), False, describe=False):
+                found.append((call, kind, value))
+    return found
+
+
+def _check_named_mistakes(graded, step_id, result):
+    named = set(result.diagnoses) - PROBES
+    if not named or result.carried_from:
+        return
+    failing = _failing(graded, step_id)
+    explained_codes = set()
+    for fn in dict.fromkeys(call.fn for call, _, _ in failing):
+        mine = [(call, kind, value) for call, kind, value in failing if call.fn == fn]
+        reproducing = [codes for codes, model in _models(fn, named)
+                       if all(_agrees(_model_gives(model, fn, call), kind, value) for call, kind, value in mine)]
+        explained_codes |= {code for codes in reproducing for code in codes}
+    unproven = named - explained_codes
+    assert not unproven, f"{step_id}: {sorted(unproven)} named, but no model of it reproduces every failing call"
+
+
+def _agrees(model_gave, kind, value) -> bool:
+    model_kind, model_value = model_gave
+    if kind == "raised":
+        return model_kind == "raised" and model_value == value
+    return model_kind == "value" and _same(value, model_value)
+
+
+def _shown_call(graded, step_id, text):
+    found = re.search(r"^Called (.+) on (.+)\.$", text, flags=re.M)
+    if not found:
+        return None
+    shown, label = found.groups()
+    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
+        if case.label == label and call.shown(judge.inspect_names(call.fn)) == shown:
+            return case, call, outcome
+    raise AssertionError(f"{step_id}: the call shown ({shown} on {label}) is not one of the step's calls")
+
+
+def _nonfinite(fn, outcome) -> bool:
+    kind, value = _value(fn, outcome)
+    return kind == "value" and any(isinstance(part, np.ndarray) and not np.isfinite(part).all()
+                                   for part in value.values())
+
+
+def _check_quoted_values(graded, step_id, text):
+    shown = _shown_call(graded, step_id, text)
+    if shown is None:
+        return
+    case, call, outcome = shown
+    kind, value = _value(call.fn, outcome)
+    name = None
+    for line in text.splitlines():
+        header = re.match(r"^(\w+): mismatched elements", line)
+        if header:
+            name = header.group(1)
+            continue
+        quoted = re.match(r"^  at \[([\d, ]+)\]: got (\S+?),? ?(?:expected|$)", line + " ")
+        if quoted and name is not None:
+            index = tuple(int(i) for i in quoted.group(1).split(","))
+            got = float(value[name][index])
+            said = float(quoted.group(2).rstrip(","))
+            assert (np.isnan(said) and np.isnan(got)) or said == got or abs(said - got) <= 1e-5 * max(1.0, abs(got)), \
+                f"{step_id}: quoted {said} at {index} of {name}, but the function returned {got}"
+    if "your result contains NaN or infinity" in text:
+        assert _nonfinite(call.fn, outcome), f"{step_id}: NaN or infinity reported beside finite values"
+
+
+def _check_example_advice(graded, step_id, text):
+    example = [outcome for (case, _), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id])
+               if case.public]
+    if "Run the function on the chapter's example" in text:
+        assert any(outcome.raised for outcome in example), f"{step_id}: sent to the example, which does not raise"
+    if "the very numbers of the chapter's example" in text:
+        assert "[hard-coded]" in text
+
+
+def _check_nonfinite(graded, step_id, result):
+    if "non-finite" not in result.diagnoses:
+        return
+    line = next(line for line in result.feedback.splitlines() if line.startswith("[non-finite]"))
+    labels = re.search(r"\(on (.+)\)\.$", line)
+    assert labels, f"{step_id}: non-finite without the cases showing it"
+    shown = [label.strip() for label in re.split(r", (?=hidden case|the chapter)", labels.group(1))
+             if label.strip() != "…"]
+    by_label = {}
+    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
+        by_label.setdefault(case.label, []).append(_nonfinite(call.fn, outcome))
+    for label in shown:
+        assert any(by_label[label]), f"{step_id}: non-finite said of {label}, whose values are finite"
+
+
+def _check_low_precision(graded, step_id, result):
+    """float32-sized errors: every wrong value lies within 1e-4 of the reference's."""
+    if "low-precision" not in result.diagnoses:
+        return
+    for call, kind, value in _failing(graded, step_id):
+        if kind == "value" and call.fn != "column_normalized_counterexample":
+            want = _reference(call.fn, call)
+            assert all(np.allclose(value[n], part, rtol=1e-4, atol=1e-6) for n, part in want.items()
+                       if isinstance(part, np.ndarray)), f"{step_id}: low-precision said of errors beyond float32"
+
+
+def _check_batch(graded, result):
+    if "batch-axes-mixed" in result.diagnoses:
+        assert not any(outcome.raised for outcome in graded.outcomes["head"]), \
+            "batch-axes-mixed said of a head that does not run on one sequence"
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_every_sentence_of_feedback_is_true_of_the_submission(name):
+    graded = grade(CORPUS[name], SEED)
+    for step in STEPS:
+        result = graded.steps[step.id]
+        if result.status == "passed":
+            continue
+        _check_named_mistakes(graded, step.id, result)
+        _check_quoted_values(graded, step.id, result.feedback)
+        _check_example_advice(graded, step.id, result.feedback)
+        _check_nonfinite(graded, step.id, result)
+        _check_low_precision(graded, step.id, result)
+        if step.id == "batch":
+            _check_batch(graded, result)
+    assert BY_ID  # every step was read
