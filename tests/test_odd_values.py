@@ -12,12 +12,14 @@ from __future__ import annotations
 import pytest
 from support import IN_CI, graded_in_worker, require_sandbox, variant
 
-from autograder import protocol, sandbox
+from autograder import cases, protocol, sandbox
 from autograder.grading import Grader
 from autograder.submission import load
 
 SEED = 5
 EX2, EX4 = "ex2_row_normalization", "ex4_shapes"
+PREDICATE_CASES = sum(1 for case in cases.build(SEED)[EX2] if all(c.fn == "is_attention_weights" for c in case.calls))
+"""Exercise 2's cases a wrong counterexample leaves passing: those of the predicate alone."""
 
 COUNTEREXAMPLE = "\ndef column_normalized_counterexample():\n    {body}\n"
 PREDICATE = "\ndef is_attention_weights(a):\n    {body}\n"
@@ -38,14 +40,14 @@ ODD = {
     # values no reader takes
     "dict_key_with_a_lone_surrogate": (FACTS.format(body="facts['note\\udcff' + 'x' * 95] = 1.0"), {EX4: 0}),
     "structured_array": (COUNTEREXAMPLE.format(
-        body="return np.zeros(3, dtype=[('f%d' % i, '<f8') for i in range(400)])"), {EX2: 9}),
+        body="return np.zeros(3, dtype=[('f%d' % i, '<f8') for i in range(400)])"), {EX2: PREDICATE_CASES}),
     "tuple_whose_len_lies": (COUNTEREXAMPLE.format(
         body="class Lies(tuple):\n        _fields = ()\n        def __len__(self):\n            return 0\n"
-             "    return Lies([0.0] * 10001)"), {EX2: 9}),
+             "    return Lies([0.0] * 10001)"), {EX2: PREDICATE_CASES}),
     "description_larger_than_a_frame": (COUNTEREXAMPLE.format(
-        body="return {'k%099d' % i: {'j%099d' % j: 0.5 for j in range(100)} for i in range(100)}"), {EX2: 9}),
+        body="return {'k%099d' % i: {'j%099d' % j: 0.5 for j in range(100)} for i in range(100)}"), {EX2: PREDICATE_CASES}),
     "ten_million_numbers_made_in_an_instant": (COUNTEREXAMPLE.format(
-        body="row = [0.0] * 10000\n    return [row] * 1000"), {EX2: 9}),
+        body="row = [0.0] * 10000\n    return [row] * 1000"), {EX2: PREDICATE_CASES}),
     "a_shape_ten_thousand_long": (FACTS.format(body="facts['score_shape'] = (1e308,) * 10000"), {EX4: 0}),
     # exceptions whose own code misbehaves
     "message_of_a_str_subclass": (PREDICATE.format(

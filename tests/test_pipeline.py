@@ -67,7 +67,7 @@ def test_a_large_submission_waits_for_a_free_worker_rather_than_behind_one_flood
     flood = correct + ("\n_real_head = self_attention_head\n"
                        "def self_attention_head(x, w_q, w_k, w_v):\n"
                        "    return np.zeros(1 << 18), np.zeros(1 << 18)\n")
-    large = correct + "\n" + ("# " + "x" * 98 + "\n") * 15_000  # 1.5 MB of comments
+    large = correct + "\n" + ("# " + "x" * 98 + "\n") * 9_000  # 0.9 MB of comments, within the source budget
     got = scores(tmp_path, {"a_flood.py": flood, "b_large.py": large, "c.py": correct})
     assert got["b_large.py"] == 100.0 and got["c.py"] == 100.0, got
     assert got["a_flood.py"] < 100.0
