@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 import warnings
@@ -258,36 +259,17 @@ def _resources(coursedir, assignment: str, student: str) -> dict:
 
 def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     """The submission as `nbgrader autograde` prepares it, before it would run it."""
-    import nbformat
     from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         OverwriteCells, OverwriteKernelspec)
 
-    from .submission import read_bytes
-
-    # The bytes graded, read as grading read them: never through a link.
-    notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
-                              as_version=nbformat.NO_CONVERT)
-    # Metadata of an unexpected shape counts as absent, as everywhere in grading (nbgrader's own
-    # steps would stop at it); nbgrader then checks what remains against the gradebook.
-    if not isinstance(notebook.get("metadata"), dict):
-        notebook["metadata"] = nbformat.from_dict({})
-    for cell in notebook.get("cells", []):
-        if not isinstance(cell.get("metadata"), dict):
-            cell["metadata"] = nbformat.from_dict({})
-        elif "nbgrader" in cell.metadata and not isinstance(cell.metadata["nbgrader"], dict):
-            del cell.metadata["nbgrader"]
+    # The bytes graded, read as grading read them (never through a link, within the intake's
+    # budgets), and only in the shape nbformat 4 allows: metadata of an unexpected shape, or
+    # metadata that would hide a cell's source from a person, is gone before nbgrader's steps.
+    notebook = _inert_notebook(path, f"{student}/{path.parent.name}/{path.name}")
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
-    for cell in notebook.cells:  # every line graded is shown: no cell hides its source from a person
-        for key in HIDING:
-            cell.metadata.pop(key, None)
     return notebook
-
-
-HIDING = ("transient", "jupyter", "hide_input", "collapsed")
-"""Cell metadata that hides a cell's source in nbconvert's pages (formgrader, the feedback) or in
-JupyterLab (`transient.remove_source`, `jupyter.source_hidden`, …)."""
 
 
 def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, str], kept: dict):
@@ -314,6 +296,68 @@ def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, 
     return loader
 
 
+def _document(path: Path, name: str) -> dict:
+    """A notebook file's JSON, read without following a link and within the intake's budgets
+    (bytes, values, nesting), before json.loads builds a thing."""
+    import json
+
+    from .submission import prescan, read_bytes
+
+    data = read_bytes(path, name)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    prescan(data, Path(name))
+    document = json.loads(data.decode("utf-8"))
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    return document
+
+
+# The cell metadata kept: never what hides a cell's source from a person in nbconvert's pages or in
+# JupyterLab (`transient.remove_source`, `jupyter.source_hidden`, `hide_input`, …).
+_CELL_METADATA = {"nbgrader": dict, "qkv": dict, "tags": list, "editable": bool, "deletable": bool}
+_CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def _inert_notebook(path: Path, name: str):
+    """The notebook at `path` rebuilt from what nbgrader and the pages need of it: each cell's type,
+    id, source, the metadata nbgrader and the grader read, and a markdown cell's attachments (each
+    a picture's text); no output, no other key. So it is valid nbformat 4 whatever was handed in,
+    and nbformat's validation, which nbgrader and the pages run on it again, stays cheap: its
+    search for what is wrong in an invalid notebook can take minutes on a few hundred kilobytes."""
+    import nbformat
+
+    document = _document(path, name)
+    if document.get("nbformat") != 4:
+        raise ValueError(f"an nbformat {document.get('nbformat')!r} notebook, not nbformat 4")
+    cells = []
+    for index, cell in enumerate(c for c in document.get("cells", []) if isinstance(c, dict)):
+        kind = cell.get("cell_type")
+        if kind not in ("code", "markdown", "raw"):
+            continue
+        source = cell.get("source", "")
+        source = "".join(part for part in source if isinstance(part, str)) if isinstance(source, list) else source
+        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        metadata = {key: value for key, value in metadata.items()
+                    if key in _CELL_METADATA and isinstance(value, _CELL_METADATA[key])}
+        if "tags" in metadata:
+            metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str)]
+        identifier = cell.get("id")
+        rebuilt = {"cell_type": kind, "metadata": metadata, "source": source if isinstance(source, str) else "",
+                   "id": identifier if isinstance(identifier, str) and _CELL_ID.fullmatch(identifier)
+                   else f"cell-{index}"}
+        if kind == "code":
+            rebuilt.update(outputs=[], execution_count=None)
+        attachments = cell.get("attachments")
+        if kind != "code" and isinstance(attachments, dict):
+            kept = {key: {mime: text for mime, text in bundle.items() if isinstance(text, str)}
+                    for key, bundle in attachments.items() if isinstance(key, str) and isinstance(bundle, dict)}
+            if kept:
+                rebuilt["attachments"] = kept
+        cells.append(rebuilt)
+    return nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+
+
 def _check_outputs(step) -> list:
     """A check cell's output: the step's feedback on stdout (its score is in the gradebook).
 
@@ -330,18 +374,15 @@ def _check_outputs(step) -> list:
 def _pictures(coursedir, assignment: str, student: str) -> list:
     """The heatmap's pictures as autograde's kernel drew them, each checked to be a PNG and kept
     alone (no text, HTML or script beside it); none without an autograded notebook."""
-    import nbformat
-
     from .nbgrader_feedback import PLOT_CELL, pictures
-    from .submission import SubmissionError, read_bytes
+    from .submission import SubmissionError
 
     path = _autograded_path(coursedir, assignment, student)
-    try:
-        notebook = nbformat.reads(read_bytes(path, f"{student}/{path.parent.name}/{path.name}").decode("utf-8"),
-                                  as_version=nbformat.NO_CONVERT)
-        cell = next((cell for cell in notebook.cells if cell.get("id") == PLOT_CELL), None)
+    try:  # only the picture is read: none of the rest goes through nbformat
+        cells = _document(path, f"{student}/{path.parent.name}/{path.name}").get("cells")
+        cell = next((cell for cell in cells if isinstance(cell, dict) and cell.get("id") == PLOT_CELL), None)
         return pictures(cell.get("outputs")) if cell is not None and cell.get("cell_type") == "code" else []
-    except (SubmissionError, ValueError, AttributeError, TypeError):
+    except (SubmissionError, ValueError, AttributeError, TypeError, OSError):
         return []
 
 

@@ -494,3 +494,27 @@ def test_a_students_folder_of_many_files_and_links_is_copied_only_within_its_bud
     assert (copied / NOTEBOOK).is_file() and (copied / "steps.json").is_file()
     assert re.search(r"alice: .*\d+ of the files beside the notebook not copied", done.stdout + done.stderr)
     assert sum(gradebook_scores(path)["alice"].values()) == MAX_SCORE
+
+
+def test_a_notebook_whose_invalid_cells_would_stall_nbformats_validation_costs_the_run_nothing(course, tmp_path):
+    """A markdown cell carrying 60 000 outputs is a few hundred kilobytes, within every budget, but
+    nbformat's search for what is wrong with it takes minutes: the grader rebuilds each notebook in
+    the shape nbformat allows before nbformat or nbgrader looks at it."""
+    import resource
+
+    path = tmp_path / "course"
+    shutil.copytree(course["path"], path)
+    vera = filled_notebook(path / "release" / ASSIGNMENT / NOTEBOOK, reference_source())
+    text = json.loads(nbformat.writes(vera))
+    text["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "x", "outputs": [[0]] * 60000})
+    folder = path / "submitted" / "vera" / ASSIGNMENT
+    folder.mkdir(parents=True)
+    (folder / NOTEBOOK).write_text(json.dumps(text))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = _trusted(path, course["root"], course["env"])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stderr
+    assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) < 40  # 70 s before, alone
+    assert sum(gradebook_scores(path)["vera"].values()) == MAX_SCORE
+    written = json.loads((path / "autograded" / "vera" / ASSIGNMENT / NOTEBOOK).read_text())
+    assert not [cell for cell in written["cells"] if cell["cell_type"] == "markdown" and "outputs" in cell]
