@@ -36,7 +36,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets.config import LoggingConfigurable
 
-from .steps import STEPS
+from .steps import ANSWERS, STEPS
 from .submission import cell_grade_id
 
 TEMPLATES = Path(__file__).resolve().parent / "nbgrader_templates"
@@ -47,6 +47,7 @@ HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\s*$.*?^[ \t]*### END HIDDEN 
 CHECK_TITLES = {f"check-{step.id}": f"Step {number}: {step.title} ({step.id})"
                 for number, step in enumerate(STEPS, 1)}
 STEP_OF_CHECK = {f"check-{step.id}": step.id for step in STEPS}
+ANSWER_TITLES = {f"answer-{name}": f"Exercise {number}: written answer" for number, (name, _) in enumerate(ANSWERS, 1)}
 PLOT_CELL = "plot"  # the heatmap cell's id in the release
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_MAX_BYTES = 4 * 1024 * 1024  # a heatmap is some tens of kilobytes
@@ -62,7 +63,7 @@ PICTURE_URL = re.compile(r"^data:image/(png|jpeg|gif);base64,", re.IGNORECASE)
 WRAP_CSS = """\
 div.output_area pre, div.input_area pre, div.output_subarea, div.text_cell_render pre {
   white-space: pre-wrap;
-  overflow-wrap: anywhere;
+  overflow-wrap: break-word;  /* a long token may break; a word never breaks where a space could */
   overflow-x: visible;
 }
 div.output_area img { max-width: 100%; height: auto; }
@@ -153,6 +154,8 @@ def reader_view(notebook) -> dict[str, float]:
     forget_reader_marks(notebook)
     for cell in notebook.cells:
         if cell.cell_type != "code":
+            if cell_grade_id(cell) in ANSWER_TITLES:
+                cell.metadata["qkv_title"] = ANSWER_TITLES[cell_grade_id(cell)]
             continue
         grade_id = cell_grade_id(cell)
         outputs = cell.get("outputs", [])

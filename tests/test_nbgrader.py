@@ -345,9 +345,13 @@ def test_the_feedback_names_each_step_in_its_contents_and_waits_for_a_person_on_
     for number, step in enumerate(STEPS, 1):
         assert f"Step {number}: {step.title} ({step.id}) (Score: {step.points:g}.0 / {step.points:g}.0)" in text
     assert "Test cell" not in text
-    assert text.count("Written answer (Score: ") == len(ANSWERS)
+    for number in range(1, len(ANSWERS) + 1):  # each answer named by its exercise, once in the contents
+        assert text.count(f"Exercise {number}: written answer (Score: ") == 1, number
+    # One status per answer: the same in the contents and above the answer itself.
     assert text.count("(Score: not graded yet / 2.0)") == len(ANSWERS) - len(UNANSWERED)
+    assert text.count("Score: not graded yet / 2.0 (Top)") == len(ANSWERS) - len(UNANSWERED)
     assert text.count("(Score: 0.0 / 2.0)") == len(UNANSWERED)  # left blank: nbgrader gives 0
+    assert text.count("Score: 0.0 / 2.0 (Top)") == len(UNANSWERED)
 
 
 def test_a_notebook_that_fakes_the_grader_wins_in_the_kernel_and_gains_nothing_trusted(course, oracle):
