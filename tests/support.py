@@ -159,6 +159,20 @@ def build_course(root: Path, students: dict[str, str]) -> tuple[Path, dict[str, 
     return path, env
 
 
+def released_course(root: Path, seed: int) -> tuple[Path, dict[str, str], Path]:
+    """A course in root/course after `nbgrader generate_assignment`, with the `python3` kernel that
+    autograde runs installed in root's Jupyter folders: (the course, its environment, the
+    released notebook)."""
+    env = jupyter_env(root)
+    path = root / "course"
+    for argv, cwd in (([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], root),
+                      ([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", str(seed)], root),
+                      ([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT], path)):
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    return path, env, path / "release" / ASSIGNMENT / NOTEBOOK
+
+
 def submit_notebook(course: Path, student: str, notebook) -> Path:
     """Put `notebook` where `nbgrader collect` would, beside the release's other files."""
     import nbformat

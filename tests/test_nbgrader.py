@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 from support import (IN_CI, REPO, filled_notebook, gradebook_scores, jupyter_env, reference_source,
-                     submit_notebook, variant)
+                     released_course, submit_notebook, variant)
 
 from autograder import cases, diagnoses, grading, judge, nbgrader_hook, release
 from autograder.nbgrader_course import NOTEBOOK, find_course, write_course, CourseError
@@ -96,16 +96,7 @@ def _unanswered(notebook, release_notebook: Path, names: list[str]):
 def course(tmp_path_factory):
     """The course after the whole flow; each command's output is kept for the tests to read."""
     root = tmp_path_factory.mktemp("nbgrader")
-    env = jupyter_env(root)
-    done = _run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], root, env)
-    assert done.returncode == 0, done.stderr
-    path = root / "course"
-    done = _run([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", str(SEED)], root, env)
-    assert done.returncode == 0, done.stderr
-    done = _nbgrader("generate_assignment", path, env)
-    assert done.returncode == 0, done.stderr
-
-    released = path / "release" / ASSIGNMENT / NOTEBOOK
+    path, env, released = released_course(root, SEED)
     cheat = filled_notebook(released, variant(GARBAGE_QKV))
     cheat.cells[3:3] = [nbformat.v4.new_code_cell(CHEAT), nbformat.v4.new_code_cell(LEAK)]
     students = {

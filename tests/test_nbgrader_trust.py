@@ -28,8 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import (ASSIGNMENT, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores, jupyter_env,
-                     reference_source, submit_notebook)
+from support import (ASSIGNMENT, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores, reference_source,
+                     released_course, submit_notebook)
 
 from autograder import release
 from autograder.steps import ANSWERS, MAX_SCORE, STEPS
@@ -116,15 +116,7 @@ def _trusted(course: Path, root: Path, env: dict) -> subprocess.CompletedProcess
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("nbtrust")
-    env = jupyter_env(root)
-    done = _run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], root, env)
-    assert done.returncode == 0, done.stderr
-    path = root / "course"
-    done = _run([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", str(SEED)], root, env)
-    assert done.returncode == 0, done.stderr
-    done = _nbgrader("generate_assignment", path, env)
-    assert done.returncode == 0, done.stderr
-    released = path / "release" / ASSIGNMENT / NOTEBOOK
+    path, env, released = released_course(root, SEED)
 
     mallory = nbformat.read(released, as_version=4)
     mallory.cells[3:3] = [nbformat.v4.new_code_cell(FAKE_HOOK)]
