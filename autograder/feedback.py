@@ -29,8 +29,14 @@ def _shape(array: np.ndarray) -> str:
     return str(list(array.shape))
 
 
+ARRAY_NAMES = {"q": "queries q", "k": "keys k", "v": "values v", "d": "scores d", "s": "scaled scores s",
+               "a": "weights a", "o": "output o"}
+"""How feedback names a returned array: in the chapter's words, then the name the code gives it."""
+
+
 def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name: str = "result") -> str:
     """Describe how `actual` differs from `expected`, numpy-style; returns '' when they agree."""
+    name = ARRAY_NAMES.get(name, name)
     if actual.shape != expected.shape:
         return f"{name} has shape {_shape(actual)}, expected {_shape(expected)}."
     # np.isclose(rtol=1e-9, atol=1e-9), at a fraction of its cost: nothing but an equal infinity

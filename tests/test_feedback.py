@@ -32,7 +32,7 @@ def step_feedback(name: str, step_id: str) -> str:
 
 # The example's weights from a column-normalized softmax, and what the diagnosis says about them.
 COLUMN_NORMALIZED_WEIGHTS = """\
-a: mismatched elements: 6 / 9 (66.7%)
+weights a: mismatched elements: 6 / 9 (66.7%)
   at [0, 0]: got 0.248255, expected 0.401112
   at [0, 2]: got 0.140029, expected 0.401112
   at [1, 1]: got 0.401112, expected 0.248255
@@ -70,7 +70,7 @@ def test_scores_with_receivers_and_keys_swapped_are_explained_on_the_example():
     assert step_feedback("receivers_and_keys_swapped", "scores") == """\
 Compare every receiving row with every key: 1 of 6 cases pass.
 Called scores(q [3, 2], k [3, 2]) on the chapter's example.
-d: mismatched elements: 6 / 9 (66.7%)
+scores d: mismatched elements: 6 / 9 (66.7%)
   at [0, 1]: got 1, expected 0
   at [0, 2]: got 2, expected 1
   at [1, 0]: got 0, expected 1
@@ -128,19 +128,19 @@ The task: State the divisor, the score and output shapes, and the softmax axis o
 def test_an_array_mismatch_reads_like_assert_allclose_and_hides_hidden_expected_values():
     got, want = np.array([[1.0, 2.0], [3.0, 4.5]]), np.array([[1.0, 2.5], [3.0, 4.0]])
     assert feedback.array_mismatch(got, want, True, "o") == """\
-o: mismatched elements: 2 / 4 (50%)
+output o: mismatched elements: 2 / 4 (50%)
   at [0, 1]: got 2, expected 2.5
   at [1, 1]: got 4.5, expected 4
   largest absolute difference: 0.5"""
     assert feedback.array_mismatch(got, want, False, "o") == """\
-o: mismatched elements: 2 / 4 (50%)
+output o: mismatched elements: 2 / 4 (50%)
   at [0, 1]: got 2
   at [1, 1]: got 4.5
   largest absolute difference: 0.5"""
-    assert feedback.array_mismatch(got[:1], want, False, "o") == "o has shape [1, 2], expected [2, 2]."
+    assert feedback.array_mismatch(got[:1], want, False, "o") == "output o has shape [1, 2], expected [2, 2]."
     # A float32-sized difference is shown with every digit, so that it can be seen at all.
     assert feedback.array_mismatch(np.array([0.1 + 1e-8]), np.array([0.1]), True, "a") == """\
-a: mismatched elements: 1 / 1 (100%)
+weights a: mismatched elements: 1 / 1 (100%)
   at [0]: got 0.10000001, expected 0.1
   largest absolute difference: 1e-08"""
 

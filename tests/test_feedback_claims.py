@@ -194,7 +194,7 @@ def _check_quoted_values(graded, step_id, text):
     kind, value = _value(call.fn, outcome)
     name = None
     for line in text.splitlines():
-        header = re.match(r"^(\w+): mismatched elements", line)
+        header = re.match(r"^(?:[\w ]+ )?(\w+): mismatched elements", line)  # "weights a": the array a
         if header:
             name = header.group(1)
             continue
