@@ -27,7 +27,7 @@ COURSE_FILE = "qkv_course.json"
 CONFIG_FILE = "nbgrader_config.py"
 DEFAULT_ASSIGNMENT = "ps1"
 DEFAULT_SEED = 0  # only for a notebook run outside any course (no qkv_course.json above it)
-BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json")  # what check cells read
+BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json", "heatmap.py")  # what its cells read
 ASSIGNMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 CONFIG = '''\

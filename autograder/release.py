@@ -47,7 +47,7 @@ SAMPLE = ROOT / "data" / "sample-submission"
 # a diagnosis on softmax and on the steps built on it, next to steps that pass.
 SAMPLE_MISTAKE = (("s.max(axis=-1, keepdims=True)", "s.max(axis=-2, keepdims=True)"),
                   ("e.sum(axis=-1, keepdims=True)", "e.sum(axis=-2, keepdims=True)"))
-PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py")  # copied verbatim
+PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py", "heatmap.py")  # copied verbatim
 EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
 IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
 
@@ -82,40 +82,9 @@ CHECK_IMPORT = """\
 from public_checks import check"""
 
 PLOT = """\
-import matplotlib.pyplot as plt
+from heatmap import show_weights  # the plotting lives in heatmap.py, beside this notebook
 
-positions = {positions}  # Example 15.1, in order
-try:
-    _, weights = self_attention_head(X, W_Q, W_K, W_V)  # [T, T]: receiving rows, contributing columns
-    weights = np.asarray(weights, dtype=float)
-except NameError as error:
-    weights = None
-    print(f"No heatmap yet: {{error}}. Run the setup cell and your solution cells first.")
-except Exception as error:
-    weights = None
-    print(f"No heatmap yet: self_attention_head raised {{error!r}}")
-if weights is not None and weights.shape != (len(positions), len(positions)):
-    print(f"No heatmap: the weights have shape {{weights.shape}}, expected (3, 3).")
-elif weights is not None:
-    # The title says what the picture shows: weights only when every row is a unit-total mixture.
-    totals = weights.sum(axis=1)  # [T]: each receiving row's total
-    if np.all(weights >= 0) and np.allclose(totals, 1.0, rtol=0.0, atol=1e-9):
-        title = "Example 15.1: each receiving row sums to 1"
-    else:
-        title = ("Not attention weights: the rows sum to "
-                 + ", ".join(f"{{total:.2f}}" for total in totals))
-    fig, ax = plt.subplots(figsize=(5, 4))
-    image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=max(1.0, float(np.nanmax(weights))))
-    ax.set_xticks(range(len(positions)), labels=positions)
-    ax.set_yticks(range(len(positions)), labels=positions)
-    ax.set_xlabel("contributing key")
-    ax.set_ylabel("receiving position")
-    for i in range(len(positions)):
-        for j in range(len(positions)):
-            ax.text(j, i, f"{{weights[i, j]:.3f}}", ha="center", va="center")
-    fig.colorbar(image, ax=ax, label="weight")
-    ax.set_title(title)
-    plt.show()"""
+show_weights(lambda: self_attention_head(X, W_Q, W_K, W_V), positions={positions})  # Example 15.1"""
 
 PYTEST_INI = """\
 # This folder is a pytest project of its own: `pytest` here runs the public checks.
@@ -137,6 +106,7 @@ each step against the chapter's worked example (Example 15.1: the positions red,
 | `attention_head.py` | the same functions as a plain module, for working in an editor; the written answers are the strings `ANSWER_1` to `ANSWER_5` at its end |
 | `test_attention_head.py`, `conftest.py`, `public_checks.py`, `pytest.ini` | the local self-check |
 | `chapter_example.json`, `steps.json` | the example's values, what each known mistake returns on it, and the list of steps the self-check reads |
+| `heatmap.py` | draws the notebook's last picture, the heatmap of your weights |
 
 Work in either the notebook or the module. Leave the self-check files as they are.
 
