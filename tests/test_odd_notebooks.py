@@ -133,33 +133,36 @@ def test_a_file_name_that_is_not_utf8_is_graded_and_printed_escaped(tmp_path):
         assert name.endswith("st\\xffudent.py") and document["score"] == 100.0, done.stdout[:300]
 
 
-def test_the_nbgrader_steps_read_odd_metadata_as_absent():
+def test_the_nbgrader_steps_read_odd_metadata_as_absent(tmp_path):
     """The trusted nbgrader path and its feedback step read the same cells: metadata of any other
     shape (a string, a list, a grade id that is not a string) counts as absent, never as a crash."""
     from autograder.nbgrader_feedback import reader_view
-    from autograder.nbgrader_trusted import in_kernel_scores
+    from autograder.nbgrader_trusted import _inert_notebook
 
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["qkv"] = "in_kernel"
     notebook.cells = [_odd_cell(metadata=[]), _odd_cell(metadata={"nbgrader": "check_qkv"}),
                       _odd_cell(metadata={"nbgrader": {"grade_id": ["check_qkv"]}})]
-    assert in_kernel_scores(notebook, {"qkv": "check_qkv"}) == {}
     assert reader_view(notebook) == {}
+    path = tmp_path / "odd.ipynb"
+    path.write_text(json.dumps(notebook))
+    rebuilt = _inert_notebook(path, "odd.ipynb")
+    assert rebuilt.metadata == {} and [dict(cell.metadata) for cell in rebuilt.cells][:2] == [{}, {}]
+    assert reader_view(rebuilt) == {}
 
 
-@pytest.mark.parametrize("planted, read", [
-    ("x", None), ({"qkv": "a"}, None), ({"qkv": float("nan")}, None), ({"qkv": True}, None),
-    ({"qkv": 8, "not_a_step": 3.0}, {"qkv": 8.0}),
-])
-def test_in_kernel_scores_planted_in_a_notebook_are_read_only_in_the_shape_written_here(planted, read):
+@pytest.mark.parametrize("planted", ["x", {"qkv": "a"}, {"qkv": float("nan")}, {"qkv": True}, {"qkv": 8.0}])
+def test_in_kernel_scores_planted_in_a_notebook_never_reach_the_notebook_the_grader_builds(tmp_path, planted):
     """nbgrader carries a submitted notebook's metadata into the autograded one, so a student can
-    plant `in_kernel` there: anything not of the shape this grader writes is no in-kernel result,
-    rather than a crash of the course's report."""
-    from autograder.nbgrader_trusted import in_kernel_scores
+    plant `in_kernel` scores there: the grader takes them from the gradebook, and the notebook it
+    rebuilds from the submission keeps no notebook metadata at all."""
+    from autograder.nbgrader_trusted import _inert_notebook
 
     notebook = nbformat.v4.new_notebook()
-    notebook.metadata["qkv"] = {"in_kernel": planted}
-    assert in_kernel_scores(notebook, {"qkv": "check_qkv"}) == read
+    notebook.metadata["qkv"] = {"in_kernel": planted, "trusted_scores": {"qkv": 8.0}}
+    path = tmp_path / "planted.ipynb"
+    path.write_text(json.dumps(notebook))
+    assert _inert_notebook(path, "planted.ipynb").metadata == {}
 
 
 def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_path):

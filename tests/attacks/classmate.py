@@ -34,17 +34,28 @@ def _hunt():
     deadline, visited = _time.monotonic() + 3.0, 0
     roots = [".", "..", "../..", "/tmp", "/home", "/root", "/work", "/srv", _os.environ.get("HOME", "/")]
     roots += _RT["secret_dirs"]
-    for root in roots:
-        for folder, dirs, files in _os.walk(root):
-            dirs[:] = [d for d in dirs if d not in (".git", ".venv", "site-packages", "node_modules", "proc")]
-            if folder.count(_os.sep) - root.count(_os.sep) > 4 or _time.monotonic() > deadline:
-                dirs[:] = []
+    skipped = (".git", ".venv", "site-packages", "node_modules", "proc")
+    for root in roots:  # depth first, listing each folder lazily: a folder of a million names
+        stack = [(root, 0)]  # on the machine costs no more than the deadline allows
+        while stack and _time.monotonic() < deadline and visited <= 4000:
+            folder, depth = stack.pop()
+            try:
+                listing = _os.scandir(folder)
+            except OSError:
                 continue
-            for name in files:
-                visited += 1
-                if visited > 4000:
-                    break
-                _read(_os.path.join(folder, name), found)
+            with listing:
+                for count, entry in enumerate(listing):
+                    if count > 2000 or _time.monotonic() > deadline or visited > 4000:
+                        break
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if depth < 4 and entry.name not in skipped:
+                                stack.append((entry.path, depth + 1))
+                        elif entry.is_file():  # never a FIFO, whose opening would wait
+                            visited += 1
+                            _read(entry.path, found)
+                    except OSError:
+                        continue
     print("note: looked at %d files" % visited)
     for kind, token, path in sorted(found, key=lambda item: (item[0] == "classmate", item)):  # the rarest first:
         # printed output is cut short, and a classmate's file is found under many names
