@@ -63,6 +63,7 @@ PICTURE_URL = re.compile(r"^data:image/(png|jpeg|gif);base64,", re.IGNORECASE)
 WRAP_CSS = """\
 div.output_area pre, div.input_area pre, div.output_subarea, div.text_cell_render pre {
   white-space: pre-wrap;
+  word-break: normal;  /* bootstrap's pre breaks anywhere ("eac h row") */
   overflow-wrap: break-word;  /* a long token may break; a word never breaks where a space could */
   overflow-x: visible;
 }

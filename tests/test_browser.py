@@ -122,6 +122,30 @@ def _unclipped(page, selector: str) -> list[str]:
                   ".map(e => e.innerText.slice(0, 120))")
 
 
+_SPLIT_WORDS = """els => {
+  const split = [];
+  for (const el of els) {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const match of node.data.matchAll(/[^\\s\\-\\/]+/g)) {  // a hyphen or a slash may end a line
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1 && range.getBoundingClientRect().width < el.clientWidth) split.push(match[0]);
+      }
+    }
+  }
+  return split;
+}"""
+
+
+def _split_words(page, selector: str) -> list[str]:
+    """The words inside the elements matching `selector` that the page breaks across two lines
+    although they would fit on one (a line may still end after a hyphen or a slash)."""
+    return page.eval_on_selector_all(selector, _SPLIT_WORDS)
+
+
 # --- the student's notebook ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -251,6 +275,7 @@ def test_the_feedback_page_names_steps_hides_the_hook_and_wraps_every_line(brows
         assert "Step 4: Normalize each receiving row (softmax)" in page.inner_text("#toc")
         assert "column-normalized" in text
         assert _unclipped(page, "div.output_area pre, div.input_area pre") == []
+        assert _split_words(page, "div.output_area pre") == []  # "eac h row", "unit-to tal" before
         page.locator("div.output_area", has_text="[column-normalized]").first.scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "feedback.png"))
         page.close()
@@ -312,4 +337,5 @@ def test_formgrader_wraps_every_line_of_feedback(browser, formgrader):
     outputs = page.locator("div.output_area pre")
     assert outputs.filter(has_text=re.compile(r"^\w+: [\d.]+ / \d+, ")).count() == STEP_COUNT
     assert _unclipped(page, "div.output_area pre") == []
+    assert _split_words(page, "div.output_area pre") == []
     page.close()
