@@ -279,6 +279,8 @@ class _CallVerdict:
 
 
 _RAISED_IN = re.compile(r", in (\w+)$")
+_EXPECTED_KIND = {"array": "a plain numpy array", "tuple": "a tuple", "dict": "a dict", "bool": "True or False",
+                  "facts": "a dict of facts"}
 
 
 
@@ -343,6 +345,9 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         actual = canonical(call.fn, outcome.value, expected)
     except WrongType as exc:
         text = str(exc)
+        if not case.public:  # a type's name, a dtype's fields: the submission's own words, which could spell the case
+            text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
+                    "what it was is shown only for the chapter's example")
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
                             ["wrong-type"])
     if call.fn == "column_normalized_counterexample":

@@ -109,3 +109,25 @@ def test_a_file_name_is_one_cell_in_every_spreadsheet_whatever_it_holds(tmp_path
             for separator in ",;":
                 cells = [cell.strip('"') for cell in _cells_split_on(line, separator)]
                 assert not [cell for cell in cells if cell.startswith(("=", "+", "@"))], (separator, line)
+
+
+# A value whose type is named after the input, and an array whose dtype's field is: on every input
+# but the example.
+TYPED_AFTER_ITS_INPUT = variant([("def scores(q, k):\n", "def scores(q, k):\n"
+                                  "    if q.shape != (3, 2):\n"
+                                  "        return type('Q' + repr(q.ravel()[:4].tolist()), (), {})()\n"),
+                                 ("def mix(a, v):\n", "def mix(a, v):\n"
+                                  "    if v.shape != (3, 2):\n"
+                                  "        return np.zeros(1, dtype=[('V' + repr(v.ravel()[:3].tolist()), 'f8')])\n")])
+
+
+def test_a_hidden_case_never_names_a_type_or_dtype_the_submission_made(tmp_path):
+    require_sandbox()
+    path = tmp_path / "attention_head.py"
+    path.write_text(TYPED_AFTER_ITS_INPUT)
+    result = grade_json(path, "--seed", str(SEED))
+    shown = json.dumps(result) + qkv_grade(str(path), "--seed", str(SEED), "--format", "gradescope").stdout
+    assert not set(re.findall(r"-?\d+\.\d{6,}", shown)) & (_hidden_numbers("scores") | _hidden_numbers("mix"))
+    steps = steps_by_id(result)
+    assert "wrong-type" in steps["scores"]["diagnoses"] and "wrong-type" in steps["mix"]["diagnoses"]
+    assert "what it was is shown only for the chapter's example" in steps["scores"]["feedback"] + steps["mix"]["feedback"]
