@@ -276,6 +276,12 @@ def test_the_feedback_page_names_steps_hides_the_hook_and_wraps_every_line(brows
         assert "column-normalized" in text
         assert _unclipped(page, "div.output_area pre, div.input_area pre") == []
         assert _split_words(page, "div.output_area pre") == []  # "eac h row", "unit-to tal" before
+        # One status per written answer: the contents and the answer's own heading say the same.
+        for number in range(1, 6):
+            listed = re.search(rf"Exercise {number}: written answer \(Score: ([^)]*)\)", page.inner_text("#toc"))
+            heading = page.locator(".nbgrader_cell .panel-heading", has_text=f"Exercise {number}: written answer")
+            heading = heading.inner_text()
+            assert listed and f"Score: {listed.group(1)}" in heading, (number, heading)
         page.locator("div.output_area", has_text="[column-normalized]").first.scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "feedback.png"))
         page.close()
