@@ -159,6 +159,20 @@ def build_course(root: Path, students: dict[str, str]) -> tuple[Path, dict[str, 
     return path, env
 
 
+# What formgrader does with a submission (nbgrader's load_jupyter_server_extension and
+# SubmissionHandler), without the server: its exporter comes from the course's configuration.
+FORMGRADE = """\
+import sys
+from nbconvert.exporters import HTMLExporter
+from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
+formgrader = FormgradeExtension()
+formgrader.root_dir = "."
+formgrader.initialize([])
+page, _ = HTMLExporter(config=formgrader.config).from_filename(
+    sys.argv[1], resources={"base_url": "", "index": 0, "total": 1})
+sys.stdout.write(page)"""
+
+
 def released_course(root: Path, seed: int) -> tuple[Path, dict[str, str], Path]:
     """A course in root/course after `nbgrader generate_assignment`, with the `python3` kernel that
     autograde runs installed in root's Jupyter folders: (the course, its environment, the

@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import (IN_CI, REPO, filled_notebook, gradebook_scores, jupyter_env, reference_source,
+from support import (FORMGRADE, IN_CI, REPO, filled_notebook, gradebook_scores, jupyter_env, reference_source,
                      released_course, submit_notebook, variant)
 
 from autograder import cases, diagnoses, grading, judge, nbgrader_hook, release
@@ -302,18 +302,6 @@ def test_autograde_alone_leaves_no_hidden_line_or_score_echo_for_formgrader_or_f
     assert "column-normalized" in text
 
 
-# What formgrader does with a submission (nbgrader's load_jupyter_server_extension and
-# SubmissionHandler), without the server: its exporter comes from the course's configuration.
-FORMGRADE = """\
-import sys
-from nbconvert.exporters import HTMLExporter
-from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
-formgrader = FormgradeExtension()
-formgrader.root_dir = "."
-formgrader.initialize([])
-page, _ = HTMLExporter(config=formgrader.config).from_filename(
-    sys.argv[1], resources={"base_url": "", "index": 0, "total": 1})
-sys.stdout.write(page)"""
 
 
 def test_formgrader_wraps_the_feedback_of_autograde_alone_as_it_wraps_the_trusted_one(course, tmp_path):

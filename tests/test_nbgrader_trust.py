@@ -28,8 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import (ASSIGNMENT, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores, reference_source,
-                     released_course, submit_notebook)
+from support import (ASSIGNMENT, FORMGRADE, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores,
+                     reference_source, released_course, submit_notebook)
 
 from autograder import release
 from autograder.steps import ANSWERS, MAX_SCORE, STEPS
@@ -367,16 +367,6 @@ def test_scripts_in_written_answers_are_inert_in_formgrader(course, tmp_path):
     assert not [tag for tag, attrs in _Tags(page).tags if "onerror" in attrs or "ontoggle" in attrs]
 
 
-FORMGRADE = """\
-import sys
-from nbconvert.exporters import HTMLExporter
-from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
-formgrader = FormgradeExtension()
-formgrader.root_dir = "."
-formgrader.initialize([])
-page, _ = HTMLExporter(config=formgrader.config).from_filename(
-    sys.argv[1], resources={"base_url": "", "index": 0, "total": 1})
-sys.stdout.write(page)"""
 
 
 def _formgrader_page(course, student: str, tmp_path: Path) -> str:
