@@ -295,16 +295,15 @@ def _known_exceptions() -> frozenset[str]:
 
 
 KNOWN_EXCEPTIONS = _known_exceptions()
+_CONTRACT_FUNCTIONS = frozenset(fn for step in STEPS for fn in step.functions)
 
 
 def _hidden_raise(kind: str, raised_in: str | None) -> str:
     """What a hidden case says of an exception: its type if Python or numpy made it, and the
     student's function it came through; never its message, file, line or a class named by the
     submission, each of which the submission could spell from the hidden input."""
-    from .steps import STEPS
-
     shown = kind if kind in KNOWN_EXCEPTIONS else "an exception of a class of its own"
-    where = f" in `{raised_in}`" if raised_in in {fn for step in STEPS for fn in step.functions} else ""
+    where = f" in `{raised_in}`" if raised_in in _CONTRACT_FUNCTIONS else ""
     return f"It raised {shown}{where}; its message and line are shown only for the chapter's example."
 
 
