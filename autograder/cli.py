@@ -11,7 +11,7 @@ import sys
 
 def _interrupted_while_starting(_number, _frame):
     sys.stderr.write("qkv-grade: error: interrupted\n")
-    os._exit(130)
+    os._exit(130)  # EXIT_INTERRUPTED, which may not be loaded yet
 
 
 # Ctrl-C before `main` runs (while this module and its imports load) ends the command with its one
@@ -20,51 +20,12 @@ if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") =
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import secrets  # noqa: E402
-import sysconfig  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from . import keys
-
-EXIT_USAGE = 2
-EXIT_UNWRITTEN = 3
-"""Grading finished, but its results (or report) could not all be written; every grade is on stdout."""
-
-
-def use_own_tools() -> None:
-    """Put this interpreter's scripts folder first on PATH.
-
-    nbgrader starts `alembic` (and Jupyter its kernels) by name. Run as `.venv/bin/qkv-grade`
-    without activating the venv, PATH would not reach them, or would reach another install's.
-    """
-    own = [folder for folder in dict.fromkeys((sysconfig.get_path("scripts"), os.path.dirname(sys.executable)))
-           if folder]
-    rest = [entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if entry not in own]
-    os.environ["PATH"] = os.pathsep.join(own + rest)
-
-
-MAX_SEED = 2**63
-"""Seeds are 0 up to this (numpy takes no negative one): what a JSON reader holds exactly, too."""
-
-
-def seed_option(text: str) -> int:
-    """A --seed value, for argparse: a whole number from 0 to MAX_SEED - 1."""
-    try:
-        seed = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= seed < MAX_SEED:
-        raise argparse.ArgumentTypeError(f"{seed} is out of range: a seed is a whole number from 0 to 2**63 - 1")
-    return seed
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, as every other failure of the command's is:
-    the usage block is for --help."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+from . import keys  # noqa: E402
+from .console import (EXIT_INTERRUPTED, EXIT_UNWRITTEN, EXIT_USAGE, OneLineParser,  # noqa: E402
+                      interrupts_deferred, seed_option, speak_utf8, use_own_tools)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -109,44 +70,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-@contextlib.contextmanager
-def interrupts_deferred():
-    """Hold back Ctrl-C (and SIGTERM) until the block is done, then raise KeyboardInterrupt.
-
-    For the imports: an interrupt that lands inside numpy's own import surfaces as an ImportError
-    with a page of advice, not as an interrupt.
-    """
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = {number: signal.signal(number, lambda number, _: caught.append(number))
-                for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if caught:
-        raise KeyboardInterrupt
-
-
-def speak_utf8() -> None:
-    """Write stdout and stderr in UTF-8 whatever the locale (LC_ALL=C included): the JSON views
-    are UTF-8 by definition, and feedback quotes the chapter's √d_k. A lone surrogate, which no
-    UTF-8 text can hold, is written as its escape rather than ending the run. A stream the
-    command was started without (`>&-`: Python then has None) writes to /dev/null instead, so
-    the run still ends with its own status."""
-    for name in ("stdout", "stderr"):
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
-
-
 def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, ^C is KeyboardInterrupt
@@ -154,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", EXIT_INTERRUPTED)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -220,7 +143,7 @@ def _main(argv: list[str] | None = None) -> int:
     except (SandboxUnavailable, WorkerFailed) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", EXIT_INTERRUPTED)
 
 
 def _grade_file(grader, worker, path: Path, args) -> int:
@@ -306,7 +229,7 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
         saver.stop()  # before the workers end: the grades they were computing are cut short
-        failure = ("interrupted", 130)
+        failure = ("interrupted", EXIT_INTERRUPTED)
     except Exception as exc:
         from .runner import WorkerFailed
         from .sandbox import SandboxUnavailable
@@ -341,10 +264,10 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
                 _print_folder(graded, found.skipped, run, args, page)
     except KeyboardInterrupt:
         pass  # it came after the last grade: the run is complete as it stands
-    if failure is not None and failure[1] == 130:
+    if failure is not None and failure[1] == EXIT_INTERRUPTED:
         run.mark("interrupted")
         return _fail(f"interrupted: {len(run.saved)} of {len(found.items)} results are kept in {run.folder}/; "
-                     f"finish the run with --resume", 130)
+                     f"finish the run with --resume", EXIT_INTERRUPTED)
     if failure is not None and not args.resume and not run.saved:
         run.discard()  # nothing was graded (no sandbox, say): no run folder for --resume to take up
         return _fail(failure[0], failure[1])

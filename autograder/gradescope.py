@@ -242,7 +242,7 @@ def grade(root: Path, log=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """run_autograder's entry point: grade, and write results.json whatever happens."""
-    from .cli import speak_utf8
+    from .console import speak_utf8
 
     speak_utf8()
     argv = sys.argv[1:] if argv is None else argv

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import keys
-from .cli import MAX_SEED, OneLineParser, seed_option
+from .console import MAX_SEED, OneLineParser, seed_option
 
 NOTEBOOK = "attention_head.ipynb"
 COURSE_FILE = "qkv_course.json"

@@ -838,7 +838,7 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
     removes the pending notebooks); a kill after it leaves notebooks the next run puts in place
     (`settle_pending`). Ctrl-C or SIGTERM during the commit and the renames takes effect after them.
     """
-    from .cli import interrupts_deferred
+    from .console import interrupts_deferred
 
     written, committed = [], False
     try:
@@ -935,7 +935,7 @@ def report(graded: list[Graded], assignment: str, seed: int, seconds: float, rec
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import seed_option
+    from .console import seed_option
 
     parser = argparse.ArgumentParser(
         prog="qkv-grade --nbgrader",
@@ -952,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="grade every step on its own (by default an earlier step's verified mistake "
                              "costs only that step)")
     args = parser.parse_args(argv)
-    from .cli import EXIT_UNWRITTEN, interrupts_deferred, speak_utf8, use_own_tools
+    from .console import EXIT_UNWRITTEN, interrupts_deferred, speak_utf8, use_own_tools
 
     speak_utf8()
     use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook

@@ -190,6 +190,64 @@ def test_folder_run_starts_its_workers_before_loading_numpy():
     assert done.stdout.strip() == "[]"
 
 
+COMMANDS = ("cli", "gradescope", "nbgrader_trusted")
+# qkv-grade's --gradescope-bundle and --nbgrader options run the other two: the only imports
+# between the three. What they share (UTF-8 output, exit statuses, --seed, Ctrl-C) is console.py's.
+RUNS = {("cli", "gradescope"): {"build", "BundleError"}, ("cli", "nbgrader_trusted"): {"main"}}
+
+
+def _package_imports() -> dict[str, dict[str, set[str]]]:
+    """Each autograder module -> the autograder modules it imports anywhere in its source (inside
+    functions too) -> the names it takes from each ("*" for the module itself)."""
+    import ast
+
+    package = REPO / "autograder"
+    modules = {path.stem for path in package.glob("*.py")} | {
+        path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
+    graph: dict[str, dict[str, set[str]]] = {}
+    for path in package.glob("*.py"):
+        found: dict[str, set[str]] = {}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    module = node.module or ""
+                elif node.level == 0 and (node.module or "").split(".")[0] == "autograder":
+                    module = node.module.partition(".")[2]
+                else:
+                    continue
+                if module:  # from .x import a, b
+                    found.setdefault(module.split(".")[0], set()).update(alias.name for alias in node.names)
+                else:  # from . import x, y
+                    for alias in node.names:
+                        found.setdefault(alias.name, set()).add("*")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("autograder."):
+                        found.setdefault(alias.name.split(".")[1], set()).add("*")
+        graph[path.stem] = {name: names for name, names in found.items() if name in modules and name != path.stem}
+    return graph
+
+
+def test_cli_gradescope_and_nbgrader_trusted_take_nothing_from_one_another_but_the_commands_cli_runs():
+    graph = _package_imports()
+    taken = {(importer, imported): graph[importer].get(imported, set())
+             for importer in COMMANDS for imported in COMMANDS if importer != imported}
+    assert {pair: names - RUNS.get(pair, set()) for pair, names in taken.items() if names - RUNS.get(pair, set())} == {}
+
+
+def test_no_import_leads_back_to_cli_gradescope_or_nbgrader_trusted():
+    """Not even through another module, as nbgrader_trusted once reached cli through nbgrader_course."""
+    graph = _package_imports()
+    for start in COMMANDS:
+        seen, todo = set(), [start]
+        while todo:
+            for imported in graph.get(todo.pop(), {}):
+                if imported not in seen:
+                    seen.add(imported)
+                    todo.append(imported)
+        assert start not in seen, f"{start} imports a module that imports {start}"
+
+
 def test_the_command_ends_at_once_with_everything_written(tmp_path):
     """The command skips the interpreter's teardown, never the output: a class's JSON arrives whole,
     with main's exit status."""
