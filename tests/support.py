@@ -17,6 +17,14 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "solutions" / "attention_head.py"
 STUB = REPO / "assignments" / "attention_head" / "attention_head.py"
 IN_CI = os.environ.get("CI") == "true"
+SAMPLE_NOTEBOOK = REPO / "data" / "sample-submission" / "attention_head.ipynb"  # one slip: a column-normalized softmax
+
+# How the pages in the README's pictures are made (tests/test_browser.py and tests/test_report.py
+# take the pictures).
+FEEDBACK_COURSE_SEED = 5
+"""The seed of the course whose feedback page for the sample notebook the README shows."""
+REPORT_RUN = ("--seed", "1", "--timeout", "0.5")
+"""How the sample class is graded for the class report the README shows."""
 
 
 def reference_source() -> str:

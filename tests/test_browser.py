@@ -25,14 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from support import IN_CI, REPO, jupyter_env
+from support import FEEDBACK_COURSE_SEED, IN_CI, REPO, SAMPLE_NOTEBOOK, jupyter_env
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ASSIGNMENT = "ps1"
 NOTEBOOK = "attention_head.ipynb"
-SAMPLE = REPO / "data" / "sample-submission" / NOTEBOOK  # one slip: a column-normalized softmax
 RELEASE = REPO / "assignments" / "attention_head"
 OUR_FRAMES = ("Traceback", "public_checks.py", "nbgrader_hook", "File \"", "site-packages")
 HIDDEN = ("HIDDEN TESTS", "nbgrader_hook", "autograder")
@@ -155,7 +154,7 @@ def student_lab(tmp_path_factory):
     shutil.copytree(RELEASE, folder / "stub")
     shutil.copytree(RELEASE, folder / "mistake")
     (folder / "mistake" / "attention_head.py").unlink()
-    shutil.copyfile(SAMPLE, folder / "mistake" / NOTEBOOK)  # with nbgrader's cell metadata
+    shutil.copyfile(SAMPLE_NOTEBOOK, folder / "mistake" / NOTEBOOK)  # with nbgrader's cell metadata
     lab = Lab(folder, root)
     yield lab, folder
     lab.close()
@@ -249,11 +248,11 @@ def course(tmp_path_factory):
         done = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=300)
         assert done.returncode == 0, done.stderr
-    run("autograder.nbgrader_course", str(path), "--seed", "5", cwd=root)
+    run("autograder.nbgrader_course", str(path), "--seed", str(FEEDBACK_COURSE_SEED), cwd=root)
     run("nbgrader", "generate_assignment", ASSIGNMENT)
     submitted = path / "submitted" / "sample" / ASSIGNMENT
     shutil.copytree(path / "release" / ASSIGNMENT, submitted)
-    shutil.copyfile(SAMPLE, submitted / NOTEBOOK)
+    shutil.copyfile(SAMPLE_NOTEBOOK, submitted / NOTEBOOK)
     run("autograder.cli", "--nbgrader", ".", ASSIGNMENT)
     run("nbgrader", "generate_feedback", ASSIGNMENT)
     return root, path

@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from support import IN_CI, REPO, qkv_grade, reference_source
+from support import IN_CI, REPO, REPORT_RUN, qkv_grade, reference_source
 
 from autograder.diagnoses import CODES
 from autograder.results import StepResult
@@ -35,7 +35,7 @@ WIDTH = 1100  # of the browser window, in CSS pixels
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    done = qkv_grade(str(SAMPLE), "--seed", "1", "--timeout", "0.5", "--format", "json",
+    done = qkv_grade(str(SAMPLE), *REPORT_RUN, "--format", "json",
                      "--out", str(out / "results"), "--report", str(out / "report"))
     assert done.returncode == 0, done.stderr
     return out / "report", json.loads(done.stdout)
