@@ -20,11 +20,31 @@ IN_CI = os.environ.get("CI") == "true"
 SAMPLE_NOTEBOOK = REPO / "data" / "sample-submission" / "attention_head.ipynb"  # one slip: a column-normalized softmax
 
 # How the pages in the README's pictures are made (tests/test_browser.py and tests/test_report.py
-# take the pictures).
+# take the pictures; data/readme_figures.py digests what they show from the same runs).
 FEEDBACK_COURSE_SEED = 5
 """The seed of the course whose feedback page for the sample notebook the README shows."""
 REPORT_RUN = ("--seed", "1", "--timeout", "0.5")
 """How the sample class is graded for the class report the README shows."""
+
+
+def readme_figures():
+    """data/readme_figures.py, which makes the README's figures and pictures, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_figures", REPO / "data" / "readme_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def require_readme_shows(values: dict[str, str]) -> None:
+    """Fail, saying how to bring README.md up to date, where it quotes other figures than `values`
+    or records other digests beside its pictures (see data/readme_figures.py)."""
+    figures = readme_figures()
+    stale = figures.stale((REPO / "README.md").read_text(encoding="utf-8"), values)
+    if stale:
+        pytest.fail(f"README.md is out of date; run `{figures.COMMAND}` to make its figures and pictures "
+                    "again:\n  " + "\n  ".join(stale), pytrace=False)
 
 
 def reference_source() -> str:

@@ -4,8 +4,8 @@ formgrader and a feedback page, driven by Playwright on the system's Chromium.
 Each assertion is about what a person sees on the page: no traceback frames of the checking code,
 no hidden-test line or hook import, the misconception named, and no clipped line (an output
 area's scroll width within its client width). Servers listen on 127.0.0.1 only. Screenshots go
-to $QKV_SCREENSHOTS when it is set (the README's pictures come from there), else to a temporary
-folder.
+to $QKV_SCREENSHOTS when it is set, else to a temporary folder: data/readme_figures.py sets it to
+retake the README's pictures.
 """
 from __future__ import annotations
 

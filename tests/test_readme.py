@@ -1,6 +1,7 @@
-"""The README's promises: its first two commands, its step table matching the step table, and
-its nbgrader and Gradescope blocks running as written. (The other blocks are covered elsewhere:
-the first two by .ci/run itself, the self-check by test_release.py, grading by test_cli.py.)"""
+"""The README's promises: its first two commands, its step table matching the step table, its
+nbgrader and Gradescope blocks running as written, and its figures and pictures being what the code
+now gives. (The other blocks are covered elsewhere: the first two by .ci/run itself, the self-check
+by test_release.py, grading by test_cli.py.)"""
 from __future__ import annotations
 
 import re
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import REPO, jupyter_env
+from support import REPO, jupyter_env, readme_figures, require_readme_shows, require_sandbox
 
 from autograder.steps import STEPS
 
@@ -50,3 +51,11 @@ def test_the_readme_blocks_for_nbgrader_and_gradescope_run_as_written(heading, m
     assert done.returncode == 0, done.stderr[-3000:]
     for name in made:
         assert (tmp_path / name).is_file(), name
+
+
+def test_the_readmes_figures_and_pictures_are_what_the_code_now_gives(tmp_path):
+    """Each figure quoted from a run of the bundled data, and the digest of what each picture shows,
+    made again as data/readme_figures.py makes them, without retaking the pictures. (The class
+    report's picture is checked by test_report.py, on the report it makes.)"""
+    require_sandbox()
+    require_readme_shows(readme_figures().current(tmp_path, report=False))

@@ -2,8 +2,8 @@
 
 The page is checked in headless Chromium (Debian's `chromium`): every image must decode from its
 data URI, and a screenshot must show more than a blank page. Without Chromium those checks skip,
-except under CI=true, where they fail. Set QKV_REPORT_SCREENSHOT=path to keep the screenshot of the
-sample class's report (the README shows data/report/sample-class.png).
+except under CI=true, where they fail. QKV_REPORT_SCREENSHOT=path keeps the screenshot of the sample
+class's report: data/readme_figures.py sets it to retake the README's data/report/sample-class.png.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from support import IN_CI, REPO, REPORT_RUN, qkv_grade, reference_source
+from support import IN_CI, REPO, REPORT_RUN, qkv_grade, readme_figures, reference_source, require_readme_shows
 
 from autograder.diagnoses import CODES
 from autograder.results import StepResult
@@ -65,6 +65,15 @@ def test_the_csv_has_one_row_per_student_with_every_steps_score(report):
         assert row[0] == result["submission"]
         assert [float(x) for x in row[1:]] == [result["score"], result["max_score"]] + [
             step["score"] for step in result["steps"]]
+
+
+def test_the_readmes_picture_of_the_report_shows_this_report(report):
+    """The README's data/report/sample-class.png is a screenshot of this very page: the digest
+    beside it must be this page's (data/readme_figures.py retakes it when it is not)."""
+    folder, _ = report
+    figures = readme_figures()
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    require_readme_shows({figures.REPORT_PICTURE: figures.report_digest(page)})
 
 
 def test_the_page_is_self_contained_its_plots_embedded_as_png(report):
