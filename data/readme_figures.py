@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [folder for folder in (str(REPO), str(REPO / "tests")) if folder not in sys.path]
 
 from support import FEEDBACK_COURSE_SEED, REPORT_RUN, SAMPLE_NOTEBOOK, qkv_grade  # noqa: E402
 
