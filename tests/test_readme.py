@@ -1,8 +1,10 @@
-"""The README's promises: its first two commands, its step table matching the step table, and
-its nbgrader and Gradescope blocks running as written. (The other blocks are covered elsewhere:
-the first two by .ci/run itself, the self-check by test_release.py, grading by test_cli.py.)"""
+"""The README's promises: its first two commands, its step table matching the step table, its
+quote of nbgrader, and its nbgrader and Gradescope blocks running as written. (The other blocks
+are covered elsewhere: the first two by .ci/run itself, the self-check by test_release.py,
+grading by test_cli.py.)"""
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sysconfig
@@ -28,6 +30,24 @@ def test_the_readme_opens_with_the_run_command_then_the_test_command():
 def test_the_readme_step_table_matches_the_step_table():
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| ([0-9.]+) \| (§[0-9.]+) \|", README, re.M)
     assert rows == [(s.id, f"{s.points:g}", s.section) for s in STEPS]
+
+
+def test_the_quoted_checksum_warning_is_the_one_nbgrader_prints():
+    """The README quotes what autograde logs for each check cell; nbgrader's own code says it,
+    with the grade id and both checksums elided."""
+    from nbgrader.preprocessors import OverwriteCells
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    overwrite = OverwriteCells()
+    overwrite.log.addHandler(handler)
+    try:
+        overwrite.report_change("check-…", "checksum", "…", "…")
+    finally:
+        overwrite.log.removeHandler(handler)
+    quoted = re.search(r"Autograde prints `([^`]*)`", README).group(1)
+    assert said == [quoted]
 
 
 def _block_after(heading: str) -> str:
