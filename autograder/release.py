@@ -14,8 +14,9 @@ The notebook is assembled by `notebook_cells(variant)`; `step_cells` builds one 
 the `_solution_source`, `_check_source` and `_answer_source` seams say what a cell holds in each
 variant. The "student" variant is what this command writes. The "nbgrader" variant is the source
 notebook of the nbgrader course (`qkv-course`): the same cells with the reference's solution
-regions kept, nbgrader's cell metadata, a hidden line in each check cell that hands the step to the
-hidden graders, and the reference answers as the rubric of the written-answer cells.
+regions kept, a hidden line in each check cell that hands the step to the hidden graders, and the
+reference answers as the rubric of the written-answer cells. Both carry nbgrader's cell metadata,
+so that Validate counts the checks of any copy, released by nbgrader or not.
 """
 from __future__ import annotations
 
@@ -339,16 +340,18 @@ def _code(source: str, role: str, step: str | None, *more_id: str):
                             metadata={"qkv": {"role": role, "step": step}})
 
 
-def _graded(cell, variant: str, *, solution: bool = False, points: float | None = None,
+def _graded(cell, *, solution: bool = False, points: float | None = None,
             locked: bool = False):
-    """In the nbgrader variant, give the cell nbgrader's metadata, its grade id being its cell id.
+    """Give the cell nbgrader's metadata, its grade id being its cell id, in every variant.
 
     `points` makes it a grade cell: a test cell (code), or an answer a person grades (markdown).
+    nbgrader's Validate (JupyterLab's button, `nbgrader validate`) counts only the failures of
+    grade and locked cells, so the student's notebook carries the metadata too: without it,
+    Validate says "Success!" over every failing check.
     """
-    if variant == "nbgrader":
-        cell.metadata["nbgrader"] = {"grade": points is not None, "grade_id": cell.id,
-                                     "locked": locked, "schema_version": 3, "solution": solution,
-                                     **({"points": points} if points is not None else {})}
+    cell.metadata["nbgrader"] = {"grade": points is not None, "grade_id": cell.id,
+                                 "locked": locked, "schema_version": 3, "solution": solution,
+                                 **({"points": points} if points is not None else {})}
     return cell
 
 
@@ -370,7 +373,7 @@ def setup_cell(sources: Sources, variant: str = "student"):
     lines = ["import numpy as np", "",
              f"# Example 15.1: the positions {', '.join(POSITIONS)} are the rows of X.",
              *(_array_literal(name, inputs[name], shape) for name, shape in SETUP_ARRAYS)]
-    return _graded(_code("\n".join(lines), "setup", None), variant, locked=True)
+    return _graded(_code("\n".join(lines), "setup", None), locked=True)
 
 
 def _solution_source(name: str, sources: Sources, variant: str) -> str:
@@ -419,13 +422,13 @@ def step_cells(step: Step, number: int, sources: Sources, variant: str,
     cells = [_markdown(f"{step_heading(step, number, new)}\n\n{sources.sections[step.id]}",
                        "lesson", step.id)]
     cells += [_graded(_code(_solution_source(name, sources, variant), "solution", step.id, name),
-                      variant, solution=True)
+                      solution=True)
               for name in new]
     check = _code(_check_source(step, number, variant), "check", step.id)
     # A failing check is an error (Validate and autograde count it), yet Run All goes on past it:
     # JupyterLab and nbclient do not stop at a cell tagged raises-exception.
     check.metadata["tags"] = [RUN_ON]
-    cells.append(_graded(check, variant, points=step.points, locked=True))
+    cells.append(_graded(check, points=step.points, locked=True))
     return cells
 
 
@@ -434,7 +437,7 @@ def answer_cells(sources: Sources, variant: str) -> list:
     for number, (name, question) in enumerate(ANSWERS, 1):
         cells.append(_markdown(f"**{name}** (exercise {number}). {question}", "question", name))
         cells.append(_graded(_markdown(_answer_source(name, sources, variant), "answer", name),
-                             variant, solution=True, points=ANSWER_POINTS))
+                             solution=True, points=ANSWER_POINTS))
     return cells
 
 
@@ -445,7 +448,7 @@ def notebook_cells(variant: str = "student", sources: Sources | None = None) -> 
     sources = sources or Sources.read()
     cells = [_markdown(sources.sections["intro"], "lesson", "intro"),
              setup_cell(sources, variant),
-             _graded(_code(CHECK_IMPORT, "check", None), variant, locked=True)]
+             _graded(_code(CHECK_IMPORT, "check", None), locked=True)]
     defined: set[str] = set()
     for number, step in enumerate(STEPS, 1):
         cells += step_cells(step, number, sources, variant, defined)
@@ -636,12 +639,7 @@ def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
         module = module.replace(old, new)
     functions = function_sources(module)
     cells = notebook_cells("student", sources)
-    # As a course's student hands it in: nbgrader's cell metadata too, so Validate, autograde and
-    # a course's submitted/ folder all know its grade cells.
-    graded = {cell.id: cell.metadata.get("nbgrader") for cell in notebook_cells("nbgrader", sources)}
     for cell in cells:
-        if graded.get(cell.id):
-            cell.metadata["nbgrader"] = graded[cell.id]
         role = cell.metadata.get("qkv", {}).get("role")
         if role == "solution":
             cell.source = functions[re.match(r"def (\w+)", cell.source).group(1)]

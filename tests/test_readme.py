@@ -1,22 +1,29 @@
 """The README's promises: its first two commands, its step table matching the step table, its
-quote of nbgrader, and its nbgrader and Gradescope blocks running as written. (The other blocks
-are covered elsewhere: the first two by .ci/run itself, the self-check by test_release.py,
-grading by test_cli.py.)"""
+quote of nbgrader, and the routes a newcomer follows running as written: the student's, whose
+command lines are taken from the README's own code block and run literally, one shell for the
+block, with the venv not activated and PATH cut to the system's folders; and its nbgrader and
+Gradescope blocks. (The first two commands are run by .ci/run itself, and the other grading
+lines by test_cli.py.)"""
 from __future__ import annotations
 
 import logging
 import re
+import shutil
 import subprocess
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from support import REPO, jupyter_env
 
+from autograder import release
 from autograder.steps import STEPS
 
 README = (REPO / "README.md").read_text()
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MARK = "::readme-line"  # what the shell prints between two of the README's commands
 
 
 def test_the_readme_opens_with_the_run_command_then_the_test_command():
@@ -50,9 +57,87 @@ def test_the_quoted_checksum_warning_is_the_one_nbgrader_prints():
     assert said == [quoted]
 
 
-def _block_after(heading: str) -> str:
-    """The first ```sh block after `heading` in the README."""
-    return re.findall(r"```sh\n(.*?)\n```", README[README.index(heading):], re.S)[0]
+# --- the routes, run literally -----------------------------------------------------------------
+
+@dataclass
+class Ran:
+    command: str
+    """The README's line, as written."""
+    status: int
+    output: str
+    """Its stdout and stderr, interleaved."""
+
+
+def _blocks_after(heading: str, count: int = 1) -> str:
+    """The first `count` ```sh blocks after `heading` in the README, as one script."""
+    return "\n".join(re.findall(r"```sh\n(.*?)\n```", README[README.index(heading):], re.S)[:count])
+
+
+def _commands(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def run_literally(script: str, cwd: Path, env: dict[str, str]) -> list[Ran]:
+    """Every command line of `script`, in order, in one bash (so a `cd` or an `export` holds for
+    the lines after it), each with its own exit status and output."""
+    commands = _commands(script)
+    lines = ["exec 2>&1"]
+    for number, command in enumerate(commands):
+        lines += [f"printf '\\n{MARK} %s\\n' {number}", command, f"printf '\\n{MARK} %s %s\\n' {number} $?"]
+    done = subprocess.run(["bash", "-uc", "\n".join(lines)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+    found = re.findall(rf"\n{MARK} (\d+)\n(.*?)\n{MARK} \1 (\d+)\n", "\n" + done.stdout, re.S)
+    assert len(found) == len(commands), done.stdout[-3000:] + done.stderr[-3000:]
+    return [Ran(command, int(status), output) for command, (_, output, status) in zip(commands, found)]
+
+
+def _ran(runs: list[Ran], words: str) -> list[Ran]:
+    """The runs of the README's lines that hold `words`; there must be at least one."""
+    found = [run for run in runs if words in run.command]
+    assert found, f"no line of the README's block holds {words!r}"
+    return found
+
+
+def _succeeded(runs: list[Ran], but: tuple[str, ...] = ()) -> None:
+    for run in runs:
+        if not any(words in run.command for words in but):
+            assert run.status == 0, f"{run.command}\n{run.output[-3000:]}"
+
+
+def _validate_failed(run: Ran) -> list[str]:
+    """The step ids of the check cells `nbgrader validate` reports failing; it must report failure."""
+    assert run.status == 0, run.output[-3000:]  # nbgrader validate says what failed, not its status
+    assert "Success!" not in run.output, run.output[-3000:]
+    reported = re.search(r"VALIDATION FAILED ON (\d+) CELL\(S\)", run.output)
+    assert reported, run.output[-3000:]
+    cells = run.output.split("The following cell failed:")[1:]
+    assert len(cells) == int(reported.group(1))
+    for cell in cells:
+        for unexpected in ("ModuleNotFoundError", "NameError", "Traceback"):
+            assert unexpected not in cell, cell
+    return [step for cell in cells for step in re.findall(r'check\("(\w+)"', cell)]
+
+
+def _root(tmp_path: Path, *linked: str) -> dict[str, str]:
+    """tmp_path laid out like the repository's root (the venv and `linked` as links to the real
+    ones) and the environment a reader's shell has: the venv not activated, PATH the system's."""
+    (tmp_path / ".venv").symlink_to(Path(sysconfig.get_path("scripts")).parent)
+    for name in linked:
+        (tmp_path / name).symlink_to(REPO / name)
+    return {**jupyter_env(tmp_path), "PATH": SYSTEM_PATH}
+
+
+def test_the_students_route_runs_as_written_and_validate_fails_the_unfilled_notebook(tmp_path):
+    env = _root(tmp_path)
+    shutil.copytree(release.RELEASE, tmp_path / "assignments" / "attention_head",
+                    ignore=shutil.ignore_patterns(*release.IGNORED))
+    runs = run_literally(_blocks_after("## For self-learners"), tmp_path, env)
+    _succeeded(runs, but=("pytest", "nbgrader validate"))
+    for run in _ran(runs, "pytest"):
+        assert run.status == 1 and f"0 of {len(STEPS)} steps match" in run.output, run.output[-3000:]
+        assert "not implemented yet" in run.output
+    (validate,) = _ran(runs, "nbgrader validate")
+    assert _validate_failed(validate) == [step.id for step in STEPS]
 
 
 @pytest.mark.parametrize("heading, made", [
@@ -65,7 +150,7 @@ def test_the_readme_blocks_for_nbgrader_and_gradescope_run_as_written(heading, m
     (tmp_path / ".venv").symlink_to(Path(sysconfig.get_path("scripts")).parent)
     (tmp_path / "data").symlink_to(REPO / "data")
     env = {**jupyter_env(tmp_path), "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-    done = subprocess.run(["bash", "-euc", _block_after(heading)], cwd=tmp_path, env=env,
+    done = subprocess.run(["bash", "-euc", _blocks_after(heading)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     for name in made:
