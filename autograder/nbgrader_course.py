@@ -27,7 +27,6 @@ COURSE_FILE = "qkv_course.json"
 CONFIG_FILE = "nbgrader_config.py"
 DEFAULT_ASSIGNMENT = "ps1"
 DEFAULT_SEED = 0  # only for a notebook run outside any course (no qkv_course.json above it)
-BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json", "heatmap.py")  # what its cells read
 ASSIGNMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 CONFIG = '''\
@@ -108,7 +107,7 @@ def course_key(course: Path | None) -> bytes:
 
 def source_files() -> dict[str, bytes]:
     """source/<assignment>/: the nbgrader variant of the notebook and the files it reads."""
-    from .release import build_release, notebook_cells, notebook_text, Sources
+    from .release import BESIDE_NOTEBOOK, build_release, notebook_cells, notebook_text, Sources
 
     sources = Sources.read()
     release = build_release(sources)

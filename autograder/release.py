@@ -49,6 +49,9 @@ SAMPLE = ROOT / "data" / "sample-submission"
 SAMPLE_MISTAKE = (("s.max(axis=-1, keepdims=True)", "s.max(axis=-2, keepdims=True)"),
                   ("e.sum(axis=-1, keepdims=True)", "e.sum(axis=-2, keepdims=True)"))
 PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py", "heatmap.py")  # copied verbatim
+# What the notebook's cells read beside it, wherever it sits: the release, a course's source and
+# released folders, the sample submission.
+BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json", "heatmap.py")
 EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
 IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
 
@@ -628,10 +631,14 @@ def example_slips(example: dict, step_table: dict) -> dict:
     return found
 
 
-def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
+def sample_submission(sources: Sources | None = None,
+                      release: dict[str, bytes] | None = None) -> dict[str, bytes]:
     """data/sample-submission/: the same finished work (one slip, every answer written) as a
-    module and as the notebook filled in."""
+    module and as the notebook filled in, beside the release's files the notebook reads, so that
+    it runs (and Validate judges it) where it is shipped. `release` is build_release's output,
+    when already made."""
     sources = sources or Sources.read()
+    release = release or build_release(sources)
     module = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION\n", "", sources.reference, flags=re.M)
     for old, new in SAMPLE_MISTAKE:
         if old not in module:
@@ -645,8 +652,10 @@ def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
             cell.source = functions[re.match(r"def (\w+)", cell.source).group(1)]
         elif cell.id.startswith("answer-"):
             cell.source = sources.answers[cell.id.removeprefix("answer-")]
-    return {"attention_head.py": module.encode("utf-8"),
-            "attention_head.ipynb": notebook_text(cells).encode("utf-8")}
+    files = {"attention_head.py": module.encode("utf-8"),
+             "attention_head.ipynb": notebook_text(cells).encode("utf-8")}
+    files.update({name: release[name] for name in BESIDE_NOTEBOOK})
+    return dict(sorted(files.items()))
 
 
 def drift(files: dict[str, bytes], folder: Path) -> list[str]:
@@ -689,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         sources = Sources.read()
         outputs = {args.out: build_release(sources)}
         if args.out == RELEASE:  # the sample submission goes with the project's own release
-            outputs[SAMPLE] = sample_submission(sources)
+            outputs[SAMPLE] = sample_submission(sources, outputs[args.out])
     except ReleaseError as error:
         print(f"qkv-release: {error}", file=sys.stderr)
         return 2

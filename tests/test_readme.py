@@ -1,15 +1,17 @@
 """The README's promises: its first two commands, its step table matching the step table, its
 quote of nbgrader, and the routes a newcomer follows running as written: the student's, whose
 command lines are taken from the README's own code block and run literally, one shell for the
-block, with the venv not activated and PATH cut to the system's folders; and its nbgrader and
-Gradescope blocks. (The first two commands are run by .ci/run itself, and the other grading
+block, with the venv not activated and PATH cut to the system's folders; the sample notebook it
+pictures, where it is shipped; and its nbgrader and Gradescope blocks. (The first two commands are run by .ci/run itself, and the other grading
 lines by test_cli.py.)"""
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +129,20 @@ def _root(tmp_path: Path, *linked: str) -> dict[str, str]:
     return {**jupyter_env(tmp_path), "PATH": SYSTEM_PATH}
 
 
+def _sample_failing_steps() -> list[str]:
+    """The steps whose check the sample notebook fails, as the public checks judge it."""
+    spec = importlib.util.spec_from_file_location("readme_public_checks", release.PUBLIC / "public_checks.py")
+    checks = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = checks  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(checks)
+        checks.HERE = release.RELEASE
+        namespace = checks.load_submission(release.SAMPLE / "attention_head.ipynb").namespace
+        return [step.id for step in STEPS if checks.run_step(step.id, namespace).status != "passed"]
+    finally:
+        del sys.modules[spec.name]
+
+
 def test_the_students_route_runs_as_written_and_validate_fails_the_unfilled_notebook(tmp_path):
     env = _root(tmp_path)
     shutil.copytree(release.RELEASE, tmp_path / "assignments" / "attention_head",
@@ -138,6 +154,17 @@ def test_the_students_route_runs_as_written_and_validate_fails_the_unfilled_note
         assert "not implemented yet" in run.output
     (validate,) = _ran(runs, "nbgrader validate")
     assert _validate_failed(validate) == [step.id for step in STEPS]
+
+
+def test_the_sample_notebook_runs_where_it_is_shipped_and_validate_fails_its_mistake(tmp_path):
+    """The README pictures Run All on data/sample-submission/attention_head.ipynb: in that very
+    folder, Validate runs every check and fails exactly those the sample's slip fails."""
+    validate = Path(sysconfig.get_path("scripts")) / "nbgrader"
+    done = subprocess.run([str(validate), "validate", "attention_head.ipynb"], cwd=release.SAMPLE,
+                          env={**jupyter_env(tmp_path), "PATH": SYSTEM_PATH}, capture_output=True,
+                          text=True, timeout=600)
+    run = Ran("nbgrader validate", done.returncode, done.stdout + done.stderr)
+    assert _validate_failed(run) == _sample_failing_steps()
 
 
 @pytest.mark.parametrize("heading, made", [
