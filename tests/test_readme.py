@@ -1,12 +1,14 @@
 """The README's promises: its first two commands, its step table matching the step table, its
-quote of nbgrader, and the routes a newcomer follows running as written: the student's, whose
-command lines are taken from the README's own code block and run literally, one shell for the
-block, with the venv not activated and PATH cut to the system's folders; the sample notebook it
-pictures, where it is shipped; and its nbgrader and Gradescope blocks. (The first two commands are run by .ci/run itself, and the other grading
-lines by test_cli.py.)"""
+quote of nbgrader, the sample notebook it pictures running where it is shipped, and the routes a
+newcomer follows (the student's, the nbgrader instructor's and the Gradescope one) running as
+written. Each route's command lines are taken from the README's own code blocks and run
+literally, one shell per block, with the venv not activated and PATH cut to the system's folders.
+(The first two commands are run by .ci/run itself, and the other grading lines by test_cli.py.)"""
 from __future__ import annotations
 
+import html
 import importlib.util
+import json
 import logging
 import re
 import shutil
@@ -21,7 +23,7 @@ import pytest
 from support import REPO, jupyter_env
 
 from autograder import release
-from autograder.steps import STEPS
+from autograder.steps import ANSWERS, MAX_SCORE, STEPS
 
 README = (REPO / "README.md").read_text()
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -167,18 +169,86 @@ def test_the_sample_notebook_runs_where_it_is_shipped_and_validate_fails_its_mis
     assert _validate_failed(run) == _sample_failing_steps()
 
 
-@pytest.mark.parametrize("heading, made", [
-    ("### nbgrader", ["course/feedback/sample/ps1/attention_head.html", "course/grades.csv"]),
-    ("To try the bundle locally", ["gs/results/results.json"]),
-])
-def test_the_readme_blocks_for_nbgrader_and_gradescope_run_as_written(heading, made, tmp_path):
-    """Run literally, from a folder laid out like the repository's root, with the venv not
-    activated and PATH cut to the system's folders."""
-    (tmp_path / ".venv").symlink_to(Path(sysconfig.get_path("scripts")).parent)
-    (tmp_path / "data").symlink_to(REPO / "data")
-    env = {**jupyter_env(tmp_path), "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-    done = subprocess.run(["bash", "-euc", _blocks_after(heading)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    for name in made:
-        assert (tmp_path / name).is_file(), name
+@dataclass
+class Course:
+    root: Path
+    """Laid out like the repository's root; the course is root/course."""
+    env: dict[str, str]
+    runs: list[Ran]
+    """The README's nbgrader block, run literally."""
+
+    def again(self, *commands: str) -> list[Ran]:
+        """`commands` run as the block's next lines, after its own `cd` and `export`."""
+        setting = [run.command for run in self.runs if run.command.startswith(("cd ", "export "))]
+        return run_literally("\n".join([*setting, *commands]), self.root, self.env)[len(setting):]
+
+    def page(self) -> Path:
+        return self.root / "course" / "feedback" / "sample" / "ps1" / "attention_head.html"
+
+    def answers_to_grade(self) -> int:
+        """How many of the sample's written answers the gradebook has waiting for a person."""
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{self.root / 'course' / 'gradebook.db'}") as gradebook:
+            return sum(gradebook.find_grade(f"answer-{name}", "attention_head", "ps1", "sample").needs_manual_grade
+                       for name, _ in ANSWERS)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Course:
+    root = tmp_path_factory.mktemp("nbgrader-route")
+    env = _root(root, "data")
+    return Course(root, env, run_literally(_blocks_after("### nbgrader"), root, env))
+
+
+def _ungraded_answers(page: str) -> int:
+    """How many written answers the page calls not graded yet (each is said in its heading and in
+    the contents, so the count is halved)."""
+    return html.unescape(page).count("not graded yet") // 2
+
+
+def test_the_nbgrader_route_runs_as_written_and_validate_fails_the_sample_in_the_released_folder(course):
+    _succeeded(course.runs)
+    (validate,) = _ran(course.runs, "nbgrader validate")
+    assert _validate_failed(validate) == _sample_failing_steps()
+    assert (course.root / "course" / "grades.csv").is_file()
+    assert _ungraded_answers(course.page().read_text(encoding="utf-8")) == len(ANSWERS)
+
+
+def test_generate_feedback_writes_the_page_again_once_a_written_answer_is_graded(course):
+    """As the README says: grade an answer in formgrader, then run the block's generate_feedback
+    line again; the page must follow the gradebook, not be skipped as up to date."""
+    from nbgrader.api import Gradebook
+
+    waiting = course.answers_to_grade()
+    with Gradebook(f"sqlite:///{course.root / 'course' / 'gradebook.db'}") as gradebook:
+        # What formgrader's grade handler does when a written answer is given its points.
+        grade = gradebook.find_grade(f"answer-{ANSWERS[0][0]}", "attention_head", "ps1", "sample")
+        grade.manual_score, grade.needs_manual_grade = release.ANSWER_POINTS, False
+        gradebook.db.commit()
+    (feedback,) = _ran(course.runs, "nbgrader generate_feedback")
+    (again,) = course.again(feedback.command)
+    assert again.status == 0 and "Skipping existing assignment" not in again.output, again.output
+    assert _ungraded_answers(course.page().read_text(encoding="utf-8")) == waiting - 1
+
+
+def test_generate_feedback_writes_the_page_again_after_the_grading_reruns(course):
+    """A rerun of `qkv-grade --nbgrader` leaves each submission's timestamp, and so the page's age
+    relative to it, as they were."""
+    stale = "the page from before the last grading run"
+    course.page().write_text(stale, encoding="utf-8")
+    (trusted,) = _ran(course.runs, "qkv-grade --nbgrader")
+    (feedback,) = _ran(course.runs, "nbgrader generate_feedback")
+    graded, again = course.again(trusted.command, feedback.command)
+    assert graded.status == 0, graded.output
+    assert again.status == 0 and "Skipping existing assignment" not in again.output, again.output
+    assert _ungraded_answers(course.page().read_text(encoding="utf-8")) == course.answers_to_grade()
+
+
+def test_the_gradescope_route_runs_as_written(tmp_path):
+    env = _root(tmp_path, "data")
+    script = "\n".join([_blocks_after("### Gradescope"), _blocks_after("To try the bundle locally")])
+    _succeeded(run_literally(script, tmp_path, env))
+    results = json.loads((tmp_path / "gs" / "results" / "results.json").read_text(encoding="utf-8"))
+    assert len(results["tests"]) == len(STEPS)
+    assert 0 < results["score"] < MAX_SCORE
