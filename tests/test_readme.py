@@ -245,6 +245,29 @@ def test_generate_feedback_writes_the_page_again_after_the_grading_reruns(course
     assert _ungraded_answers(course.page().read_text(encoding="utf-8")) == course.answers_to_grade()
 
 
+def test_a_misspelt_assignment_name_is_answered_with_the_one_the_course_has(course, tmp_path):
+    (trusted,) = _ran(course.runs, "qkv-grade --nbgrader")
+    assert trusted.command.split("#")[0].split()[-1] == "ps1"
+    typo, unknown = course.again(trusted.command.replace(" ps1", " ps2"),
+                                 trusted.command.replace(" ps1", " homework"))
+    assert typo.status == 2 and typo.output.count("\n") == 1, typo.output
+    assert "did you mean 'ps1'?" in typo.output and "generate_assignment" not in typo.output
+    assert unknown.status == 2 and unknown.output.count("\n") == 1, unknown.output
+    assert "`nbgrader generate_assignment homework`" in unknown.output and "(it has ps1)" in unknown.output
+
+    # Before generate_assignment, the name to generate is the one the course has a source for.
+    from autograder import nbgrader_course
+
+    fresh = tmp_path / "fresh"
+    nbgrader_course.write_course(fresh, seed=1)
+    said = nbgrader_course.unknown_assignment(fresh, "ps2", generated=[])
+    assert said.endswith("did you mean 'ps1'? (run `nbgrader generate_assignment ps1` in the course first)")
+    # And qkv-course, adding an assignment named like one the course has, says so.
+    said = nbgrader_course.write_course(fresh, "sp1")
+    assert said[-1] == (f"the course also has 'ps1': if you meant that one, delete {fresh / 'source' / 'sp1'} "
+                        f"and rerun with --assignment ps1")
+
+
 def test_the_gradescope_route_runs_as_written(tmp_path):
     env = _root(tmp_path, "data")
     script = "\n".join([_blocks_after("### Gradescope"), _blocks_after("To try the bundle locally")])
