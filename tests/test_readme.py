@@ -1,9 +1,10 @@
 """The README's promises: its first two commands, its step table matching the step table, its
 quote of nbgrader, the sample notebook it pictures running where it is shipped, and the routes a
-newcomer follows (the student's, the nbgrader instructor's and the Gradescope one) running as
-written. Each route's command lines are taken from the README's own code blocks and run
-literally, one shell per block, with the venv not activated and PATH cut to the system's folders.
-(The first two commands are run by .ci/run itself, and the other grading lines by test_cli.py.)"""
+newcomer follows (the student's, the nbgrader instructor's, the Gradescope one and the class
+report) running as written. Each route's command lines are taken from the README's own code
+blocks and run literally, one shell per block, with the venv not activated and PATH cut to the
+system's folders. (The first two commands are run by .ci/run itself, and the other grading lines
+by test_cli.py.)"""
 from __future__ import annotations
 
 import html
@@ -275,3 +276,11 @@ def test_the_gradescope_route_runs_as_written(tmp_path):
     results = json.loads((tmp_path / "gs" / "results" / "results.json").read_text(encoding="utf-8"))
     assert len(results["tests"]) == len(STEPS)
     assert 0 < results["score"] < MAX_SCORE
+
+
+def test_the_report_route_runs_as_written(tmp_path):
+    env = _root(tmp_path, "data")
+    _succeeded(run_literally(_blocks_after("### A class report"), tmp_path, env))
+    assert (tmp_path / "report" / "index.html").is_file()
+    rows = (tmp_path / "report" / "scores.csv").read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 1 + len(list((REPO / "data" / "sample-class").glob("*.py")))
