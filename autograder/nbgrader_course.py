@@ -9,10 +9,12 @@ beside the files its check cells read. `qkv_course.json` holds the seed of the h
 the course's grading key (keys.py), so that the in-kernel hook (`nbgrader_hook.py`) and the trusted grading (`qkv-grade --nbgrader`,
 `nbgrader_trusted.py`) try the same cases; both find it by walking up from where they run.
 
-This module also holds what those two share about a course: where its files are, its seed and key.
+This module also holds what those two share about a course: where its files are, its seed and key,
+and what to say of an assignment name it does not have.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import secrets
@@ -27,7 +29,6 @@ COURSE_FILE = "qkv_course.json"
 CONFIG_FILE = "nbgrader_config.py"
 DEFAULT_ASSIGNMENT = "ps1"
 DEFAULT_SEED = 0  # only for a notebook run outside any course (no qkv_course.json above it)
-BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json", "heatmap.py")  # what its cells read
 ASSIGNMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 CONFIG = '''\
@@ -104,11 +105,45 @@ def course_key(course: Path | None) -> bytes:
         raise CourseError(str(exc)) from None
 
 
+def assignments_in(course: Path, source_directory: str = "source") -> list[str]:
+    """The assignments the course has a source folder for, sorted by name."""
+    try:
+        return sorted(entry.name for entry in (course / source_directory).iterdir()
+                      if entry.is_dir() and not entry.name.startswith("."))
+    except OSError:
+        return []
+
+
+def close_assignment(assignment: str, known) -> str | None:
+    """The one of `known` that `assignment` most likely misspells, or None when none is close."""
+    close = difflib.get_close_matches(assignment, [name for name in known if name != assignment], n=1)
+    return close[0] if close else None
+
+
+def unknown_assignment(course: Path, assignment: str, generated, source_directory: str = "source") -> str:
+    """Why `course` cannot grade an assignment its gradebook lacks (`generated` are those it has),
+    in one line: the name it most likely misspells, or the commands that make it."""
+    sources = assignments_in(course, source_directory)
+    generate = f"`nbgrader generate_assignment {assignment}`"
+    if assignment in sources:
+        return f"assignment {assignment!r} is not generated yet: run {generate} in the course first"
+    known = sorted({*generated, *sources})
+    close = close_assignment(assignment, known)
+    if close is None:
+        has = f" (it has {', '.join(known)})" if known else ""
+        return (f"the course has no assignment {assignment!r}{has}: write it with `qkv-course {course} "
+                f"--assignment {assignment}`, then run {generate} in the course")
+    if close in generated:
+        return f"the course has no assignment {assignment!r}; did you mean {close!r}?"
+    return (f"the course has no assignment {assignment!r}; did you mean {close!r}? "
+            f"(run `nbgrader generate_assignment {close}` in the course first)")
+
+
 # --- writing a course ---------------------------------------------------------------------------
 
 def source_files() -> dict[str, bytes]:
     """source/<assignment>/: the nbgrader variant of the notebook and the files it reads."""
-    from .release import build_release, notebook_cells, notebook_text, Sources
+    from .release import BESIDE_NOTEBOOK, build_release, notebook_cells, notebook_text, Sources
 
     sources = Sources.read()
     release = build_release(sources)
@@ -128,6 +163,7 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
         raise CourseError(f"{folder} already exists; pass --force to regenerate it")
     files = source_files()
     done = []
+    close = None if folder.exists() else close_assignment(assignment, assignments_in(course))
     course.mkdir(parents=True, exist_ok=True)
     config = course / CONFIG_FILE
     if not config.exists():
@@ -154,6 +190,9 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
     for name, content in files.items():
         (folder / name).write_bytes(content)
     done.append(f"wrote {folder}/ ({', '.join(files)})")
+    if close is not None:  # a new assignment named like one the course has: perhaps a typo
+        done.append(f"the course also has {close!r}: if you meant that one, delete {folder} and rerun "
+                    f"with --assignment {close}")
     return done
 
 

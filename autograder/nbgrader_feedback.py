@@ -247,7 +247,8 @@ class FeedbackExporter(HTMLExporter):
 
 
 def configure(c) -> None:
-    """Set the course's nbgrader configuration `c` to use the reader's view and templates."""
+    """Set the course's nbgrader configuration `c` to use the reader's view and templates, and to
+    write every feedback page afresh."""
     import nbgrader
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.converters import Autograde
@@ -263,6 +264,10 @@ def configure(c) -> None:
     c.FeedbackExporter.template_name = TEMPLATE
     c.FeedbackExporter.template_file = f"{TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
     c.FeedbackExporter.extra_template_basedirs = basedirs
+    # generate_feedback skips a page it finds newer than the submission's timestamp.txt, but the
+    # page shows the gradebook too: a written answer graded in formgrader, or a rerun of
+    # `qkv-grade --nbgrader`, leaves that timestamp as it was. Each run writes every page again.
+    c.GenerateFeedback.force = True
     # Formgrader renders a submission with a plain HTMLExporter made from this configuration.
     c.HTMLExporter.template_name = FORMGRADE_TEMPLATE
     c.HTMLExporter.extra_template_basedirs = basedirs

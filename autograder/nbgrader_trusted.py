@@ -128,6 +128,12 @@ def step_cells(coursedir, assignment: str) -> dict[str, str]:
         try:
             notebook = gradebook.find_notebook(NOTEBOOK_ID, assignment)
         except MissingEntry:
+            generated = [row.name for row in gradebook.assignments]
+            if assignment not in generated:  # a misspelt name, or one never generated
+                from .nbgrader_course import unknown_assignment
+
+                raise TrustedError(unknown_assignment(Path(coursedir.root), assignment, generated,
+                                                      coursedir.source_directory)) from None
             raise TrustedError(f"the gradebook has no notebook {NOTEBOOK_ID} in assignment "
                                f"{assignment!r}: run `nbgrader generate_assignment {assignment}` "
                                f"in the course first") from None

@@ -14,8 +14,9 @@ The notebook is assembled by `notebook_cells(variant)`; `step_cells` builds one 
 the `_solution_source`, `_check_source` and `_answer_source` seams say what a cell holds in each
 variant. The "student" variant is what this command writes. The "nbgrader" variant is the source
 notebook of the nbgrader course (`qkv-course`): the same cells with the reference's solution
-regions kept, nbgrader's cell metadata, a hidden line in each check cell that hands the step to the
-hidden graders, and the reference answers as the rubric of the written-answer cells.
+regions kept, a hidden line in each check cell that hands the step to the hidden graders, and the
+reference answers as the rubric of the written-answer cells. Both carry nbgrader's cell metadata,
+so that Validate counts the checks of any copy, released by nbgrader or not.
 """
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ SAMPLE = ROOT / "data" / "sample-submission"
 SAMPLE_MISTAKE = (("s.max(axis=-1, keepdims=True)", "s.max(axis=-2, keepdims=True)"),
                   ("e.sum(axis=-1, keepdims=True)", "e.sum(axis=-2, keepdims=True)"))
 PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py", "heatmap.py")  # copied verbatim
+# What the notebook's cells read beside it, wherever it sits: the release, a course's source and
+# released folders, the sample submission.
+BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json", "heatmap.py")
 EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
 IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
 
@@ -339,16 +343,18 @@ def _code(source: str, role: str, step: str | None, *more_id: str):
                             metadata={"qkv": {"role": role, "step": step}})
 
 
-def _graded(cell, variant: str, *, solution: bool = False, points: float | None = None,
+def _graded(cell, *, solution: bool = False, points: float | None = None,
             locked: bool = False):
-    """In the nbgrader variant, give the cell nbgrader's metadata, its grade id being its cell id.
+    """Give the cell nbgrader's metadata, its grade id being its cell id, in every variant.
 
     `points` makes it a grade cell: a test cell (code), or an answer a person grades (markdown).
+    nbgrader's Validate (JupyterLab's button, `nbgrader validate`) counts only the failures of
+    grade and locked cells, so the student's notebook carries the metadata too: without it,
+    Validate says "Success!" over every failing check.
     """
-    if variant == "nbgrader":
-        cell.metadata["nbgrader"] = {"grade": points is not None, "grade_id": cell.id,
-                                     "locked": locked, "schema_version": 3, "solution": solution,
-                                     **({"points": points} if points is not None else {})}
+    cell.metadata["nbgrader"] = {"grade": points is not None, "grade_id": cell.id,
+                                 "locked": locked, "schema_version": 3, "solution": solution,
+                                 **({"points": points} if points is not None else {})}
     return cell
 
 
@@ -370,7 +376,7 @@ def setup_cell(sources: Sources, variant: str = "student"):
     lines = ["import numpy as np", "",
              f"# Example 15.1: the positions {', '.join(POSITIONS)} are the rows of X.",
              *(_array_literal(name, inputs[name], shape) for name, shape in SETUP_ARRAYS)]
-    return _graded(_code("\n".join(lines), "setup", None), variant, locked=True)
+    return _graded(_code("\n".join(lines), "setup", None), locked=True)
 
 
 def _solution_source(name: str, sources: Sources, variant: str) -> str:
@@ -419,13 +425,13 @@ def step_cells(step: Step, number: int, sources: Sources, variant: str,
     cells = [_markdown(f"{step_heading(step, number, new)}\n\n{sources.sections[step.id]}",
                        "lesson", step.id)]
     cells += [_graded(_code(_solution_source(name, sources, variant), "solution", step.id, name),
-                      variant, solution=True)
+                      solution=True)
               for name in new]
     check = _code(_check_source(step, number, variant), "check", step.id)
     # A failing check is an error (Validate and autograde count it), yet Run All goes on past it:
     # JupyterLab and nbclient do not stop at a cell tagged raises-exception.
     check.metadata["tags"] = [RUN_ON]
-    cells.append(_graded(check, variant, points=step.points, locked=True))
+    cells.append(_graded(check, points=step.points, locked=True))
     return cells
 
 
@@ -434,7 +440,7 @@ def answer_cells(sources: Sources, variant: str) -> list:
     for number, (name, question) in enumerate(ANSWERS, 1):
         cells.append(_markdown(f"**{name}** (exercise {number}). {question}", "question", name))
         cells.append(_graded(_markdown(_answer_source(name, sources, variant), "answer", name),
-                             variant, solution=True, points=ANSWER_POINTS))
+                             solution=True, points=ANSWER_POINTS))
     return cells
 
 
@@ -445,7 +451,7 @@ def notebook_cells(variant: str = "student", sources: Sources | None = None) -> 
     sources = sources or Sources.read()
     cells = [_markdown(sources.sections["intro"], "lesson", "intro"),
              setup_cell(sources, variant),
-             _graded(_code(CHECK_IMPORT, "check", None), variant, locked=True)]
+             _graded(_code(CHECK_IMPORT, "check", None), locked=True)]
     defined: set[str] = set()
     for number, step in enumerate(STEPS, 1):
         cells += step_cells(step, number, sources, variant, defined)
@@ -625,10 +631,14 @@ def example_slips(example: dict, step_table: dict) -> dict:
     return found
 
 
-def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
+def sample_submission(sources: Sources | None = None,
+                      release: dict[str, bytes] | None = None) -> dict[str, bytes]:
     """data/sample-submission/: the same finished work (one slip, every answer written) as a
-    module and as the notebook filled in."""
+    module and as the notebook filled in, beside the release's files the notebook reads, so that
+    it runs (and Validate judges it) where it is shipped. `release` is build_release's output,
+    when already made."""
     sources = sources or Sources.read()
+    release = release or build_release(sources)
     module = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION\n", "", sources.reference, flags=re.M)
     for old, new in SAMPLE_MISTAKE:
         if old not in module:
@@ -636,19 +646,16 @@ def sample_submission(sources: Sources | None = None) -> dict[str, bytes]:
         module = module.replace(old, new)
     functions = function_sources(module)
     cells = notebook_cells("student", sources)
-    # As a course's student hands it in: nbgrader's cell metadata too, so Validate, autograde and
-    # a course's submitted/ folder all know its grade cells.
-    graded = {cell.id: cell.metadata.get("nbgrader") for cell in notebook_cells("nbgrader", sources)}
     for cell in cells:
-        if graded.get(cell.id):
-            cell.metadata["nbgrader"] = graded[cell.id]
         role = cell.metadata.get("qkv", {}).get("role")
         if role == "solution":
             cell.source = functions[re.match(r"def (\w+)", cell.source).group(1)]
         elif cell.id.startswith("answer-"):
             cell.source = sources.answers[cell.id.removeprefix("answer-")]
-    return {"attention_head.py": module.encode("utf-8"),
-            "attention_head.ipynb": notebook_text(cells).encode("utf-8")}
+    files = {"attention_head.py": module.encode("utf-8"),
+             "attention_head.ipynb": notebook_text(cells).encode("utf-8")}
+    files.update({name: release[name] for name in BESIDE_NOTEBOOK})
+    return dict(sorted(files.items()))
 
 
 def drift(files: dict[str, bytes], folder: Path) -> list[str]:
@@ -691,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         sources = Sources.read()
         outputs = {args.out: build_release(sources)}
         if args.out == RELEASE:  # the sample submission goes with the project's own release
-            outputs[SAMPLE] = sample_submission(sources)
+            outputs[SAMPLE] = sample_submission(sources, outputs[args.out])
     except ReleaseError as error:
         print(f"qkv-release: {error}", file=sys.stderr)
         return 2

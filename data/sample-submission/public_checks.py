@@ -1,0 +1,699 @@
+"""Public checks: does your attention head reproduce the chapter's worked example?
+
+Every check here uses Example 15.1 of Chapter 15 (the three positions red, key and .) or one of
+the chapter's exercise situations, nothing else. `pytest` in this folder runs one check per graded
+step on attention_head.py, or on the setup and solution cells of attention_head.ipynb when there
+is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
+sign, not a grade: the hidden graders try other shapes, large scores, batches and other situations.
+
+The step list (ids, titles, chapter sections, functions) comes from steps.json and the example's
+values from chapter_example.json, both next to this file. That file also holds, for each call a
+check makes, what each known mistake returns on the example; when a wrong value matches one, the
+message names the mistake in the same words as the hidden graders.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import importlib.util
+import json
+import math
+import sys
+import textwrap
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MODULE = "attention_head.py"
+NOTEBOOK = "attention_head.ipynb"
+GRADED_CELL_ROLES = ("setup", "solution")  # the notebook cells a grader runs; the others it skips
+ATOL = 1e-9  # absolute tolerance of every comparison
+CALL_SECONDS = 10
+"""How long one call on the chapter's example may run (where the system can stop it): far more
+than any correct function needs, so only a loop that never ends reaches it."""
+SHOWN_MISMATCHES = 5  # how many differing elements a message lists
+WRAP = 76  # a check cell's line length: nbgrader's Validate indents by 4 and cuts lines near 90
+SLIP_RTOL, SLIP_ATOL = 1e-6, 1e-8  # how closely a wrong value must match a known mistake's
+
+
+# --- what the checks read -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    """The step id, as in the grader's results."""
+    title: str
+    """A short heading."""
+    section: str
+    """The chapter section to reread."""
+    functions: tuple[str, ...]
+    """The functions the step calls."""
+    uses: tuple[str, ...] = ()
+    """Earlier steps whose functions a typical solution calls."""
+
+
+@functools.cache
+def steps() -> dict[str, Step]:
+    """The graded steps in order, read from steps.json."""
+    table = json.loads((HERE / "steps.json").read_text(encoding="utf-8"))
+    return {row["id"]: Step(row["id"], row["title"], row["section"], tuple(row["functions"]),
+                            tuple(row["uses"])) for row in table["steps"]}
+
+
+def step_ids() -> list[str]:
+    return list(steps())
+
+
+@functools.cache
+def answer_names() -> tuple[str, ...]:
+    """The module-level strings that hold the written answers in a .py submission."""
+    table = json.loads((HERE / "steps.json").read_text(encoding="utf-8"))
+    return tuple(row["name"] for row in table["answers"])
+
+
+@functools.cache
+def known_mistakes() -> dict:
+    """For each step: per call of its check, what each known mistake returns; and their explanations."""
+    data = json.loads((HERE / "chapter_example.json").read_text(encoding="utf-8"))
+    return data.get("slips", {})
+
+
+@functools.cache
+def example() -> SimpleNamespace:
+    """Example 15.1 and the exercise situations, as float64 arrays (read-only)."""
+    data = json.loads((HERE / "chapter_example.json").read_text(encoding="utf-8"))
+    arrays = {**data["inputs"], **data["exact"], **data["values"]}
+    ex = SimpleNamespace(**{name: _frozen(rows) for name, rows in arrays.items()})
+    ex.exercises = data["exercises"]
+    return ex
+
+
+def _frozen(rows) -> np.ndarray:
+    array = np.array(rows, dtype=np.float64)
+    array.flags.writeable = False
+    return array
+
+
+# --- outcomes -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome:
+    step: str
+    """The step id."""
+    status: str
+    """"passed", "failed" or "not_implemented"."""
+    message: str
+    """What went wrong and where to look; empty when the step passed."""
+
+
+class _Problem(Exception):
+    """Ends a check: the submission did something other than the chapter."""
+    status = "failed"
+
+
+class _NotImplemented(_Problem):
+    status = "not_implemented"
+
+
+class _TooSlow(BaseException):
+    """Raised into a call that ran past CALL_SECONDS (a BaseException, so `except Exception` in
+    the student's loop does not swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Stop the call inside after `seconds`, where a timer signal can (Unix, the main thread);
+    elsewhere the call just runs."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum, _frame):
+        raise _TooSlow()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """Stands for a call that raised instead of returning."""
+    error: str
+    """"Type: message", as a known mistake's entry gives it."""
+
+
+_returned: list = []  # what each call of the running check returned (or raised), in order
+
+
+# --- calling the student's code -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Arg:
+    label: str
+    """How the argument is shown in messages, e.g. "Q" or "rows=[0]"."""
+    value: object
+    keyword: str | None = None
+
+
+def _call(namespace: dict, name: str, *args: _Arg):
+    """Call `name` with copies of the arguments; return (result, the call as text).
+
+    Copies keep the chapter's arrays safe; comparing them afterwards shows whether the function
+    changed an argument it was given.
+    """
+    call = f"{name}({', '.join(arg.label for arg in args)})"
+    function = namespace.get(name)
+    if function is None:
+        raise _NotImplemented(f"there is no function named {name}.")
+    if not callable(function):
+        raise _Problem(f"{name} is {_describe(function)}, not a function.")
+    given = [np.array(arg.value) if isinstance(arg.value, np.ndarray) else copy.deepcopy(arg.value)
+             for arg in args]
+    positional = [value for arg, value in zip(args, given) if arg.keyword is None]
+    keywords = {arg.keyword: value for arg, value in zip(args, given) if arg.keyword is not None}
+    try:
+        with _time_limit(CALL_SECONDS):
+            result = function(*positional, **keywords)
+    except _TooSlow:
+        _returned.append(_Raised("a call that never returned"))
+        raise _Problem(f"Called {call}; it was still running after {CALL_SECONDS} s, so it was stopped: "
+                       f"look for a loop that never ends.") from None
+    except NotImplementedError:
+        _returned.append(_Raised("NotImplementedError"))
+        raise _NotImplemented(f"calling {call} raised NotImplementedError: {name}, or a function "
+                              f"it calls, is still a stub.") from None
+    except (Exception, SystemExit) as error:
+        _returned.append(_Raised(f"{type(error).__name__}: {error}"))
+        raise _Problem(f"Called {call}; it raised {_error_text(error)}.") from None
+    _returned.append(result)
+    for arg, value in zip(args, given):
+        if not _unchanged(arg.value, value):
+            raise _Problem(f"Called {call}; it changed its argument {arg.label.split('=')[0]}. "
+                           f"Work on new arrays and leave the ones you are given as they were.")
+    return result, call
+
+
+def _unchanged(original, given) -> bool:
+    if isinstance(original, np.ndarray):
+        return (isinstance(given, np.ndarray) and given.shape == original.shape
+                and bool(np.array_equal(given, original)))
+    return given == original
+
+
+def _error_text(error: BaseException) -> str:
+    """The exception's type and message, and the student's line it came from when we know it."""
+    text = f"{type(error).__name__}: {error}"
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if Path(frame.filename).name.startswith(Path(MODULE).stem)]
+    if frames:
+        text += f" (at {Path(frames[-1].filename).name}, line {frames[-1].lineno})"
+    return text
+
+
+def _describe(value) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, np.ndarray):
+        if type(value) is np.ndarray:
+            return f"an array of shape {value.shape}"
+        return f"an ndarray subclass ({type(value).__name__}) of shape {value.shape}"
+    if isinstance(value, str):
+        return f"a string {value[:40]!r}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+# --- judging what came back ---------------------------------------------------------------------
+
+def _array(value, what: str, call: str) -> np.ndarray:
+    """`value` as a float64 array, as the hidden graders read it (np.matrix and longdouble are
+    array-likes too); None, a string or a dict is a wrong type."""
+    wrong = value is None or isinstance(value, (str, bytes, dict))
+    array = None
+    if not wrong:
+        try:
+            array = np.asarray(value)
+        except Exception:
+            wrong = True
+        else:
+            wrong = array.dtype.kind not in "biuf"
+    if wrong:
+        raise _Problem(f"Called {call}; {what} came back as {_describe(value)}, which is the "
+                       f"wrong type: expected a numpy array of numbers.")
+    return array.astype(np.float64)
+
+
+def _parts(value, names: tuple[str, ...], call: str) -> tuple:
+    """Unpack a returned tuple (a list is accepted) of the expected length."""
+    if not isinstance(value, (tuple, list)) or len(value) != len(names):
+        raise _Problem(f"Called {call}; it returned {_describe(value)}, but the tests expected a "
+                       f"tuple ({', '.join(names)}).")
+    return tuple(value)
+
+
+def _same(actual, expected: np.ndarray, what: str, call: str, source: str) -> None:
+    """Compare an array with the chapter's, and explain any difference in numpy's manner."""
+    array = _array(actual, what, call)
+    report = mismatch_report(array, expected)
+    if report:
+        raise _Problem(f"Called {call}; {what} came back different from {source}.\n{report}")
+
+
+def mismatch_report(actual: np.ndarray, expected: np.ndarray, atol: float = ATOL) -> str:
+    """Explain how `actual` differs from `expected`, or return "" when they agree within atol.
+
+    Shape first, then how many elements differ, the first few indices with the returned and the
+    expected value, the largest error, and both arrays.
+    """
+    lines = []
+    if actual.shape != expected.shape:
+        lines.append(f"  shape {actual.shape}, expected {expected.shape}")
+    else:
+        bad = ~np.isclose(actual, expected, rtol=0.0, atol=atol)
+        if not bad.any():
+            return ""
+        count, size = int(bad.sum()), expected.size
+        lines.append(f"  shape {actual.shape}, as expected")
+        lines.append(f"  mismatched elements: {count} / {size} ({100 * count / size:.1f}%) "
+                     f"beyond atol {atol:g}")
+        lines.append("  first mismatches [index]: returned, expected")
+        for index in list(zip(*np.nonzero(bad)))[:SHOWN_MISMATCHES]:
+            position = ", ".join(str(int(i)) for i in index)
+            lines.append(f"    [{position}]: " + ", ".join(_digits(float(actual[index]), float(expected[index]))))
+        with np.errstate(invalid="ignore"):
+            errors = np.abs(actual - expected)
+        if np.isfinite(errors).all():
+            worst = np.unravel_index(int(np.argmax(errors)), errors.shape)
+            position = ", ".join(str(int(i)) for i in worst)
+            lines.append(f"  largest absolute error: {float(errors[worst]):.3g} at [{position}]")
+        else:
+            lines.append("  largest absolute error: not finite (the returned array holds NaN "
+                         "or inf)")
+    lines.append(f"  returned:\n{_show(actual)}")
+    lines.append(f"  expected:\n{_show(expected)}")
+    return "\n".join(lines)
+
+
+def _digits(returned: float, expected: float) -> tuple[str, str]:
+    """Both numbers to six significant digits, or as many more as it takes to tell them apart."""
+    for digits in (6, 9, 12, 17):
+        shown = (f"{returned:.{digits}g}", f"{expected:.{digits}g}")
+        if shown[0] != shown[1]:
+            return shown
+    return shown
+
+
+def _show(array: np.ndarray) -> str:
+    if array.size > 60:
+        return f"    (an array of shape {array.shape}, too large to show)"
+    with np.printoptions(precision=6, suppress=True):
+        text = np.array2string(array, separator=", ")
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _dict_with(value, keys: tuple[str, ...], call: str) -> None:
+    if not isinstance(value, dict):
+        raise _Problem(f"Called {call}; it returned {_describe(value)}, but the tests expected a "
+                       f"dict.")
+    missing = [key for key in keys if key not in value]
+    if missing:
+        raise _Problem(f"Called {call}; the dict has no {', '.join(missing)}.")
+
+
+def _flag(value, call: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise _Problem(f"Called {call}; it returned {_describe(value)}, which is the wrong type: "
+                       f"expected True or False.")
+    return bool(value)
+
+
+def _whole(value, what: str, call: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise _Problem(f"Called {call}; {what} came back as {_describe(value)}: expected an int.")
+    return int(value)
+
+
+# --- one check per step -------------------------------------------------------------------------
+
+def _parameters(ex) -> tuple[_Arg, ...]:
+    """The example's three W matrices, as the head's last three arguments."""
+    return _Arg("W_Q", ex.W_Q), _Arg("W_K", ex.W_K), _Arg("W_V", ex.W_V)
+
+
+def _same_output_and_weights(out, call: str, ex) -> None:
+    """The (o, a) pair of attention or of the head, against the chapter's O and Table 15.1."""
+    o, a = _parts(out, ("o", "a"), call)
+    _same(o, ex.O, "the output o", call, "the chapter's O")
+    _same(a, ex.A, "the weights a", call, "the chapter's weights A (Table 15.1)")
+
+
+def _check_qkv(ns: dict, ex) -> None:
+    out, call = _call(ns, "project_qkv", _Arg("X", ex.X), *_parameters(ex))
+    q, k, v = _parts(out, ("q", "k", "v"), call)
+    _same(q, ex.Q, "q", call, "the chapter's Q = X W_Q")
+    _same(k, ex.K, "k", call, "the chapter's K = X W_K")
+    _same(v, ex.V, "v", call, "the chapter's V = X W_V")
+
+
+def _check_scores(ns: dict, ex) -> None:
+    d, call = _call(ns, "scores", _Arg("Q", ex.Q), _Arg("K", ex.K))
+    _same(d, ex.D, "the score matrix d", call, "the chapter's D = Q Kᵀ")
+
+
+def _check_scale(ns: dict, ex) -> None:
+    d_k = ex.Q.shape[-1]
+    s, call = _call(ns, "scale", _Arg("D", ex.D), _Arg(str(d_k), d_k))
+    _same(s, ex.S, "s", call, f"the chapter's S = D / √{d_k}")
+
+
+def _check_softmax(ns: dict, ex) -> None:
+    a, call = _call(ns, "softmax_rows", _Arg("S", ex.S))
+    _same(a, ex.A, "the weights a", call, "the chapter's weights A (Table 15.1)")
+
+
+def _check_mix(ns: dict, ex) -> None:
+    o, call = _call(ns, "mix", _Arg("A", ex.A), _Arg("V", ex.V))
+    _same(o, ex.O, "the output o", call, "the chapter's O = A V")
+
+
+def _check_attention(ns: dict, ex) -> None:
+    out, call = _call(ns, "attention", _Arg("Q", ex.Q), _Arg("K", ex.K), _Arg("V", ex.V))
+    _same_output_and_weights(out, call, ex)
+
+
+def _check_head(ns: dict, ex) -> None:
+    out, call = _call(ns, "self_attention_head", _Arg("X", ex.X), *_parameters(ex))
+    _same_output_and_weights(out, call, ex)
+
+
+def _check_batch(ns: dict, ex) -> None:
+    # Example 15.1 stacked with a copy scaled by 2: each slice must be what the head gives alone.
+    batch = np.stack([ex.X, 2 * ex.X])  # [2, T, d_in]
+    out, call = _call(ns, "self_attention_head", _Arg("np.stack([X, 2 * X])", batch),
+                      *_parameters(ex))
+    o, a = _parts(out, ("o", "a"), call)
+    o, a = _array(o, "the output o", call), _array(a, "the weights a", call)
+    t, d_v = ex.O.shape
+    for array, name, shape in ((o, "the output o", (2, t, d_v)), (a, "the weights a", (2, t, t))):
+        if array.shape != shape:
+            raise _Problem(f"Called {call}; {name} has shape {array.shape}, expected {shape}: "
+                           f"one result per example, stacked along a leading batch axis.")
+    _same(o[0], ex.O, "slice 0 of o", call, "the chapter's O")
+    _same(a[0], ex.A, "slice 0 of a", call, "the chapter's weights A (Table 15.1)")
+    alone, alone_call = _call(ns, "self_attention_head", _Arg("2 * X", 2 * ex.X), *_parameters(ex))
+    o_alone, a_alone = _parts(alone, ("o", "a"), alone_call)
+    _same(o[1], _array(o_alone, "the output o", alone_call), "slice 1 of o", call,
+          f"the output of {alone_call} run alone")
+    _same(a[1], _array(a_alone, "the weights a", alone_call), "slice 1 of a", call,
+          f"the weights of {alone_call} run alone")
+
+
+def _check_ex1(ns: dict, ex) -> None:
+    expected = ex.exercises["ex1_zero_query"]
+    out, call = _call(ns, "zero_query_mixture", _Arg("K", ex.K), _Arg("V", ex.V))
+    weights, output = _parts(out, ("weights", "output"), call)
+    source = f"the mixture a query of {expected['query']} receives (exercise 1)"
+    _same(weights, np.array(expected["weights"]), "weights", call, source)
+    _same(output, np.array(expected["output"]), "output", call, source)
+
+
+def _check_ex2(ns: dict, ex) -> None:
+    valid, call = _call(ns, "is_attention_weights", _Arg("A", ex.A))
+    if not _flag(valid, call):
+        raise _Problem(f"Called {call} with Table 15.1's weights; it returned False, but the tests "
+                       f"expected True: every row is non-negative and sums to one.")
+    columns, call = _call(ns, "is_attention_weights", _Arg("A.T", ex.A.T))
+    if _flag(columns, call):
+        sums = np.array2string(ex.A.sum(axis=0), precision=6, separator=", ")
+        raise _Problem(f"Called {call}, Table 15.1 transposed so that every column sums to one; it "
+                       f"returned True, but the tests expected False: its rows sum to {sums}.")
+    matrix, call = _call(ns, "column_normalized_counterexample")
+    c = _array(matrix, "the matrix", call)
+    if c.shape != (3, 3):
+        raise _Problem(f"Called {call}; it returned shape {c.shape}, expected (3, 3).")
+    with np.printoptions(precision=8, suppress=True):
+        column_sums = np.array2string(c.sum(axis=0), separator=", ")
+    facts = (f"\n  returned:\n{_show(c)}\n  column sums: {column_sums}"
+             f"\n  first-row sum: {c[0].sum()!r}")
+    if not (c >= 0).all():
+        raise _Problem(f"Called {call}; some entries are negative, expected none.{facts}")
+    if not np.allclose(c.sum(axis=0), 1.0, rtol=0.0, atol=ATOL):
+        raise _Problem(f"Called {call}; not every column sums to one.{facts}")
+    if math.isclose(c[0].sum(), 1.0, rel_tol=0.0, abs_tol=ATOL):
+        raise _Problem(f"Called {call}; its first row sums to one, so receiver 1 still gets a "
+                       f"valid mixture. The tests expected a first row that is not one.{facts}")
+
+
+def _check_ex3(ns: dict, ex) -> None:
+    situation = ex.exercises["ex3_value_shift"]
+    shift, rows = np.array(situation["shift"], dtype=np.float64), list(situation["rows"])
+    whole = np.array(situation["whole_shift_output"])
+    partial = np.array(situation["row1_shift_output"])
+    shown = str(situation["shift"])
+    every, call = _call(ns, "shifted_output", _Arg("A", ex.A), _Arg("V", ex.V), _Arg(shown, shift))
+    _same(every, whole, "the output", call, f"O after adding {shown} to every value row")
+    some, call = _call(ns, "shifted_output", _Arg("A", ex.A), _Arg("V", ex.V), _Arg(shown, shift),
+                       _Arg(f"rows={rows}", rows, "rows"))
+    _same(some, partial, "the output", call, f"O after adding {shown} to value row(s) {rows} only")
+    change, call = _call(ns, "output_change", _Arg("A", ex.A), _Arg(shown, shift))
+    _same(change, whole - ex.O, "the change", call, "the change when every value row moves")
+    change, call = _call(ns, "output_change", _Arg("A", ex.A), _Arg(shown, shift),
+                         _Arg(f"rows={rows}", rows, "rows"))
+    _same(change, partial - ex.O, "the change", call, f"the change when only row(s) {rows} move")
+
+
+def _check_ex4(ns: dict, ex) -> None:
+    facts = ex.exercises["ex4_shapes"]
+    t, d_k, d_v = facts["t"], facts["d_k"], facts["d_v"]
+    out, call = _call(ns, "head_facts", _Arg(str(t), t), _Arg(str(d_k), d_k), _Arg(str(d_v), d_v))
+    _dict_with(out, ("divisor", "score_shape", "output_shape", "softmax_axis"), call)
+    divisor = out["divisor"]
+    if isinstance(divisor, (bool, np.bool_)) or not isinstance(divisor, (int, float, np.number)):
+        raise _Problem(f"Called {call}; divisor came back as {_describe(divisor)}: expected a "
+                       f"float.")
+    if not math.isclose(float(divisor), facts["divisor"], rel_tol=0.0, abs_tol=ATOL):
+        raise _Problem(f"Called {call}; divisor is {float(divisor)!r}, expected "
+                       f"{facts['divisor']!r}.")
+    for key in ("score_shape", "output_shape"):
+        shape = out[key]
+        if not isinstance(shape, (tuple, list)):
+            raise _Problem(f"Called {call}; {key} came back as {_describe(shape)}: expected a "
+                           f"tuple.")
+        if [_whole(n, key, call) for n in shape] != list(facts[key]):
+            raise _Problem(f"Called {call}; {key} is {tuple(shape)}, expected {tuple(facts[key])}.")
+    axis = _whole(out["softmax_axis"], "softmax_axis", call)
+    if axis not in (-1, 1):  # for a [T, T] score matrix the last axis is both -1 and 1
+        raise _Problem(f"Called {call}; softmax_axis is {axis}, expected {facts['softmax_axis']} "
+                       f"(the last axis: across the keys of each receiving row).")
+
+
+def _check_ex5(ns: dict, ex) -> None:
+    zeros = np.zeros_like(ex.W_V)
+    out, call = _call(ns, "value_intervention", _Arg("X", ex.X), *_parameters(ex),
+                      _Arg(f"np.zeros({zeros.shape})", zeros))
+    expected = {"weights_before": (ex.A, "Table 15.1"), "weights_after": (ex.A, "Table 15.1"),
+                "output_before": (ex.O, "the chapter's O"),
+                "output_after": (np.zeros_like(ex.O), "zeros: W_V = 0 makes every value row zero")}
+    _dict_with(out, tuple(expected), call)
+    for key, (array, source) in expected.items():
+        _same(out[key], array, key, call, source)
+
+
+CHECKS = {
+    "qkv": _check_qkv,
+    "scores": _check_scores,
+    "scale": _check_scale,
+    "softmax": _check_softmax,
+    "mix": _check_mix,
+    "attention": _check_attention,
+    "head": _check_head,
+    "batch": _check_batch,
+    "ex1_zero_query": _check_ex1,
+    "ex2_row_normalization": _check_ex2,
+    "ex3_value_shift": _check_ex3,
+    "ex4_shapes": _check_ex4,
+    "ex5_intervention": _check_ex5,
+}
+
+
+def run_step(step_id: str, namespace: dict) -> Outcome:
+    """Run one step's public check against the names in `namespace`."""
+    step = steps()[step_id]
+    reread = f"Reread {step.section} ({step.title})."
+    if step_id not in CHECKS:
+        return Outcome(step_id, "failed", f"{step_id}: the public checks have no check for this "
+                                          f"step.")
+    _returned.clear()
+    try:
+        CHECKS[step_id](namespace, example())
+    except _NotImplemented as problem:
+        return Outcome(step_id, problem.status,
+                       f"{step_id}: not implemented yet: {problem}\n{reread}")
+    except _Problem as problem:
+        named = _named_mistake(step_id)
+        return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{named}{reread}")
+    return Outcome(step_id, "passed", "")
+
+
+def _named_mistake(step_id: str) -> str:
+    """The known mistakes whose value on the example the last call returned, explained; or ""."""
+    known = known_mistakes().get(step_id)
+    if not known or not _returned or len(_returned) > len(known["calls"]):
+        return ""
+    returned = _returned[-1]
+    codes = []
+    for slip in known["calls"][len(_returned) - 1]["slips"]:
+        if isinstance(returned, _Raised):  # the same exception, message and all
+            same = slip.get("raises") == returned.error
+        else:
+            same = "value" in slip and _agrees(returned, slip["value"])
+        if same:
+            codes += [code for code in slip["codes"] if code not in codes]
+    if not codes:
+        return ""
+    lines = ["This is a known mistake; the hidden graders call it:"]
+    lines += [known["explanations"][code] for code in codes]
+    return "\n".join(lines) + "\n"
+
+
+def _agrees(returned, value) -> bool:
+    """Does what the student returned equal a known mistake's value (JSON data) closely?"""
+    if isinstance(value, dict):
+        return isinstance(returned, dict) and all(key in returned and _agrees(returned[key], item)
+                                                  for key, item in value.items())
+    if isinstance(value, bool):
+        return isinstance(returned, (bool, np.bool_)) and bool(returned) == value
+    numeric = not (isinstance(returned, (bool, np.bool_, str, bytes)) or returned is None)
+    try:
+        got, want = np.asarray(returned, dtype=np.float64), np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):  # parts of different shapes: compare them one by one
+        return (isinstance(returned, (tuple, list)) and isinstance(value, list) and len(returned) == len(value)
+                and all(_agrees(part, item) for part, item in zip(returned, value)))
+    return numeric and got.shape == want.shape and bool(np.allclose(got, want, rtol=SLIP_RTOL, atol=SLIP_ATOL,
+                                                                    equal_nan=True))
+
+
+def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
+    """The steps `step` builds on whose own checks do not pass with the functions in `namespace`."""
+    return [use for use in step.uses if run_step(use, namespace).status != "passed"]
+
+
+def empty_answers(namespace: dict) -> list[str]:
+    """The written answers that are missing, not strings, or still blank."""
+    return [name for name in answer_names()
+            if not isinstance(namespace.get(name), str) or not namespace[name].strip()]
+
+
+class CheckFailed(AssertionError):
+    """A notebook check that did not pass. It is still an error to Jupyter, nbgrader's Validate
+    and autograde, but IPython shows only its message: the frames would be this file's, not
+    the student's, and would push the explanation off the screen."""
+
+    def _render_traceback_(self) -> list[str]:
+        # Wrapped to fit nbgrader's Validate report, which cuts longer lines off with "...".
+        first, *rest = str(self).splitlines() or [""]
+        lines = [f"✗ {first}", *rest]
+        wrapped = [part for line in lines for part in textwrap.wrap(
+            line, width=WRAP, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2),
+            break_on_hyphens=False) or [""]]
+        first_lines = len(textwrap.wrap(lines[0], width=WRAP, subsequent_indent="  ")) or 1
+        return [f"\x1b[1;31m{line}\x1b[0m" if i < first_lines else line
+                for i, line in enumerate(wrapped)]
+
+
+def check(step_id: str, *functions) -> None:
+    """For the notebook: run one step's check on the given functions.
+
+    Prints one line when they reproduce the chapter; raises CheckFailed with the explanation
+    when they do not. A function of an earlier step that this one builds on is looked up among
+    the notebook's names, so that the message can say which step to fix first.
+    """
+    step = steps()[step_id]
+    if len(functions) != len(step.functions):
+        raise TypeError(f"check({step_id!r}, ...) takes the step's functions, in this order: "
+                        f"{', '.join(step.functions)}")
+    outcome = run_step(step_id, dict(zip(step.functions, functions)))
+    if outcome.status == "failed":
+        caller = sys._getframe(1).f_globals  # the notebook's names, when a cell calls this
+        earlier = _failing_earlier_steps(step, {**caller, **dict(zip(step.functions, functions))})
+        lead = (f"{step_id} builds on {', '.join(earlier)}: fix that first.\n" if earlier else "")
+        raise CheckFailed(lead + outcome.message) from None
+    if outcome.status != "passed":
+        raise CheckFailed(outcome.message) from None
+    verb = "matches" if len(functions) == 1 else "match"
+    print(f"✓ {step.id}: {' and '.join(step.functions)} {verb} the chapter's example "
+          f"({step.section})")
+
+
+# --- finding the submission ---------------------------------------------------------------------
+
+@dataclass
+class Submission:
+    path: Path | None
+    """The file the checks ran on."""
+    namespace: dict
+    """The names it defines."""
+    error: str = ""
+    """Why it could not be loaded, if it could not."""
+
+    @property
+    def kind(self) -> str:
+        return "notebook" if self.path is not None and self.path.suffix == ".ipynb" else "module"
+
+
+def submission_path(folder: Path = HERE) -> Path | None:
+    """attention_head.py when it exists, otherwise attention_head.ipynb, otherwise None."""
+    for name in (MODULE, NOTEBOOK):
+        if (folder / name).exists():
+            return folder / name
+    return None
+
+
+def load_submission(path: Path | None = None) -> Submission:
+    """Load `path`, or the submission in this folder (see submission_path)."""
+    path = path or submission_path()
+    if path is None:
+        return Submission(None, {}, f"there is no {MODULE} or {NOTEBOOK} in {HERE}.")
+    if not path.is_file():
+        return Submission(path, {}, f"there is no file {path}.")
+    try:
+        namespace = _load_notebook(path) if path.suffix == ".ipynb" else _load_module(path)
+    except (Exception, SystemExit) as error:
+        return Submission(path, {}, f"{path.name} could not be loaded: {_error_text(error)}.")
+    return Submission(path, namespace)
+
+
+def _load_module(path: Path) -> dict:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return vars(module)
+
+
+def _load_notebook(path: Path) -> dict:
+    """Run the notebook's setup and solution cells, in order, in one namespace."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    namespace = {"__name__": path.stem}
+    for index, cell in enumerate(notebook.get("cells", [])):
+        role = cell.get("metadata", {}).get("qkv", {}).get("role")
+        if cell.get("cell_type") != "code" or role not in GRADED_CELL_ROLES:
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        where = f"{path.name} cell {index} ({cell.get('id', role)})"
+        exec(compile(source, where, "exec"), namespace)
+    return namespace
