@@ -142,11 +142,12 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     if replaced is None:
         how = "with that as you wrote it"
     else:
-        functions = ", ".join(f"`{name}`" for name in replaced)
-        how = f"called again with the chapter's {functions} in place of yours"
+        functions = [f"`{name}`" for name in replaced]
+        listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]
+        how = f"called again with the chapter's {listed} in place of yours"
+    then = f"{'Write' if unwritten else 'Fix'} {'them' if plural else 'it'} there (see above) and this step follows."
     return (f"{step.title}: full marks, the error carried forward.\n"
-            f"Its numbers follow from {cause}; {how}, your own work here checks out "
-            f"on all {total} cases. Fix {'them' if plural else 'it'} there (see above) and this step follows.")
+            f"Its numbers follow from {cause}; {how}, your own work here checks out on all {total} cases. {then}")
 
 
 def _root_line(names: list[str], state: str, verb: str) -> str:
