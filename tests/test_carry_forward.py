@@ -295,6 +295,54 @@ def test_the_stand_in_is_the_reference_on_every_hidden_case():
         step.id in other.uses for other in BY_ID.values()) for fn in step.functions}
 
 
+STAND_IN_PROBE = """
+import numpy as np
+
+_SEEN = {}
+
+
+def scores(q, k):
+    return q @ k.T
+
+
+def attention(q, k, v):
+    namespace = globals()
+    stand_in = namespace["scores"]
+    seen = [stand_in is not _OWN,  # replaced while the step runs
+            sorted(set(stand_in.__globals__) - {"np", "__builtins__"}) == sorted(_CHAPTER),  # the chapter's, only
+            stand_in is not _SEEN.get("last"),  # a fresh copy for every call
+            stand_in.__globals__["np"] is np]  # whatever the call before did to its copy
+    _SEEN["last"] = stand_in
+    stand_in.__globals__["np"] = None  # spoiled, for this call only
+    namespace["scores"] = "rebound"  # put back after the call
+    return np.array(seen, dtype=float), np.zeros((1, 1))
+
+
+_OWN = scores
+_CHAPTER = ["attention", "mix", "project_qkv", "scale", "scores", "self_attention_head", "softmax_rows"]
+"""
+
+
+def test_a_step_called_again_sees_a_fresh_stand_in_for_each_call_and_never_for_its_own_function(tmp_path):
+    from autograder.runner import Worker
+    from autograder.steps import STEP_IDS
+    from autograder.submission import load
+    from inprocess import grader
+
+    path = tmp_path / "attention_head.py"
+    path.write_text(STAND_IN_PROBE)
+    g, number = grader(SEED), STEP_IDS.index("attention")
+    with Worker(g.limits) as worker:
+        run = worker.receive(worker.send(path.name, list(load(path).cells), g.plan,
+                                         again=[(number, ["scores", "attention"])]))
+    assert not run.lost and run.imported
+    assert all(outcome is None for n, outcomes in enumerate(run.outcomes) if n != number for outcome in outcomes)
+    outcomes = run.outcomes[number]
+    assert len(outcomes) >= 2 and all(outcome is not None and outcome.raised is None for outcome in outcomes)
+    for outcome in outcomes:  # the student's own attention ran every time, on a fresh stand-in
+        assert outcome.value[0].tolist() == [1.0, 1.0, 1.0, 1.0], outcome.value
+
+
 # ------------------------------------------------------------------ the whole corpus ------------
 
 def _home(lost: dict[str, float]) -> str:
