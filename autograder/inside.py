@@ -663,13 +663,23 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     # names to bind to the chapter's computation, each call afresh, and to bind back after it.
     replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
 
-    def bind(names, saved):
+    def bind(names, own, saved):
+        """Bind each of `names`, and every other name of the module bound to the same function (an
+        alias kept at import), to a fresh copy of the chapter's; never the step's own function `own`."""
         fresh = {"np": numpy_module, "__builtins__": builtins}  # a copy of its own: nothing kept from a call before
         run_code(chapter, fresh)
         namespace = module.__dict__
         for name in names:
-            saved.append((name, namespace.get(name, absent)))
-            namespace[name] = fresh[name]
+            original = namespace.get(name, absent)
+            if original is own:
+                continue
+            aliases = [name]
+            if original is not absent:
+                aliases += [other for other, value in list(namespace.items())
+                            if value is original and type(other) is str and other != name]
+            for alias in aliases:
+                saved.append((alias, namespace.get(alias, absent)))
+                namespace[alias] = fresh[name]
 
     def unbind(saved):
         namespace = module.__dict__
@@ -702,7 +712,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         saved = []
         try:  # its time is kept by the worker, from outside
             if replace:  # never the step's own function
-                bind([other for other in replace if other != name], saved)
+                bind([other for other in replace if other != name], function, saved)
             value = function(*args)
         except BaseException as exc:
             failure = exc

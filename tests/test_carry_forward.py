@@ -84,27 +84,29 @@ SUBMISSIONS.update({
         "        _SEEN[key] = scores(q, k)\n"
         "    a = softmax_rows(scale(_SEEN[key], d_k))  # [T, T]\n",
         "\n_SEEN = {}\n"),
+    "scores_cosine_attention_keeps_the_function": _on_cosine(
+        "    a = softmax_rows(scale(_SCORES(q, k), d_k))  # [T, T]\n", "\n_SCORES = scores\n"),
     # attention that looks whether `scores` is still its own, and does the honest work only when
     # it is not: credited exactly as the honest one
     "scores_cosine_attention_detects": _on_cosine(
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n"
-        "    if scores is _OWN_SCORES:\n"
+        "    if scores is _OWN['scores']:\n"
         "        a = np.zeros_like(a)  # its own run: wrong on purpose\n",
-        "\n_OWN_SCORES = scores\n"),
+        "\n_OWN = {'scores': scores}\n"),
     # attention that keeps whatever stands in for its `scores`, and a `scores` that would use it
     "scores_cosine_attention_steals": _on_cosine(
-        "    if scores is not _OWN_SCORES:\n"
+        "    if scores is not _OWN['scores']:\n"
         "        _KEPT.append(scores)\n"
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
-        "\n_OWN_SCORES = scores\n_KEPT = []\n_cosine = scores\n\n\n"
+        "\n_KEPT = []\n_cosine = scores\n\n\n"
         "def scores(q, k):\n    return _KEPT[-1](q, k) if _KEPT else _cosine(q, k)\n\n\n"
-        "_OWN_SCORES = scores\n"),
+        "_OWN = {'scores': scores}\n"),
     # attention that spoils the stand-in it is handed: nothing is verified
     "scores_cosine_attention_spoils": _on_cosine(
-        "    if scores is not _OWN_SCORES:\n"
+        "    if scores is not _OWN['scores']:\n"
         "        scores.__globals__['np'] = None\n"
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
-        "\n_OWN_SCORES = scores\n"),
+        "\n_OWN = {'scores': scores}\n"),
 })
 
 
@@ -228,6 +230,7 @@ def test_the_text_view_and_gradescope_follow_the_carried_scores(tmp_path):
     ("mix_summed_over_receivers", "mix", BUILT_ON_SCORES),
     ("scores_cosine_attention_calls_twice", "scores", BUILT_ON_SCORES),
     ("scores_cosine_attention_caches", "scores", BUILT_ON_SCORES),
+    ("scores_cosine_attention_keeps_the_function", "scores", BUILT_ON_SCORES),
 ])
 def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_own, name, home, built_on):
     """No model reproduces the mistake, so nothing names it; the steps built on it are called again
@@ -308,17 +311,19 @@ def scores(q, k):
 def attention(q, k, v):
     namespace = globals()
     stand_in = namespace["scores"]
-    seen = [stand_in is not _OWN,  # replaced while the step runs
+    seen = [stand_in is not _OWN["scores"],  # replaced while the step runs
             sorted(set(stand_in.__globals__) - {"np", "__builtins__"}) == sorted(_CHAPTER),  # the chapter's, only
             stand_in is not _SEEN.get("last"),  # a fresh copy for every call
-            stand_in.__globals__["np"] is np]  # whatever the call before did to its copy
+            stand_in.__globals__["np"] is np,  # whatever the call before did to its copy
+            namespace["_ALIAS"] is stand_in]  # a name kept for the same function at import: replaced too
     _SEEN["last"] = stand_in
     stand_in.__globals__["np"] = None  # spoiled, for this call only
     namespace["scores"] = "rebound"  # put back after the call
     return np.array(seen, dtype=float), np.zeros((1, 1))
 
 
-_OWN = scores
+_OWN = {"scores": scores}
+_ALIAS = scores
 _CHAPTER = ["attention", "mix", "project_qkv", "scale", "scores", "self_attention_head", "softmax_rows"]
 """
 
@@ -340,7 +345,7 @@ def test_a_step_called_again_sees_a_fresh_stand_in_for_each_call_and_never_for_i
     outcomes = run.outcomes[number]
     assert len(outcomes) >= 2 and all(outcome is not None and outcome.raised is None for outcome in outcomes)
     for outcome in outcomes:  # the student's own attention ran every time, on a fresh stand-in
-        assert outcome.value[0].tolist() == [1.0, 1.0, 1.0, 1.0], outcome.value
+        assert outcome.value[0].tolist() == [1.0] * 5, outcome.value
 
 
 # ------------------------------------------------------------------ the whole corpus ------------
