@@ -572,6 +572,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
     run_code, numpy_module, chapter, absent = exec, sys.modules["numpy"], CHAPTER, object()
+    replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
     result_frame, write, plain_text = protocol.result_frame, os.write, protocol.plain_text
     out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
     saved_builtins, version = builtins_at_start
@@ -660,9 +661,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
     # Called again with some earlier steps' functions replaced (see the module's docstring): the
-    # names to bind to the chapter's computation, each call afresh, and to bind back after it.
-    replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
-
+    # names (`replace`) are bound to the chapter's computation, each call afresh, and bound back after it.
     def bind(names, own, saved):
         """Bind each of `names`, and every other name of the module bound to the same function (an
         alias kept at import), to a fresh copy of the chapter's; never the step's own function `own`."""
