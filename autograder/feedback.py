@@ -126,15 +126,28 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
     return "\n".join(lines)
 
 
-def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int) -> str:
+def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int,
+                     replaced: list[str] | None = None, unwritten: bool = False) -> str:
     """A step that keeps its points because an earlier step's mistake alone explains its numbers:
-    the mistake is explained where it was made, and named here in one line."""
+    the mistake is explained where it was made, and named here in one line.
+
+    `replaced`: the functions that were replaced by the chapter's when the step was called again
+    (None: a model of the earlier mistake reproduced its numbers); `unwritten`: the earlier steps
+    are not written yet, rather than wrong."""
     steps = ", ".join(f"`{name}`" for name in sources)
+    plural = "s" if len(sources) > 1 else ""
     named = ", ".join(code for code in codes if code != "not-implemented")
+    cause = (f"your {steps} step{plural}, not written yet" if unwritten else
+             f"the mistake in your {steps} step{plural}" + (f" ({named})" if named else ""))
+    if replaced is None:
+        how = "with that as you wrote it"
+    else:
+        functions = [f"`{name}`" for name in replaced]
+        listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]
+        how = f"called again with the chapter's {listed} in place of yours"
+    then = f"{'Write' if unwritten else 'Fix'} {'them' if plural else 'it'} there (see above) and this step follows."
     return (f"{step.title}: full marks, the error carried forward.\n"
-            f"Its numbers follow from the mistake in your {steps} step{'s' if len(sources) > 1 else ''}"
-            + (f" ({named})" if named else "") + "; with that as you wrote it, your own work here checks out "
-            f"on all {total} cases. Fix it there (see above) and this step follows.")
+            f"Its numbers follow from {cause}; {how}, your own work here checks out on all {total} cases. {then}")
 
 
 def _root_line(names: list[str], state: str, verb: str) -> str:

@@ -8,6 +8,7 @@ steps, and the worker is restarted for the next one (which gets it again if it h
 from __future__ import annotations
 
 import copy
+import dataclasses
 import queue
 import threading
 import time
@@ -16,8 +17,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from . import carry, judge, sandbox
 from . import cases as cases_module
-from . import judge, sandbox
 from .results import SubmissionResult, unreadable
 from .runner import Limits, Worker, default_jobs, prepare
 from .steps import ANSWERS, STEPS
@@ -91,37 +92,63 @@ class Grader:
 
     def grade(self, worker: Worker, submission: Submission) -> SubmissionResult:
         started = time.perf_counter()
-        return self.judge(submission, worker.receive(self.send(worker, submission)), started)
+        first = self.judge_first(submission, worker.receive(self.send(worker, submission)), started)
+        if isinstance(first, Pending):
+            return self.judge_again(submission, first, worker.receive(self.send(worker, submission, again=first)))
+        return first
 
-    def send(self, worker: Worker, submission: Submission, queued: bool = False):
+    def send(self, worker: Worker, submission: Submission, queued: bool = False, again: "Pending | None" = None):
         """Start the submission's run in the worker; `judge` turns the received run into a result.
-        `queued`: behind a run not yet received (see Worker.send; None when it would not fit)."""
+        `queued`: behind a run not yet received (see Worker.send; None when it would not fit).
+        `again`: the run calls only the steps `again` asks for, with earlier steps replaced (carry.py)."""
         # The submission's own file name: what a student sees in tracebacks and line numbers.
         name = submission.path.name if submission.path.suffix in (".py", ".ipynb") else (
             "attention_head.ipynb" if submission.notebook else "attention_head.py")
-        return worker.send(name, list(submission.cells), self.plan, self._answers(submission), queued)
+        return worker.send(name, list(submission.cells), self.plan, self._answers(submission), queued,
+                           again=None if again is None else again.asked)
 
     @staticmethod
     def _answers(submission: Submission) -> tuple[str, ...]:
         return () if submission.notebook else tuple(name for name, _ in ANSWERS)
 
     def judge(self, submission: Submission, run, started: float) -> SubmissionResult:
-        """The submission's result from its run; a failure of the judge's own is that submission's
+        """The submission's result from its run alone: no step is called again (see `judge_first`)."""
+        first = self.judge_first(submission, run, started)
+        return first.result() if isinstance(first, Pending) else first
+
+    def judge_first(self, submission: Submission, run, started: float) -> "SubmissionResult | Pending":
+        """The submission's result from its run; or, where a failing step built on failing steps
+        may keep its credit once called again with those replaced (carry.py), what `judge_again`
+        finishes once that second run is in. A failure of the judge's own is that submission's
         result too, never the end of the others' grading."""
         try:
             return self._judge(submission, run, started)
         except Exception as exc:
-            return unreadable(submission.name, f"{submission.name}: the grader failed while judging it "
-                              f"({type(exc).__name__}); this is a fault of the grader's, not of the submission",
-                              self.seed, self.isolation)
+            return self._failed(submission, exc)
 
-    def _judge(self, submission: Submission, run, started: float) -> SubmissionResult:
+    def judge_again(self, submission: Submission, first: "Pending", again) -> SubmissionResult:
+        """The result of a submission whose steps `first` asked for were called again in run `again`."""
+        try:
+            with np.errstate(all="ignore"):
+                steps = carry.apply(first.steps, first.asked, again, self.cases, self.expected)
+        except Exception as exc:
+            return self._failed(submission, exc)
+        return first.result(steps)
+
+    def _failed(self, submission: Submission, exc: Exception) -> SubmissionResult:
+        return unreadable(submission.name, f"{submission.name}: the grader failed while judging it "
+                          f"({type(exc).__name__}); this is a fault of the grader's, not of the submission",
+                          self.seed, self.isolation)
+
+    def _judge(self, submission: Submission, run, started: float) -> "SubmissionResult | Pending":
         answers = self._answers(submission)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)
         written = run.answers if answers and run.imported else None  # None: a notebook, or never ran
-        return SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
+        made = SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)
+        asked = carry.requests(steps, run) if self.carry_forward else []
+        return Pending(made, asked, started) if asked else made
 
     def grade_path(self, worker: Worker, path: Path, name: str | None = None) -> SubmissionResult:
         try:
@@ -149,7 +176,8 @@ class Grader:
         lock = threading.Lock()
         failures: list[BaseException] = []
         held: list = []  # (index, submission): loaded, and waiting for a worker with nothing to do
-        retried: set[int] = set()
+        held_again: list = []  # (index, submission, Pending): judged, with steps to call again
+        retried: set = set()  # index, or (index, "again"): run once more after its worker was lost
 
         def record(index: int, result: SubmissionResult) -> None:
             results[index] = result
@@ -158,8 +186,19 @@ class Grader:
                     progress(result)
 
         def next_job(worker: Worker, queued: bool):
-            """Send the next submission to `worker`: (index, submission, run, started); None when
-            there is none left, or when it is too large to wait behind the one running."""
+            """Send the next submission to `worker`: (index, submission, run, started, Pending or
+            None); a submission's steps to call again come before new submissions. None when there
+            is none left, or when it is too large to wait behind the one running."""
+            with lock:
+                waiting_again = held_again.pop() if held_again else None
+            if waiting_again is not None:
+                index, submission, first = waiting_again
+                run = self.send(worker, submission, queued, again=first)
+                if run is None:  # it waits until the worker has nothing else to do
+                    with lock:
+                        held_again.append(waiting_again)
+                    return None
+                return index, submission, run, time.perf_counter(), first
             while True:
                 with lock:
                     waiting = held.pop() if held else None
@@ -180,7 +219,7 @@ class Grader:
                     with lock:
                         held.append((index, submission))
                     return None
-                return index, submission, run, time.perf_counter()
+                return index, submission, run, time.perf_counter(), None
 
         def fill(worker: Worker, flight: list) -> None:
             """Two jobs in flight: the one the worker runs, and the next, waiting behind it."""
@@ -195,30 +234,47 @@ class Grader:
             # thread judges submission N; so the worker never waits for the grader.
             try:
                 with (started.pop() if started else Worker(self.limits, self.isolation)) as worker:
-                    flight: list = []  # (index, submission, run, started), sent and not yet received
+                    # (index, submission, run, started, Pending or None), sent and not yet received
+                    flight: list = []
                     while True:
                         fill(worker, flight)
                         if not flight:
                             return
-                        index, submission, run, began = flight.pop(0)
+                        index, submission, run, began, first = flight.pop(0)
                         run = worker.receive(run)
                         if flight:  # the one waiting behind starts now
-                            flight[0] = flight[0][:3] + (time.perf_counter(),)
+                            flight[0] = flight[0][:3] + (time.perf_counter(), flight[0][4])
                         if run.lost:  # the worker was ended: the job behind it never ran
-                            again = [(queued[0], queued[1]) for queued in flight]
+                            again = [(queued[0], queued[1]) for queued in flight if queued[4] is None]
+                            again_steps = [(queued[0], queued[1], queued[4]) for queued in flight
+                                           if queued[4] is not None]
                             flight.clear()
                             with lock:
                                 # nor did this one, if nothing of it came back: the worker died
                                 # before it began (once; a submission that ends it twice is lost)
-                                retry = _untouched(run) and index not in retried
+                                key = index if first is None else (index, "again")
+                                retry = _untouched(run) and key not in retried
                                 if retry:
-                                    retried.add(index)
-                                    again.insert(0, (index, submission))
+                                    retried.add(key)
+                                    if first is None:
+                                        again.insert(0, (index, submission))
+                                    else:
+                                        again_steps.insert(0, (index, submission, first))
                                 held.extend(reversed(again))  # taken from the end: in order
+                                held_again.extend(reversed(again_steps))
                             if retry:
                                 continue
                         fill(worker, flight)  # the next job runs while this one is judged
-                        record(index, self.judge(submission, run, began))
+                        if first is not None:  # its steps called again: its result is final now
+                            record(index, self.judge_again(submission, first, run))
+                            continue
+                        judged = self.judge_first(submission, run, began)
+                        if isinstance(judged, Pending):
+                            with lock:
+                                held_again.append((index, submission, judged))
+                            fill(worker, flight)
+                        else:
+                            record(index, judged)
             except BaseException as exc:  # surfaced below; never lose the other workers' results
                 failures.append(exc)
 
@@ -230,6 +286,19 @@ class Grader:
         if failures and any(result is None for result in results):
             raise failures[0]
         return results  # type: ignore[return-value]
+
+
+class Pending:
+    """A submission judged on its run, with steps to call again before its result is final."""
+
+    def __init__(self, made: SubmissionResult, asked: list[tuple[int, list[str]]], started: float):
+        self.made, self.asked, self.started = made, asked, started
+        self.steps = made.steps
+
+    def result(self, steps: list | None = None) -> SubmissionResult:
+        """The result with `steps` (by default, as judged on the first run alone)."""
+        return dataclasses.replace(self.made, steps=list(steps if steps is not None else self.steps),
+                                   seconds=time.perf_counter() - self.started)
 
 
 def _untouched(run) -> bool:

@@ -14,6 +14,12 @@ What the worker sends, on another such channel, to the grader only:
   - `ready` once, with numpy's version and which confinement this kernel offers;
   - per submission: `imported`, then `result` or `fault` for each planned call in order, then
     `done`; all but the results (which only ever belong to the job in hand) carry its job id.
+A job may also ask to call some steps again ("again": per step, the names of the functions to
+replace): each such step runs alone in a fresh child, which imports the submission as before and
+calls that step's planned calls with those names in the module bound, for each call alone, to the
+chapter's own computation (§15.6, `CHAPTER`), and bound back to the student's after it. The
+grader asks this only for a failing step built on failing earlier steps, never naming the step's
+own function: a step whose own work is right then passes (the error carried forward).
 
 Right after loading numpy and the plan, before it reads any submission, the worker forks a fork
 server, and every child is forked from that: no child inherits memory that ever held a
@@ -497,6 +503,38 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
+CHAPTER_SOURCE = """
+def project_qkv(x, w_q, w_k, w_v):
+    return x @ w_q, x @ w_k, x @ w_v
+
+def scores(q, k):
+    return q @ np.swapaxes(k, -1, -2)
+
+def scale(d, d_k):
+    return d / np.sqrt(d_k)
+
+def softmax_rows(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+def mix(a, v):
+    return a @ v
+
+def attention(q, k, v):
+    a = softmax_rows(scale(scores(q, k), q.shape[-1]))
+    return mix(a, v), a
+
+def self_attention_head(x, w_q, w_k, w_v):
+    q, k, v = project_qkv(x, w_q, w_k, w_v)
+    return attention(q, k, v)
+"""
+"""The head as the chapter computes it in §15.6, one function per step that another builds on:
+what stands in for a failing earlier step when a later step is called again. It is the chapter's
+printed computation and nothing more (the grader checks that it agrees with the reference)."""
+CHAPTER = compile(CHAPTER_SOURCE, "the chapter's head (§15.6)", "exec")
+CHAPTER_NAMES = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head")
+
+
 def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments, builtins_at_start):
     """`builtins_at_start`: (builtins as they are once exit and quit are replaced, a live view of
     their dict's version tag or None), made once by the fork server: a copy made here would write
@@ -533,6 +571,8 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
+    run_code, numpy_module, chapter, absent = exec, sys.modules["numpy"], CHAPTER, object()
+    replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
     result_frame, write, plain_text = protocol.result_frame, os.write, protocol.plain_text
     out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
     saved_builtins, version = builtins_at_start
@@ -620,6 +660,35 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
 
+    # Called again with some earlier steps' functions replaced (see the module's docstring): the
+    # names (`replace`) are bound to the chapter's computation, each call afresh, and bound back after it.
+    def bind(names, own, saved):
+        """Bind each of `names`, and every other name of the module bound to the same function (an
+        alias kept at import), to a fresh copy of the chapter's; never the step's own function `own`."""
+        fresh = {"np": numpy_module, "__builtins__": builtins}  # a copy of its own: nothing kept from a call before
+        run_code(chapter, fresh)
+        namespace = module.__dict__
+        for name in names:
+            original = namespace.get(name, absent)
+            if original is own:
+                continue
+            aliases = [name]
+            if original is not absent:
+                aliases += [other for other, value in list(namespace.items())
+                            if value is original and type(other) is str and other != name]
+            for alias in aliases:
+                saved.append((alias, namespace.get(alias, absent)))
+                namespace[alias] = fresh[name]
+
+    def unbind(saved):
+        namespace = module.__dict__
+        while saved:
+            name, old = saved.pop()
+            if old is absent:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = old
+
     read_call, calls = protocol.read_call, protocol.Reader(calls_in, max_blob=protocol.MAX_JOB_BYTES)
     while True:  # the worker hands over a step's calls at a time, the next only once these have answered
         try:
@@ -639,10 +708,18 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             send(dict(where, raised={"type": "MissingName", "message": name, "where": None}))
             continue
         failure = value = None
+        saved = []
         try:  # its time is kept by the worker, from outside
+            if replace:  # never the step's own function
+                bind([other for other in replace if other != name], function, saved)
             value = function(*args)
         except BaseException as exc:
             failure = exc
+        if saved:
+            try:  # the student's own functions back in place, before anything else
+                unbind(saved)
+            except BaseException:
+                real_exit(0)  # the worker reports the call as not finished: nothing is verified
         restore_builtins()
         if failure is not None:
             kind = ("exit" if isinstance(failure, (ExitCalled, SystemExit)) else
@@ -886,9 +963,20 @@ class Worker:
 
     def run_job(self, job):
         steps, tag, used = job["steps"], job["job"], [0]
-        start = 0
-        while start is not None and start < len(steps):
-            start = self.run_child(job, start, tag, used)
+        again = job.get("again")
+        if again is None:
+            start = 0
+            while start is not None and start < len(steps):
+                start = self.run_child(job, start, tag, used)
+        else:  # each step asked for again alone, in a child of its own: nothing one keeps reaches another
+            for index, names in again:
+                if type(index) is not int or not 0 <= index < len(steps) or type(names) is not list:
+                    continue
+                alone = dict(job, steps=[places if number == index else [] for number, places in enumerate(steps)],
+                             replace=[name for name in names if type(name) is str])
+                start = index
+                while start is not None and start <= index:
+                    start = self.run_child(alone, start, tag, used)
         self.emit(protocol.pack({"ev": "done", "job": tag}))
         self.flush()
 
@@ -898,6 +986,7 @@ class Worker:
         calls = sum(len(step) for step in job["steps"][start:])
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
+                "replace": job.get("replace"),
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
         pid, read_end, calls_out, source_out, self.bell = self.forks.spawn(meta)
         try:

@@ -69,6 +69,8 @@ class Run:
     """The notebook cells that stopped with an error (at most protocol.MAX_STOPPED), each as `raised`."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
+    imports: int = 1
+    """How many times the submission is imported in the run: once, or once per step called again."""
     most_calls: int = 1
     """How many calls the plan makes in all: the worker's watchdog allows time for each."""
     job: int = 0
@@ -250,9 +252,13 @@ class Worker:
         return self.receive(self.send(filename, cells, plan, answers))
 
     def send(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = (),
-             queued: bool = False) -> Run | None:
+             queued: bool = False, again: list[tuple[int, list[str]]] | None = None) -> Run | None:
         """Start a submission's run; `receive` collects it. The worker runs one job at a time, and
         reads the next when it is done with one.
+
+        `again`: call only these steps (by their index in the plan), each in a fresh child, with
+        the named functions replaced by the chapter's computation (see inside.py); the run's
+        outcomes of every other step stay None.
 
         `queued`: another job is running, and this one waits behind it. It is sent only if it fits
         whole in the channel's free space (None otherwise: send it once the other is received), so
@@ -275,6 +281,8 @@ class Worker:
         head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
                 "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
                            "memory": limits.memory, "output": limits.output}}
+        if again is not None:
+            head["again"] = [[index, list(names)] for index, names in again]
         # The cells in marshal's format: read by the submission's own process only, and decoded
         # there without running any of the JSON module's Python code (cheaper in a fresh fork).
         frames.append(protocol.pack(head, marshal.dumps(cells)))
@@ -283,6 +291,9 @@ class Worker:
         self._plan_id = prepared.id
         run = Run(outcomes=[[None] * count for count in prepared.counts])
         run.most_calls = sum(prepared.counts)
+        if again is not None:
+            run.imports = max(1, len(again))
+            run.most_calls = sum(prepared.counts[index] for index, _ in again)
         run.job = job
         run.exact = prepared.exact
         run.generation = self._generation
@@ -312,7 +323,8 @@ class Worker:
     def _collect(self, run: Run) -> None:
         limits = self.limits
         # The worker keeps each call's time; this is only a watchdog over the worker itself.
-        deadline = time.monotonic() + limits.import_timeout + run.most_calls * (limits.call_timeout + 1.0) + 15.0
+        deadline = (time.monotonic() + run.imports * limits.import_timeout
+                    + run.most_calls * (limits.call_timeout + 1.0) + 15.0)
         used, reader = 0, self._reader  # its own reference: another thread may close the worker
         if reader is None:
             raise protocol.Closed("the worker was ended")

@@ -25,7 +25,7 @@ class Step:
     uses: tuple[str, ...] = ()
     """Earlier steps whose functions a typical solution calls: which step builds on which. Feedback
     names a failing one first, and a mistake made there is carried forward to this step (see
-    judge.py); steps are listed, and judged, after every step they use."""
+    judge.py and carry.py); steps are listed, and judged, after every step they use."""
 
 
 STEPS: tuple[Step, ...] = (

@@ -19,7 +19,7 @@ import pytest
 
 from autograder import slips
 from autograder.steps import BY_ID, STEP_IDS
-from support import REPO, qkv_grade, reference_source
+from support import REPO, qkv_grade, reference_source, variant
 
 SEED = 7
 SAMPLE = (REPO / "data" / "sample-submission" / "attention_head.py").read_text()
@@ -50,6 +50,64 @@ SUBMISSIONS = {
     "attention_guesses_uniform": _changed(
         ATTENTION_A, "    a = np.full((q.shape[-2], k.shape[-2]), 1.0 / k.shape[-2])  # [T, T]\n"),
 }
+
+
+# Mistakes no model reproduces, so the judge cannot compute what a step built on them should give:
+# the steps built on them are called again with the chapter's computation in place of the wrong one.
+REF_SCORES = "    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n"
+COSINE = ("    d = (q @ k_t) / (np.linalg.norm(q, axis=-1)[..., :, None]\n"
+          "                     * np.linalg.norm(k, axis=-1)[..., None, :])  # cosine similarity\n")
+REF_ATTENTION_A = "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n"
+COSINE_SCORES = variant([(REF_SCORES, COSINE)])
+BUILT_ON_SCORES = ("attention", "head", "batch", "ex5_intervention")
+
+
+def _on_cosine(new_attention_a: str, append: str = "") -> str:
+    """The cosine-similarity scores, with attention's line that computes the weights replaced."""
+    return variant([(REF_SCORES, COSINE), (REF_ATTENTION_A, new_attention_a)], append)
+
+
+SUBMISSIONS.update({
+    "scores_cosine": COSINE_SCORES,
+    # mix sums the products over the receiving positions instead of the keys, inside a broadcast
+    "mix_summed_over_receivers": variant([(
+        "    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions\n",
+        "    o = (a[..., :, :, None] * v[..., None, :, :]).sum(axis=-3)  # [T, d_v]\n")]),
+    # a second, independent mistake in attention: it forgets the divisor
+    "scores_cosine_attention_unscaled": _on_cosine("    a = softmax_rows(scores(q, k))  # [T, T]\n"),
+    # attention right, written in ways that call the scores more than once or keep them
+    "scores_cosine_attention_calls_twice": _on_cosine(
+        "    a = softmax_rows(scale((scores(q, k) + scores(q, k)) / 2, d_k))  # [T, T]\n"),
+    "scores_cosine_attention_caches": _on_cosine(
+        "    key = (q.tobytes(), k.tobytes(), q.shape, k.shape)\n"
+        "    if key not in _SEEN:\n"
+        "        _SEEN[key] = scores(q, k)\n"
+        "    a = softmax_rows(scale(_SEEN[key], d_k))  # [T, T]\n",
+        "\n_SEEN = {}\n"),
+    "scores_cosine_attention_keeps_the_function": _on_cosine(
+        "    a = softmax_rows(scale(_SCORES(q, k), d_k))  # [T, T]\n", "\n_SCORES = scores\n"),
+    # attention that looks whether `scores` is still its own, and does the honest work only when
+    # it is not: credited exactly as the honest one
+    "scores_cosine_attention_detects": _on_cosine(
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n"
+        "    if scores is _OWN['scores']:\n"
+        "        a = np.zeros_like(a)  # its own run: wrong on purpose\n",
+        "\n_OWN = {'scores': scores}\n"),
+    # attention that keeps whatever stands in for its `scores`, and a `scores` that would use it
+    "scores_cosine_attention_steals": _on_cosine(
+        "    if scores is not _OWN['scores']:\n"
+        "        _KEPT.append(scores)\n"
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
+        "\n_KEPT = []\n_cosine = scores\n\n\n"
+        "def scores(q, k):\n    return _KEPT[-1](q, k) if _KEPT else _cosine(q, k)\n\n\n"
+        "_OWN = {'scores': scores}\n"),
+    # attention that spoils the stand-in it is handed: nothing is verified
+    "scores_cosine_attention_spoils": _on_cosine(
+        "    if scores is not _OWN['scores']:\n"
+        "        scores.__globals__['np'] = None\n"
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
+        "\n_OWN = {'scores': scores}\n"),
+})
 
 
 def _grade(*extra: str) -> dict[str, dict]:
@@ -135,9 +193,12 @@ def test_a_step_wrong_in_a_way_the_earlier_mistake_does_not_explain_gets_no_carr
     steps = _steps(carried[name])
     assert steps["attention"]["carried_from"] is None
     assert steps["attention"]["score"] == _steps(on_its_own[name])["attention"]["score"] < BY_ID["attention"].points
-    # nothing built on the wrong attention is carried either
+    # the steps built on it are right on top of it: called again with the chapter's `softmax_rows`
+    # and `attention` in place of the student's, they pass, and the feedback names both mistakes
     for sid in ("head", "batch", "ex5_intervention"):
-        assert steps[sid]["score"] < steps[sid]["max_score"] and steps[sid]["carried_from"] is None
+        assert steps[sid]["score"] == steps[sid]["max_score"] and steps[sid]["carried_from"] == "softmax"
+        assert "`softmax`, `attention`" in steps[sid]["feedback"] and "`attention`" in steps[sid]["feedback"]
+        assert _steps(on_its_own[name])[sid]["score"] < steps[sid]["max_score"]
 
 
 def test_carried_credit_never_raises_a_score_above_correct_code_or_its_own_grading(carried, on_its_own):
@@ -162,6 +223,131 @@ def test_the_text_view_and_gradescope_follow_the_carried_scores(tmp_path):
     assert tests["softmax"]["status"] == "failed"
 
 
+# ------------------------------------------------------------------ called again ----------------
+
+@pytest.mark.parametrize("name,home,built_on", [
+    ("scores_cosine", "scores", BUILT_ON_SCORES),
+    ("mix_summed_over_receivers", "mix", BUILT_ON_SCORES),
+    ("scores_cosine_attention_calls_twice", "scores", BUILT_ON_SCORES),
+    ("scores_cosine_attention_caches", "scores", BUILT_ON_SCORES),
+    ("scores_cosine_attention_keeps_the_function", "scores", BUILT_ON_SCORES),
+])
+def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_own, name, home, built_on):
+    """No model reproduces the mistake, so nothing names it; the steps built on it are called again
+    with the chapter's computation in its place, pass, and keep their points."""
+    result, alone = carried[name], on_its_own[name]
+    steps = _steps(result)
+    assert list(_lost(result)) == [home], {sid: steps[sid]["feedback"] for sid in _lost(result)}
+    assert result["score"] == 100.0 - BY_ID[home].points + steps[home]["score"]
+    for sid in built_on:
+        assert steps[sid]["carried_from"] == home, steps[sid]["feedback"]
+        text = steps[sid]["feedback"]
+        assert len(text.splitlines()) <= 3 and f"`{home}`" in text and "checks out" in text, text
+        assert "called again with the chapter's" in text
+        assert _steps(alone)[sid]["score"] < steps[sid]["max_score"] and _steps(alone)[sid]["carried_from"] is None
+    assert steps[home]["carried_from"] is None and "mismatched elements" in steps[home]["feedback"]
+
+
+def test_a_later_step_with_a_mistake_of_its_own_still_loses_its_points(carried, on_its_own):
+    result = carried["scores_cosine_attention_unscaled"]
+    steps = _steps(result)
+    assert set(_lost(result)) == {"scores", "attention"}
+    assert steps["attention"]["carried_from"] is None
+    assert steps["attention"]["score"] == _steps(on_its_own["scores_cosine_attention_unscaled"])["attention"]["score"]
+    assert "`scores`" in steps["attention"]["feedback"]  # the earlier step is still named first
+    for sid in ("head", "batch", "ex5_intervention"):  # right on top of both: both are named
+        assert steps[sid]["carried_from"] == "scores" and "`scores`, `attention`" in steps[sid]["feedback"]
+
+
+def test_a_step_that_looks_for_the_stand_in_gets_nothing_more_than_honest_work(carried):
+    honest = carried["scores_cosine"]
+    detects = carried["scores_cosine_attention_detects"]
+    # right only when its earlier step is the chapter's: exactly what honest work on top of it earns
+    assert detects["score"] == honest["score"] and list(_lost(detects)) == ["scores"]
+    # keeping the stand-in reaches no other call: `scores` is still graded as the student wrote it
+    steals = carried["scores_cosine_attention_steals"]
+    assert steals["score"] == honest["score"] and _steps(steals)["scores"]["score"] == _steps(honest)["scores"]["score"]
+    # spoiling it only spoils that call: not verified, graded on its own
+    spoils = _steps(carried["scores_cosine_attention_spoils"])
+    assert spoils["attention"]["carried_from"] is None and spoils["attention"]["score"] < 8.0
+    assert spoils["head"]["carried_from"] == "scores"  # a fresh stand-in for every step called again
+
+
+def test_the_stand_in_is_the_reference_on_every_hidden_case():
+    """What the sandbox puts in place of an earlier step is the chapter's computation, and gives
+    the reference's very values on every case the grader calls it with."""
+    import numpy as np
+
+    from autograder import inside, judge
+    from inprocess import grader
+    from solutions import attention_head as reference
+
+    chapter = {"np": np}
+    exec(inside.CHAPTER, chapter)
+    g = grader(SEED)
+    checked = 0
+    for sid, cases in g.cases.items():
+        for case in cases:
+            for call in case.calls:
+                if call.fn in inside.CHAPTER_NAMES:
+                    got = judge.canonical(call.fn, chapter[call.fn](*call.args))
+                    want = judge.canonical(call.fn, getattr(reference, call.fn)(*call.args))
+                    assert all(np.array_equal(got[name], want[name]) for name in want), (sid, case.label)
+                    checked += 1
+    assert checked >= 50 and set(inside.CHAPTER_NAMES) == {fn for step in BY_ID.values() if any(
+        step.id in other.uses for other in BY_ID.values()) for fn in step.functions}
+
+
+STAND_IN_PROBE = """
+import numpy as np
+
+_SEEN = {}
+
+
+def scores(q, k):
+    return q @ k.T
+
+
+def attention(q, k, v):
+    namespace = globals()
+    stand_in = namespace["scores"]
+    seen = [stand_in is not _OWN["scores"],  # replaced while the step runs
+            sorted(set(stand_in.__globals__) - {"np", "__builtins__"}) == sorted(_CHAPTER),  # the chapter's, only
+            stand_in is not _SEEN.get("last"),  # a fresh copy for every call
+            stand_in.__globals__["np"] is np,  # whatever the call before did to its copy
+            namespace["_ALIAS"] is stand_in]  # a name kept for the same function at import: replaced too
+    _SEEN["last"] = stand_in
+    stand_in.__globals__["np"] = None  # spoiled, for this call only
+    namespace["scores"] = "rebound"  # put back after the call
+    return np.array(seen, dtype=float), np.zeros((1, 1))
+
+
+_OWN = {"scores": scores}
+_ALIAS = scores
+_CHAPTER = ["attention", "mix", "project_qkv", "scale", "scores", "self_attention_head", "softmax_rows"]
+"""
+
+
+def test_a_step_called_again_sees_a_fresh_stand_in_for_each_call_and_never_for_its_own_function(tmp_path):
+    from autograder.runner import Worker
+    from autograder.steps import STEP_IDS
+    from autograder.submission import load
+    from inprocess import grader
+
+    path = tmp_path / "attention_head.py"
+    path.write_text(STAND_IN_PROBE)
+    g, number = grader(SEED), STEP_IDS.index("attention")
+    with Worker(g.limits) as worker:
+        run = worker.receive(worker.send(path.name, list(load(path).cells), g.plan,
+                                         again=[(number, ["scores", "attention"])]))
+    assert not run.lost and run.imported
+    assert all(outcome is None for n, outcomes in enumerate(run.outcomes) if n != number for outcome in outcomes)
+    outcomes = run.outcomes[number]
+    assert len(outcomes) >= 2 and all(outcome is not None and outcome.raised is None for outcome in outcomes)
+    for outcome in outcomes:  # the student's own attention ran every time, on a fresh stand-in
+        assert outcome.value[0].tolist() == [1.0] * 5, outcome.value
+
+
 # ------------------------------------------------------------------ the whole corpus ------------
 
 def _home(lost: dict[str, float]) -> str:
@@ -171,21 +357,15 @@ def _home(lost: dict[str, float]) -> str:
     return sid
 
 
-# Mistakes of the corpus that are not one slip in one place, or whose numbers no model reproduces
-# to the grading tolerance, so nothing can be verified and every step is graded on its own.
+# Mistakes of the corpus that are not one slip in one place. Every other mistake costs points in
+# its own step only: where no model reproduces it (float32 arithmetic, a hard-coded or missing
+# value, NaN), the steps built on it are verified by calling them again on the chapter's computation.
 NOT_A_SINGLE_VERIFIABLE_SLIP = {
     "stub": "nothing is written",
     "scale_d_k_and_columns": "two slips, in scale and softmax",
     "softmax_no_keepdims_mix_weights_transposed": "two slips, in softmax and mix",
     "softmax_unused_shift_raw_scores_normalized": "two slips, the second shows only on a batch",
     "batch_softmax_axis_1": "right on the softmax step's 2-D cases; wrong on a batch and on one query",
-    "float32_mix": "float32 arithmetic inside the function: no model gives its numbers to 1e-9",
-    "float32_projection": "float32 arithmetic inside the function",
-    "float32_softmax": "float32 arithmetic inside the function",
-    "forgot_return": "returns None: no model of a value",
-    "hard_coded_softmax": "hard-coded: no model of its values",
-    "softmax_total_minus_one": "non-finite values no model gives",
-    "scores_not_written": "not implemented",
 }
 
 

@@ -60,10 +60,14 @@ Its numbers follow from the mistake in your `softmax` step (column-normalized); 
 it, your own work here checks out on all 8 cases. Fix it there (see above) and this step follows."""
 
 
-def test_a_composite_step_with_a_fault_of_its_own_names_the_earliest_wrong_step_first():
-    # float32 arithmetic inside the softmax: no model reproduces it, so nothing is carried
-    assert step_feedback("float32_softmax", "head").splitlines()[0] == \
-        "Your `softmax` step is wrong (see above); this step uses it, so fix that first."
+def test_a_composite_step_on_a_mistake_no_model_reproduces_is_verified_by_calling_it_again():
+    # float32 arithmetic inside the softmax: no model reproduces it, so the head is called again
+    # with the chapter's softmax and attention in place of the student's, and passes
+    assert step_feedback("float32_softmax", "head") == """\
+One self-attention head: full marks, the error carried forward.
+Its numbers follow from the mistake in your `softmax` step (low-precision); called again with the chapter's \
+`softmax_rows` and `attention` in place of yours, your own work here checks out on all 8 cases. Fix it there \
+(see above) and this step follows."""
 
 
 def test_scores_with_receivers_and_keys_swapped_are_explained_on_the_example():
@@ -103,9 +107,9 @@ The task: Divide every score by the square root of the query/key width d_k. Rere
 
 def test_a_step_built_on_an_unwritten_step_says_to_write_that_first():
     assert step_feedback("scores_not_written", "attention") == """\
-Your `scores` step is not implemented yet; this step uses it, so write that first.
-Scaled dot-product attention: 0 of 8 cases pass.
-The task: Chain the score, scale, softmax and mix steps, reading d_k from the queries. Reread §15.4."""
+Scaled dot-product attention: full marks, the error carried forward.
+Its numbers follow from your `scores` step, not written yet; called again with the chapter's `scores` in place \
+of yours, your own work here checks out on all 8 cases. Write it there (see above) and this step follows."""
 
 
 def test_a_missing_function_is_named():

@@ -1,0 +1,103 @@
+"""The error carried forward by a second call: a failing step, called again on top of right earlier steps.
+
+judge.py carries an earlier step's mistake forward where one of its models reproduces that
+mistake. Where none does (a sum over the wrong axis inside a broadcast, cosine similarity for the
+scores, float32 arithmetic, a hard-coded value), the judge cannot compute what a later step should
+return on top of it, so the later step is asked directly: it is called again, in the sandbox, on
+the same cases, with the failing earlier steps' functions replaced in the submission's module by
+the chapter's own computation (§15.6; see inside.py). If it then passes every case, its own work
+checks out and it keeps its points, carried from the earlier step; if not, or if the second call
+raises, runs out of time or dies, it is graded on its own cases as before.
+
+Only a step that fails, and that builds on a failing earlier step, is called again; never with its
+own function replaced. Steps are judged in dependency order, so an earlier step's status and
+whether its credit was carried are known when a later step's are decided.
+"""
+from __future__ import annotations
+
+from . import feedback, judge
+from .cases import Case
+from .inside import CHAPTER_NAMES
+from .results import StepResult
+from .runner import Outcome, Run
+from .steps import BY_ID, STEPS, Step
+
+
+def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
+    """The steps to call again (by their index in the plan), each with the names of the failing
+    earlier steps' functions to replace; empty for a submission with nothing to verify this way."""
+    if not run.imported or run.lost:
+        return []
+    by_id = {result.id: result for result in steps}
+    found = []
+    for number, step in enumerate(STEPS):
+        result = by_id.get(step.id)
+        if result is None or result.status == "passed" or result.carried_from or not step.uses:
+            continue
+        names = _replaced(step, _failing(step, result, by_id, run.outcomes[number]))
+        if names:
+            found.append((number, names))
+    return found
+
+
+def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Run,
+          cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]]) -> list[StepResult]:
+    """`steps` with the credit of each step that passed every case when called again carried
+    forward from the earlier step where the mistake is (in dependency order, so a step that was
+    carried itself is never named as the mistake)."""
+    by_id = {result.id: result for result in steps}
+    for number, names in sorted(asked):
+        step = STEPS[number]
+        result = by_id[step.id]
+        if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
+            continue
+        replaced = [used for used in judge._all_uses(step) if by_id[used].status != "passed"
+                    and set(BY_ID[used].functions) & set(names)]
+        wrong = [used for used in replaced if by_id[used].carried_from is None]  # mistakes of their own
+        first = judge._first_causes(wrong)
+        sources = first + [used for used in wrong if used not in first]
+        if not sources:
+            continue
+        named = {code for used in sources for code in by_id[used].diagnoses}
+        text = feedback.carried_feedback(step, sources, [code for code in result.diagnoses if code in named],
+                                         result.total, replaced=names,
+                                         unwritten=all(by_id[used].status == "not_implemented" for used in sources))
+        by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, list(result.diagnoses),
+                                    result.passed, result.total, list(result.case_passed), carried_from=sources[0])
+    return [by_id[result.id] for result in steps]
+
+
+def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:
+    """The earlier steps this one builds on that do not pass; for a step that is not implemented,
+    only those its NotImplementedError came from (its own stub is no earlier step's fault)."""
+    failing = [used for used in judge._all_uses(step) if used in by_id and by_id[used].status != "passed"]
+    if result.status == "not_implemented":
+        raised_in = set()
+        for outcome in outcomes:
+            where = (outcome.raised or {}).get("where") if outcome is not None else None
+            found = judge._RAISED_IN.search(where or "")
+            if found:
+                raised_in.add(found.group(1))
+        raised_in -= set(step.functions)
+        failing = [used for used in failing if raised_in & set(BY_ID[used].functions)]
+    return failing
+
+
+def _replaced(step: Step, failing: list[str]) -> list[str]:
+    """The functions of the failing earlier steps that the chapter's computation can stand in for,
+    never the step's own (`batch` is the head's function, called on a batch)."""
+    names = [fn for used in failing for fn in BY_ID[used].functions
+             if fn not in step.functions and fn in CHAPTER_NAMES]
+    return list(dict.fromkeys(names))
+
+
+def _passes(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:
+    """Did every call of every case return the reference's value (grading's own comparison)?"""
+    position = 0
+    for case, wanted in zip(cases, expected):
+        for index in range(len(case.calls)):
+            outcome = outcomes[position] if position < len(outcomes) else None
+            position += 1
+            if outcome is None or not judge._judge_call(case, index, outcome, wanted[index]).ok:
+                return False
+    return position == len(outcomes)
