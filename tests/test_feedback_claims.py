@@ -26,10 +26,8 @@ from autograder.steps import BY_ID, STEPS
 from inprocess import grade, runs_here
 from submissions.variants import everything
 
-try:
-    from submissions.unlisted import UNLISTED
-except ImportError:  # pragma: no cover
-    UNLISTED = {}
+from submissions.heldout import HELDOUT
+from submissions.unlisted import UNLISTED
 
 SEED = 7
 # Codes read from the look of the values or from the runner, not from a model.
@@ -42,6 +40,7 @@ def _corpus() -> dict[str, str]:
              if runs_here(s.text(), s.status) and not any({"timeout", "exit-called", "memory-limit"} & set(c)
                                                           for c in s.expected.values())}
     found.update({f"unlisted:{name}": s.text() for name, s in UNLISTED.items()})
+    found.update({f"heldout:{name}": s.text() for name, s in HELDOUT.items() if runs_here(s.text())})
     return found
 
 
@@ -224,7 +223,7 @@ def _check_nonfinite(graded, step_id, result):
     line = next(line for line in result.feedback.splitlines() if line.startswith("[non-finite]"))
     labels = re.search(r"\(on (.+)\)\.$", line)
     assert labels, f"{step_id}: non-finite without the cases showing it"
-    shown = [label.strip() for label in re.split(r", (?=hidden case|the chapter)", labels.group(1))
+    shown = [label.strip() for label in re.split(r", (?=hidden case|the chapter|…)", labels.group(1))
              if label.strip() != "…"]
     by_label = {}
     for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):

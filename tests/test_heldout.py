@@ -1,0 +1,75 @@
+"""Mistakes nobody wrote a model for: how many the grader names, and that it never loses them.
+
+tests/submissions/heldout.json holds ordinary and unusual mistakes, each the reference with one
+change in one function, written from the chapter, the contract and the stubs alone, without the
+hidden graders' lists of slips in view. They are frozen: a mistake the grader cannot name stays
+in the set and counts against the share, so the share measures what the grader does on mistakes
+it was not built for.
+
+- Every one loses points, unless the contract accepts what it returns (ACCEPTED, with the reason).
+- At least 90% of them are named where they live: the step of the function the change is in (or,
+  for a change that shows only on a batch or through a later step, the first step it fails)
+  carries the code of a mistake, not only a description of how the values look (LOOKS).
+- Whatever is said of them is true: they are part of the claims test's corpus
+  (tests/test_feedback_claims.py).
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from autograder.steps import STEPS
+from inprocess import grade
+from submissions.heldout import HELDOUT
+
+SEED = 7
+NAMED_SHARE = 0.90
+# Codes that say how the values look or what the runner saw, not which mistake made them.
+LOOKS = {"wrong-shape", "non-finite", "crashed", "hard-coded", "wrong-type", "not-implemented"}
+# Changes the contract allows: what they return is a right answer.
+ACCEPTED: dict[str, str] = {}
+
+STEP_OF = {fn: step.id for step in reversed(STEPS) for fn in step.functions}  # a function's first step
+
+
+@functools.lru_cache(maxsize=None)
+def _graded(name: str):
+    return grade(HELDOUT[name].source, SEED)
+
+
+def _lost(name: str) -> list[str]:
+    return [sid for sid, result in _graded(name).steps.items() if result.score < result.max_score]
+
+
+def _home(name: str) -> str | None:
+    """The step where the mistake shows first: its own function's step, else the first failing one."""
+    lost = _lost(name)
+    own = STEP_OF[HELDOUT[name].function]
+    return own if own in lost else (lost[0] if lost else None)
+
+
+def _named(name: str) -> bool:
+    home = _home(name)
+    return home is not None and bool(set(_graded(name).steps[home].diagnoses) - LOOKS)
+
+
+@pytest.mark.parametrize("name", sorted(set(HELDOUT) - set(ACCEPTED)))
+def test_every_held_out_mistake_loses_points(name):
+    assert _lost(name), f"{name}: {HELDOUT[name].mistake}"
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_what_the_contract_accepts_keeps_every_point(name):
+    assert not _lost(name), ACCEPTED[name]
+
+
+def test_at_least_nine_in_ten_held_out_mistakes_are_named_where_they_live():
+    wrong = [name for name in sorted(HELDOUT) if name not in ACCEPTED]
+    missed = [name for name in wrong if not _named(name)]
+    share = 1 - len(missed) / len(wrong)
+    report = "\n".join(f"  {name} ({_home(name)}: {_graded(name).steps[_home(name)].diagnoses if _home(name) else '-'})"
+                       f": {HELDOUT[name].mistake}" for name in missed)
+    print(f"named {len(wrong) - len(missed)} of {len(wrong)} ({share:.1%}); unnamed:\n{report}")
+    assert len(wrong) >= 60
+    assert share >= NAMED_SHARE, f"{share:.1%} named; unnamed:\n{report}"
