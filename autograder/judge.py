@@ -260,6 +260,8 @@ class _CallVerdict:
     """Writes how the value differs, numpy-style; called only for the call the feedback shows."""
     note: str = ""
     """A further remark, such as which arguments the call changed."""
+    raw: object = None
+    """What a call of the wrong type returned, as it came: a model may return the very same."""
 
     def close(self) -> bool:
         """Is every array within float32-sized errors of the reference's (1e-4)?"""
@@ -348,7 +350,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
                     "what it was is shown only for the chapter's example")
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
-                            ["wrong-type"])
+                            ["wrong-type"], raw=outcome.value)
     if call.fn == "column_normalized_counterexample":
         problems = _counterexample_problems(actual["counterexample"])
         verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
@@ -538,6 +540,11 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 # or None, whether it differs from the reference). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
+# What a model returned where it is not of the type asked for (a tuple for a dict, an array for a
+# bool): (model key, id(call)) -> (call, the value as it came). Compared with a value of the wrong
+# type the student returned, only when the step has no other failure.
+_MODEL_RAW: dict[tuple, tuple] = {}
+
 # Many models return the same value on a call (a slip that leaves this function alone, or two
 # compositions that come to the same thing): such values share one object, content -> value, so
 # that a student's value is compared with each distinct model value only once (see _weigh).
@@ -578,6 +585,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 value = canonical(call.fn, raw)
             except WrongType:
                 value = None
+                _MODEL_RAW[key] = (call, raw)
         if value is not None:
             value = _shared(value)
     # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
@@ -598,6 +606,14 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
     for index in order:
         call, verdict, want = calls[index], verdicts[index], expected[index]
         value, error, differs = _model_value(candidate, call, want)
+        if verdict.kind == "wrong-type":
+            # the very object of the wrong type: a tuple for the dict, the per-row array for the bool
+            raw = _MODEL_RAW.get((candidate.key, id(call)))
+            if value is None and error is None and raw is not None and raw[0] is call \
+                    and _same_raw(verdict.raw, raw[1]):
+                candidate.explains.add(index)
+                candidate.values += 1
+            continue
         if verdict.kind == "raised":
             # Only the student's very exception counts: the same type and the same message, which
             # names the operation that failed and the shapes it failed on.
@@ -623,6 +639,38 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
 _WHOLE_RESULT = frozenset(slip.code for slip in diagnoses.SLIPS if slip.knob == "result")
 
 
+def _same_raw(got, model) -> bool:
+    """Is a value of the wrong type the model's, part for part (within the model tolerance)?"""
+    if isinstance(model, np.ndarray):
+        if not isinstance(got, np.ndarray) or got.shape != model.shape or (got.dtype == bool) != (model.dtype == bool):
+            return False
+        if model.dtype == bool:
+            return bool(np.array_equal(got, model))
+        return bool(np.allclose(np.asarray(got, dtype=float), np.asarray(model, dtype=float),
+                                rtol=MODEL_RTOL, atol=MODEL_ATOL, equal_nan=True))
+    if isinstance(model, (tuple, list)):
+        return isinstance(got, (tuple, list)) and len(got) == len(model) and all(map(_same_raw, got, model))
+    if isinstance(model, dict):
+        return isinstance(got, dict) and list(got) == list(model) and all(_same_raw(got[k], model[k]) for k in model)
+    if isinstance(model, (bool, np.bool_)):
+        return isinstance(got, (bool, np.bool_)) and bool(got) == bool(model)
+    if isinstance(model, (int, float, np.number)):
+        return isinstance(got, (int, float, np.number)) and not isinstance(got, bool) \
+            and isclose(got, model, MODEL_RTOL, MODEL_ATOL)
+    return False
+
+
+def _signature(candidate: _Candidate, calls: list) -> tuple:
+    """What a weighed model gave on each call, by identity: equal values share one object (_shared)."""
+    found = []
+    for call in calls:
+        entry = _MODEL_VALUES.get((candidate.key, id(call)))
+        raw = _MODEL_RAW.get((candidate.key, id(call)))
+        found.append(None if entry is None or entry[0] is not call else
+                     (id(entry[1]), entry[2], repr(raw[1])[:2000] if raw is not None and raw[0] is call else None))
+    return tuple(found)
+
+
 def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
                   failing_uses: list[str], earlier: dict[str, StepResult],
                   own: bool = True) -> tuple[list[str], set, list]:
@@ -638,6 +686,11 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     that rank alike name different mistakes, all of them are kept as alternatives.
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
+    # Values of the wrong type are explained only where nothing else fails: a model must then
+    # return the very same object (a tuple for the dict, say), and "wrong-type" stays said.
+    typed = not failing
+    if typed:
+        failing = [i for i, v in enumerate(verdicts) if v.kind == "wrong-type"]
     if not failing:
         return [], set(), []
     named = {code for used in failing_uses for code in earlier[used].diagnoses}
@@ -651,7 +704,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             continue
         fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
                                               [expected[i] for i in indexes])
-        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
+        weighed = ("ok", "mismatch", "raised") + (("wrong-type",) if typed else ())
+        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in weighed),
                        key=lambda i: fn_verdicts[i].kind != "ok")
         accepted = []
         for depth in (1, 2, 3):
@@ -669,6 +723,16 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
                         and to_explain <= candidate.explains):
                     accepted.append(candidate)
+            if accepted and depth == 3:
+                # edits that come to the same values on every call (a stage skipped, or its result
+                # replaced, alike): the first, in the order of the reference's lines, stands for them
+                seen, kept = set(), []
+                for candidate in accepted:
+                    signature = _signature(candidate, fn_calls)
+                    if signature not in seen:
+                        seen.add(signature)
+                        kept.append(candidate)
+                accepted = kept
             if accepted:
                 break  # the search goes deeper only when nothing simpler reproduces every failure
         if not accepted:
