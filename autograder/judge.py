@@ -859,6 +859,28 @@ def _counterexample_problems(matrix: np.ndarray) -> list[str]:
     return problems
 
 
+def _rows_sum_to_one(matrix: np.ndarray) -> bool:
+    return bool(np.allclose(matrix.sum(axis=1), 1.0, atol=1e-9, rtol=0))
+
+
+# Each condition of exercise 2's counterexample, as the code that says it fails (in this order).
+COUNTEREXAMPLE_PROPERTIES: tuple[tuple[str, Callable], ...] = (
+    ("counterexample-not-3x3", lambda m: m.shape != (3, 3)),
+    ("counterexample-negative-entries", lambda m: m.shape == (3, 3) and bool((m < 0).any() or not np.isfinite(m).all())),
+    ("counterexample-columns-not-normalized",
+     lambda m: m.shape == (3, 3) and not np.allclose(m.sum(axis=0), 1.0, atol=1e-9, rtol=0)),
+    # every row a unit total, the first included: the more telling of the two
+    ("counterexample-row-normalized", lambda m: m.shape == (3, 3) and _rows_sum_to_one(m)),
+    ("counterexample-first-row-sums-to-one",
+     lambda m: m.shape == (3, 3) and not _rows_sum_to_one(m) and bool(np.isclose(m[0].sum(), 1.0, atol=1e-9, rtol=0))),
+)
+
+
+def counterexample_codes(matrix: np.ndarray) -> list[str]:
+    """The codes of the conditions the returned matrix fails, each a true sentence about it."""
+    return [code for code, fails in COUNTEREXAMPLE_PROPERTIES if fails(matrix)]
+
+
 _NAMES: dict[str, tuple[str, ...]] = {}
 
 
@@ -1069,6 +1091,11 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     calls = [call for case in cases for call in case.calls]
     wants = [want for case_expected in expected for want in case_expected]
     models, explained, alternatives = _explanations(calls, flat, wants, failing_uses, earlier)
+    for i, (call, verdict) in enumerate(zip(calls, flat)):
+        # a counterexample no model gives is named by the conditions of the exercise it fails
+        if call.fn == "column_normalized_counterexample" and verdict.kind == "mismatch" and i not in explained:
+            models += [code for code in counterexample_codes(verdict.actual["counterexample"]) if code not in models]
+            explained.add(i)
     codes += [code for code in models if code not in codes]
     unexplained = [v for i, v in enumerate(flat) if v.kind in ("mismatch", "raised") and i not in explained]
     alone = {id(v) for v in unexplained}
