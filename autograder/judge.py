@@ -660,15 +660,30 @@ def _same_raw(got, model) -> bool:
     return False
 
 
-def _signature(candidate: _Candidate, calls: list) -> tuple:
-    """What a weighed model gave on each call, by identity: equal values share one object (_shared)."""
-    found = []
+def _gave(candidate: _Candidate, call) -> tuple | None:
+    """What a weighed model gave on a call: (value, exception, object of the wrong type)."""
+    entry = _MODEL_VALUES.get((candidate.key, id(call)))
+    if entry is None or entry[0] is not call:
+        return None
+    raw = _MODEL_RAW.get((candidate.key, id(call)))
+    return entry[1], entry[2], raw[1] if raw is not None and raw[0] is call else None
+
+
+def _same_model_values(one: _Candidate, other: _Candidate, calls: list) -> bool:
+    """Do two weighed models give the same on every call, within the model tolerance?"""
     for call in calls:
-        entry = _MODEL_VALUES.get((candidate.key, id(call)))
-        raw = _MODEL_RAW.get((candidate.key, id(call)))
-        found.append(None if entry is None or entry[0] is not call else
-                     (id(entry[1]), entry[2], repr(raw[1])[:2000] if raw is not None and raw[0] is call else None))
-    return tuple(found)
+        mine, theirs = _gave(one, call), _gave(other, call)
+        if mine is None or theirs is None:
+            if mine is not theirs:
+                return False
+            continue
+        if mine[1] != theirs[1] or (mine[0] is None) != (theirs[0] is None):
+            return False
+        if mine[0] is not None and not (mine[0].keys() == theirs[0].keys() and _agrees_canonical(mine[0], theirs[0])):
+            return False
+        if mine[0] is None and mine[1] is None and not _same_raw(mine[2], theirs[2]):
+            return False
+    return True
 
 
 def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
@@ -726,11 +741,9 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             if accepted and depth == 3:
                 # edits that come to the same values on every call (a stage skipped, or its result
                 # replaced, alike): the first, in the order of the reference's lines, stands for them
-                seen, kept = set(), []
+                kept = []
                 for candidate in accepted:
-                    signature = _signature(candidate, fn_calls)
-                    if signature not in seen:
-                        seen.add(signature)
+                    if not any(_same_model_values(candidate, other, fn_calls) for other in kept):
                         kept.append(candidate)
                 accepted = kept
             if accepted:
