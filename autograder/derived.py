@@ -765,6 +765,23 @@ def model(code: str) -> Callable:
     return dict(models(fn_of(code)))[code]
 
 
+def preference(code: str) -> float:
+    """Of edits that give the same values, the one told: an operator, an axis, the row list or an
+    operand named outright before an operand changed on its way in, an extra stage or a skip; an
+    edit of both branches of `rows is None` before one of a single branch."""
+    label = code.split("-", 3)[-1]
+    if "-op-" in code or "-read-" in code or any(kind in label for kind in ("unpack", "slot", "value-", "nan_blind",
+                                                                            "per_row", "narrow")):
+        rank = 0.0
+    elif "-axis-" in code or ("-operand-" in code and "-to-" in code):
+        rank = 1.0
+    elif "-operand-" in code or "-insert-" in code or "-skip" in code or "-twice" in code or "-round-" in code:
+        rank = 3.0
+    else:
+        rank = 2.0
+    return rank + (0.5 if "-when_" in code else 0.0)
+
+
 def fn_of(code: str) -> str:
     return code.split("-")[1]
 

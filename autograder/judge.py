@@ -742,7 +742,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 # edits that come to the same values on every call (a stage skipped, or its result
                 # replaced, alike): the first, in the order of the reference's lines, stands for them
                 kept = []
-                for candidate in accepted:
+                for candidate in sorted(accepted, key=lambda c: derived.preference(c.codes[0])):
                     if not any(_same_model_values(candidate, other, fn_calls) for other in kept):
                         kept.append(candidate)
                 accepted = kept
