@@ -805,8 +805,15 @@ def describe(code: str):
         raise KeyError(code)
     what = (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of `{edit.old}`: "
             f"{edit.why}.")
-    look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(_stage_of(code), 'this value')} and compare it "
-            f"with `{edit.old}`.")
+    stage = _stage_of(code)
+    if stage == "rows" and "-read-" in code:
+        look = (f"Find where `{edit.fn}` reads `rows` (a list of indices, possibly empty, or None for every row) "
+                f"and use it as given.")
+    elif stage == "all" and any(f"-{family}" in code for family in FAMILIES):
+        look = f"Compare the tests of `{edit.fn}` with `{edit.old}`."
+    else:
+        look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(stage, 'this value')} and compare it "
+                f"with `{edit.old}`.")
     return Diagnosis(code, what, look, edit.section)
 
 

@@ -378,6 +378,8 @@ def _predicate_reason(matrix, said: bool) -> str:
     else:
         if (a < 0).any():
             failed.append("it has a negative entry")
+        if np.isnan(a).any():
+            failed.append("it has an entry that is NaN")
         if not np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9):
             failed.append("not every row sums to one within 1e-9")
     return f"It returned True, but the matrix is not valid attention weights: {'; '.join(failed)}."
