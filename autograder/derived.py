@@ -53,6 +53,15 @@ def _mulrows(v, shift, rows):
     return out
 
 
+def _setrows(v, shift, rows):
+    out = np.array(v, dtype=float)
+    if rows is None:
+        out[...] = shift
+    else:
+        out[_rows(rows)] = shift
+    return out
+
+
 def _read_rows(rows, how, length):
     """`rows` as a slip reads it: the ways a list of row indices, or None for every row, goes wrong."""
     if how == "falsy":  # `if not rows:` takes an empty list for None
@@ -65,6 +74,8 @@ def _read_rows(rows, how, length):
         return [] if rows is None else rows
     if how == "none_but_last":  # None expanded to range(T - 1)
         return list(range(length - 1)) if rows is None else rows
+    if how == "none_but_first":  # None expanded to range(1, T)
+        return list(range(1, length)) if rows is None else rows
     raise ValueError(how)
 
 
@@ -162,6 +173,12 @@ OPS: dict[str, tuple[Callable, str]] = {
     "intervention": (lambda a, p: {"output_before": a[0][0], "weights_before": a[0][1],
                                    "output_after": a[1][0], "weights_after": a[1][1]}, "{{…}}"),
     # the exercises' own ops
+    "selmin": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.min), "{0}[:, {1}].min(axis={axis})"),
+    "selmedian": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.median),
+                  "np.median({0}[:, {1}], axis={axis})"),
+    "setrows": (lambda a, p: _setrows(a[0], a[1], a[2]), "{0} with the rows {2} set to {1}"),
+    "cols_close": (lambda a, p: bool(np.all(np.abs(np.asarray(a[0]).sum(axis=0) - 1.0) <= 1e-9)),
+                   "all(|{0}.sum(axis=0) - 1| <= 1e-9)"),
     "recvsum": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), receivers=True), "{0}[{1}].sum(axis={axis})"),
     "mulrows": (lambda a, p: _mulrows(a[0], a[1], a[2]), "{0} with the rows {2} multiplied by {1}"),
     "readrows": (lambda a, p: _read_rows(a[0], p["how"], len(a[1])), "{how}"),
@@ -215,8 +232,8 @@ SWAPS: dict[str, tuple[str, ...]] = {
 # The exercises' own: a related quantity in place of the asked one, a test phrased or bounded otherwise.
 SWAPS["close"] += ("close_mean", "close_total", "no_far")
 SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
-SWAPS["selsum"] += ("recvsum",)
-SWAPS["addrows"] += ("mulrows",)
+SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
+SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 AXES = (-2, 0, 1, None)
@@ -226,7 +243,7 @@ ROUNDINGS = (0, 2, 3, 4)
 # What may happen to one operand on its way into a stage.
 OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
 # Conditions a predicate may add: each a stage whose value joins the final `and`.
-ADDED_CONDITIONS = ("at_most_one", "square_matrix", "positive")
+ADDED_CONDITIONS = ("at_most_one", "square_matrix", "positive", "cols_close")
 # The exercises (EXERCISES) also see these: an operand cast to float32, kept as a [1, n] row, or
 # replaced by uniform weights; another value in scope added to it or taken from it; a reciprocal
 # after a stage; the row list read in the ways `rows` goes wrong (ROWS_READ); a program-wide
@@ -241,7 +258,9 @@ ROWS_READ = {"falsy": ("rows = None if not rows else rows", "an empty list was t
              "mask": ("rows = np.array(rows, dtype=bool)", "the row indices were used as a boolean mask"),
              "none_nothing": ("rows = rows or []", "rows=None was read as no row at all"),
              "none_but_last": ("rows = range(T - 1) if rows is None else rows",
-                               "rows=None was read as every row but the last")}
+                               "rows=None was read as every row but the last"),
+             "none_but_first": ("rows = range(1, T) if rows is None else rows",
+                                "rows=None was read as every row but the first")}
 FAMILIES = {"nan_blind": ({"nonneg": "no_negative", "close": "no_far"},
                           "every test was phrased as 'no violation found' (`not any(...)`), which lets NaN through"),
             "per_row": ({"nonneg": "nonneg_rows", "close": "close_rows", "and": "and_rows"},
@@ -366,7 +385,8 @@ OP_WORDS = {
     "mulrows": "the listed rows multiplied by the shift", "outer": "an outer product", "avg": "a mean",
     "median": "a median", "total": "a sum", "largest": "a maximum", "lastrow": "the last row", "firstrow": "the first row",
     "selsum": "a sum", "interv4": "a dict", "values4": "a tuple of the values",
-    "selmax": "a maximum", "selmean": "a mean", "ndim2": "exactly 2-D", "nonneg": "a non-negativity test",
+    "selmax": "a maximum", "selmean": "a mean", "selmin": "a minimum", "selmedian": "a median",
+    "setrows": "the listed rows set to the shift", "ndim2": "exactly 2-D", "nonneg": "a non-negativity test",
     "close": "the row-sum test", "addrows": "the shift added to the listed rows",
 }
 
@@ -503,13 +523,21 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     add(guards[-1], list(stages[:at]) + [narrow] + list(stages[at:]),
                         f"{_line(stages[guards[-1]])}; {inp} = {inp}[:1]",
                         f"only the first row of {inp} was checked", f"narrow:{inp}")
-        # Two parts of one result unpacked in the wrong order.
-        for i in range(len(stages) - 1):
+        # Two parts of one result unpacked in the wrong order (in one run, or in every run alike).
+        pairs = [i for i in range(len(stages) - 1) if stages[i][1] == stages[i + 1][1] == "part"
+                 and stages[i][2] == stages[i + 1][2]]
+        swapped = list(stages)
+        for i in pairs:
             (n1, o1, a1, p1), (n2, o2, a2, p2) = stages[i], stages[i + 1]
-            if o1 == o2 == "part" and a1 == a2:
-                program = list(stages[:i]) + [(n1, o1, a1, p2), (n2, o2, a2, p1)] + list(stages[i + 2:])
-                add(i, program, f"{n2}, {n1} = {a1[0]}", f"the two parts of {WORDS.get(a1[0], a1[0])} were "
-                    f"unpacked in the wrong order", "unpack:swapped")
+            program = list(stages[:i]) + [(n1, o1, a1, p2), (n2, o2, a2, p1)] + list(stages[i + 2:])
+            add(i, program, f"{n2}, {n1} = {a1[0]}", f"the two parts of {WORDS.get(a1[0], a1[0])} were "
+                f"unpacked in the wrong order", "unpack:swapped")
+            swapped[i], swapped[i + 1] = (n1, o1, a1, p2), (n2, o2, a2, p1)
+        if len(pairs) > 1:
+            whole("unpack_swapped", swapped, "; ".join(f"{stages[i][0]}, {stages[i + 1][0]} = {stages[i][2][0]}"
+                                                       for i in pairs),
+                  "; ".join(f"{stages[i + 1][0]}, {stages[i][0]} = {stages[i][2][0]}" for i in pairs),
+                  "every result was unpacked in the wrong order")
         # A call repeated with one argument changed: the change made at another argument.
         for i, (n1, o1, a1, p1) in enumerate(stages):
             for k, (n2, o2, a2, p2) in enumerate(stages):
@@ -525,11 +553,34 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                         add(k, list(stages[:k]) + [new] + list(stages[k + 1:]), _line(new),
                             f"{WORDS.get(a2[j], a2[j])} went in at the place of {WORDS.get(arg, arg)}, not of "
                             f"{WORDS.get(a1[j], a1[j])}", f"slot:{a1[j]}->{arg}")
+                # the same operand changed in both calls
+                for m, arg in enumerate(a1):
+                    if m == j or kinds.get(arg) != "array":
+                        continue
+                    for change in OPERAND_CHANGES + OPERAND_CHANGES_EX:
+                        inner = (f"{arg}'", change, (arg,), {})
+                        one = (n1, o1, a1[:m] + (f"{arg}'",) + a1[m + 1:], p1)
+                        two = (n2, o2, a2[:m] + (f"{arg}'",) + a2[m + 1:], p2)
+                        program = list(stages[:i]) + [inner, one] + list(stages[i + 1:k]) + [two] + list(stages[k + 1:])
+                        shown = OPS[change][1].format(arg)
+                        add(k, program, f"{_line(one)}; {_line(two)}".replace(f"{arg}'", f"({shown})"),
+                            f"{WORDS.get(arg, arg)} went in as `{shown}` in both calls", f"both:{arg}:{change}")
     for i, stage in enumerate(stages):
         name, op, args, params = stage
         scope = [n for n, _ in inputs] + [s[0] for s in stages[:i] if s[0] not in ("_", "return")]
         scope = list(dict.fromkeys(scope))
         before, after = list(stages[:i]), list(stages[i + 1:])
+        if exercise and op not in ("and", "guard", "readrows", "when"):
+            # two operands of one kind exchanged: the keys of a dict, the factors of a product
+            for j in range(len(args)):
+                for m in range(j + 1, len(args)):
+                    if args[j] != args[m] and kinds.get(args[j]) == kinds.get(args[m]) \
+                            and kinds.get(args[j]) in ("array", "int"):
+                        exchanged = list(args)
+                        exchanged[j], exchanged[m] = args[m], args[j]
+                        new = (name, op, tuple(exchanged), params)
+                        add(i, before + [new] + after, _line(new), f"{WORDS.get(args[j], args[j])} and "
+                            f"{WORDS.get(args[m], args[m])} were exchanged", f"exchange:{args[j]}-{args[m]}")
         # An operand replaced by another value of its kind in scope.
         for j, arg in enumerate(args):
             for other in scope:
@@ -771,7 +822,8 @@ def preference(code: str) -> float:
     edit of both branches of `rows is None` before one of a single branch."""
     label = code.split("-", 3)[-1]
     if "-op-" in code or "-read-" in code or any(kind in label for kind in ("unpack", "slot", "value-", "nan_blind",
-                                                                            "per_row", "narrow")):
+                                                                            "per_row", "narrow", "exchange")) \
+            or code.split("-")[2:4] in (["return", "add"], ["return", "drop"]):
         rank = 0.0
     elif "-axis-" in code or ("-operand-" in code and "-to-" in code):
         rank = 1.0
