@@ -6,8 +6,11 @@ then hidden cases drawn from a generator seeded with HMAC-SHA256(grading key, se
 nothing of a later step's. Hidden shapes are non-square with d_in, d_k and d_v all different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
 thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
 by the global maximum underflows to 0/0); `softmax` also gets a batch of score matrices [B, T, T],
-and exercise 2's predicate gets row sums just inside and just outside 1e-9, a valid weight of exactly
-0, and a matrix whose first row sums to one but a later row does not. A few cases are square on purpose, so that a slip that
+and exercise 2's predicate gets every boundary its docstring states: arrays that are not 2-D, row
+sums just inside and just outside 1e-9 (one row 2e-9 over, where the mean row sum is still within
+it), a valid weight of exactly 0, a negative entry and one of -1e-12, a NaN entry, and a matrix
+whose first row sums to one but a later row does not; exercise 3 gets rows=None, lists of rows and
+an empty list (which shifts nothing). A few cases are square on purpose, so that a slip that
 would only raise elsewhere runs and its result can be recognised: one case per comparison step has
 T = d_k (`q @ k` without the transpose), one `mix` case has d_v = T (`v @ a`), and one `qkv` and
 one `head` case have T = d_in = d_k = d_v (`x * w` in place of `x @ w`).
@@ -211,8 +214,17 @@ def _cases_ex2(rng, ex):
     zero[2] = [0.0, 0.25, 0.75, 0.0]
     later = _weights(rng, 4)
     later[3] *= 0.5
+    # A NaN entry (neither non-negative nor summing to anything), an entry of -1e-12 in a row that
+    # still sums to one (negative all the same), and one row 2e-9 over one: outside 1e-9, although
+    # the mean row sum (and the total against T) is within it.
+    nan = _weights(rng, 4)
+    nan[1, 2] = np.nan
+    tiny = _weights(rng, 4)
+    tiny[2, 0], tiny[2, 1] = -1e-12, tiny[2, 1] + tiny[2, 0] + 1e-12
+    spread = _weights(rng, 4)
+    spread[1] += 2e-9 / 4
     for matrix in (counter, column_stochastic, _weights(rng, 4, 6), negative, near, within,
-                   _weights(rng, 3)[None], _weights(rng, 1)[0], inside, outside, zero, later):
+                   _weights(rng, 3)[None], _weights(rng, 1)[0], inside, outside, zero, later, nan, tiny, spread):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 
@@ -227,6 +239,10 @@ def _cases_ex3(rng, ex):
         a, v, shift = _weights(rng, t), rng.normal(size=(t, d_v)), rng.normal(size=d_v)
         rows = None if t == 1 else sorted(int(r) for r in rng.choice(t, size=int(rng.integers(1, t)), replace=False))
         yield "hidden", (Call("shifted_output", (a, v, shift, rows)), Call("output_change", (a, shift, rows)))
+    # An empty list shifts nothing: the output stays a @ v and the change is zero.
+    t, d_v = 4, _widths(rng)[2]
+    a, v, shift = _weights(rng, t), rng.normal(size=(t, d_v)), rng.normal(size=d_v)
+    yield "hidden", (Call("shifted_output", (a, v, shift, [])), Call("output_change", (a, shift, [])))
 
 
 def _cases_ex4(rng, ex):

@@ -33,7 +33,61 @@ def _swap(x):
 
 
 def _rows(rows):
+    if isinstance(rows, np.ndarray) and rows.dtype == bool:
+        return rows  # a boolean mask, as `np.array(rows, dtype=bool)` makes it
     return None if rows is None else list(rows)
+
+
+def _selsum(a, rows, axis=-1, reduce=np.sum, receivers=False):
+    picked = a if rows is None else a[_rows(rows)] if receivers else a[:, _rows(rows)]
+    if reduce in (np.mean, np.median) and picked.size == 0:
+        return np.full(np.sum(picked, axis=axis).shape, np.nan)  # numpy's NaN, without its warning
+    return reduce(picked, axis=axis)
+
+
+def _mulrows(v, shift, rows):
+    out = np.array(v, dtype=float)
+    if rows is None:
+        out *= shift
+    else:
+        out[_rows(rows)] *= shift
+    return out
+
+
+def _setrows(v, shift, rows):
+    out = np.array(v, dtype=float)
+    if rows is None:
+        out[...] = shift
+    else:
+        out[_rows(rows)] = shift
+    return out
+
+
+def _read_rows(rows, how, length):
+    """`rows` as a slip reads it: the ways a list of row indices, or None for every row, goes wrong."""
+    if how == "falsy":  # `if not rows:` takes an empty list for None
+        return None if not rows else rows
+    if how == "first":  # rows[0] only (an empty list has none)
+        return rows if rows is None else [rows[0]]
+    if how == "mask":  # the indices read as a boolean mask
+        return rows if rows is None else np.array(rows, dtype=bool)
+    if how == "none_nothing":  # `rows or []`: None shifts no row
+        return [] if rows is None else rows
+    if how == "none_but_last":  # None expanded to range(T - 1)
+        return list(range(length - 1)) if rows is None else rows
+    if how == "none_but_first":  # None expanded to range(1, T)
+        return list(range(1, length)) if rows is None else rows
+    raise ValueError(how)
+
+
+class _Reference(Exception):
+    """An edit confined to one branch (`rows is None` or not), on a call of the other branch."""
+
+
+def _branch(rows, when):
+    if (rows is None) != (when == "none"):
+        raise _Reference
+    return True
 
 
 def _addrows(v, shift, rows):
@@ -43,10 +97,6 @@ def _addrows(v, shift, rows):
     else:
         out[_rows(rows)] += shift
     return out
-
-
-def _selsum(a, rows):
-    return a.sum(axis=-1) if rows is None else a[:, _rows(rows)].sum(axis=-1)
 
 
 def _close(sums, tol):
@@ -90,7 +140,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     "outer": (lambda a, p: np.outer(a[0], a[1]), "np.outer({0}, {1})"),
     "addrows": (lambda a, p: _addrows(a[0], a[1], a[2]), "{0} with {1} added to the rows {2}"),
     "addall": (lambda a, p: np.asarray(a[0]) + a[1], "{0} with {1} added to every row"),
-    "selsum": (lambda a, p: _selsum(a[0], a[1]), "{0}[:, {1}].sum(axis=-1)"),
+    "selsum": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1)), "{0}[:, {1}].sum(axis={axis})"),
     "rowselsum": (lambda a, p: np.sum(a[0][_rows(a[1])], axis=0) if a[1] is not None else a[0].sum(axis=0),
                   "{0}[{1}, :].sum(axis=0)"),
     "ndim2": (lambda a, p: np.asarray(a[0]).ndim == 2, "{0}.ndim == 2"),
@@ -117,14 +167,48 @@ OPS: dict[str, tuple[Callable, str]] = {
     "exp2": (lambda a, p: np.exp2(a[0]), "2 ** {0}"),
     "isqrt": (lambda a, p: np.floor(np.sqrt(a[0])), "floor(√{0})"),
     "subrows": (lambda a, p: _addrows(a[0], -np.asarray(a[1]), a[2]), "{0} with {1} subtracted from the rows {2}"),
-    "selmean": (lambda a, p: a[0].mean(axis=-1) if a[1] is None else a[0][:, _rows(a[1])].mean(axis=-1),
-                "{0}[:, {1}].mean(axis=-1)"),
-    "selmax": (lambda a, p: a[0].max(axis=-1) if a[1] is None else a[0][:, _rows(a[1])].max(axis=-1),
-               "{0}[:, {1}].max(axis=-1)"),
+    "selmean": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.mean), "{0}[:, {1}].mean(axis={axis})"),
+    "selmax": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.max), "{0}[:, {1}].max(axis={axis})"),
     "pair_rev": (lambda a, p: (int(a[1]), int(a[0])), "({1}, {0})"),
     "head": (lambda a, p: _head(*a), "self_attention_head({0}, {1}, {2}, {3})"),
     "intervention": (lambda a, p: {"output_before": a[0][0], "weights_before": a[0][1],
                                    "output_after": a[1][0], "weights_after": a[1][1]}, "{{…}}"),
+    # the exercises' own ops
+    "selmin": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.min), "{0}[:, {1}].min(axis={axis})"),
+    "selmedian": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.median),
+                  "np.median({0}[:, {1}], axis={axis})"),
+    "setrows": (lambda a, p: _setrows(a[0], a[1], a[2]), "{0} with the rows {2} set to {1}"),
+    "cols_close": (lambda a, p: bool(np.all(np.abs(np.asarray(a[0]).sum(axis=0) - 1.0) <= 1e-9)),
+                   "all(|{0}.sum(axis=0) - 1| <= 1e-9)"),
+    "recvsum": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), receivers=True), "{0}[{1}].sum(axis={axis})"),
+    "mulrows": (lambda a, p: _mulrows(a[0], a[1], a[2]), "{0} with the rows {2} multiplied by {1}"),
+    "readrows": (lambda a, p: _read_rows(a[0], p["how"], len(a[1])), "{how}"),
+    "when": (lambda a, p: _branch(a[0], p["when"]), "{when}"),
+    "close_mean": (lambda a, p: bool(abs(np.mean(a[0]) - 1.0) <= p["tol"]), "|{0}.mean() - 1| <= {tol}"),
+    "close_total": (lambda a, p: bool(abs(np.sum(a[0]) - np.size(a[0])) <= p["tol"]), "|{0}.sum() - len({0})| <= {tol}"),
+    "no_far": (lambda a, p: not bool(np.any(np.abs(a[0] - 1.0) > p["tol"])), "not any(|{0} - 1| > {tol})"),
+    "close_rows": (lambda a, p: np.abs(a[0] - 1.0) <= p["tol"], "|{0} - 1| <= {tol}, row by row"),
+    "nonneg_tol": (lambda a, p: bool(np.all(np.asarray(a[0]) >= -1e-9)), "all({0} >= -1e-9)"),
+    "no_negative": (lambda a, p: not bool(np.any(np.asarray(a[0]) < 0)), "not any({0} < 0)"),
+    "nonneg_rows": (lambda a, p: np.all(np.asarray(a[0]) >= 0, axis=-1), "all({0} >= 0, axis=-1)"),
+    "and_rows": (lambda a, p: np.logical_and.reduce([np.asarray(x) for x in a]), " & ".join),
+    "first_rows": (lambda a, p: np.asarray(a[0])[:1], "{0}[:1]"),
+    "uniform": (lambda a, p: np.full(int(a[0]), 1.0 / a[1]), "np.full({0}, 1 / {1})"),
+    "avg": (lambda a, p: np.mean(a[0], axis=p["axis"]), "{0}.mean(axis={axis})"),
+    "median": (lambda a, p: np.median(a[0], axis=p["axis"]), "np.median({0}, axis={axis})"),
+    "total": (lambda a, p: np.sum(a[0], axis=p["axis"]), "{0}.sum(axis={axis})"),
+    "largest": (lambda a, p: np.max(a[0], axis=p["axis"]), "{0}.max(axis={axis})"),
+    "lastrow": (lambda a, p: np.asarray(a[0])[-1], "{0}[-1]"),
+    "firstrow": (lambda a, p: np.asarray(a[0])[0], "{0}[0]"),
+    "sum_by": (lambda a, p: np.sum(a[0], axis=p["axis"]) / a[1], "{0}.sum(axis={axis}) / {1}"),
+    "part": (lambda a, p: a[0][p["i"]], "{0}[{i}]"),
+    "interv4": (lambda a, p: dict(zip(("weights_before", "weights_after", "output_before", "output_after"), a)),
+                "{{…}}"),
+    "values4": (lambda a, p: tuple(a), "({all})"),
+    "recip": (lambda a, p: 1.0 / a[0], "1 / {0}"),
+    "float32": (lambda a, p: np.asarray(a[0]).astype(np.float32), "{0}.astype(np.float32)"),
+    "row": (lambda a, p: np.asarray(a[0])[None], "{0}[None, :]"),
+    "uniform_like": (lambda a, p: np.full_like(a[0], 1.0 / np.shape(a[0])[-1]), "np.full_like({0}, 1 / {0}.shape[-1])"),
     # inserted stages
     "abs": (lambda a, p: np.abs(a[0]), "abs({0})"),
     "clip": (lambda a, p: np.clip(a[0], 0.0, 1.0), "np.clip({0}, 0, 1)"),
@@ -146,6 +230,13 @@ SWAPS: dict[str, tuple[str, ...]] = {
     "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2",), "nonneg": ("positive", "nonneg_any"),
     "close": ("close_first", "close_any", "close_below", "close_rel"),
 }
+# The exercises' own: a related quantity in place of the asked one, a test phrased or bounded otherwise.
+SWAPS["close"] += ("close_mean", "close_total", "no_far")
+SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
+SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
+SWAPS["addrows"] += ("mulrows", "setrows")
+SWAPS["outer"] = ("mul",)
+SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 AXES = (-2, 0, 1, None)
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
 INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows")
@@ -153,7 +244,28 @@ ROUNDINGS = (0, 2, 3, 4)
 # What may happen to one operand on its way into a stage.
 OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
 # Conditions a predicate may add: each a stage whose value joins the final `and`.
-ADDED_CONDITIONS = ("at_most_one", "square_matrix", "positive")
+ADDED_CONDITIONS = ("at_most_one", "square_matrix", "positive", "cols_close")
+# The exercises (EXERCISES) also see these: an operand cast to float32, kept as a [1, n] row, or
+# replaced by uniform weights; another value in scope added to it or taken from it; a reciprocal
+# after a stage; the row list read in the ways `rows` goes wrong (ROWS_READ); a program-wide
+# rewrite of every test at once (FAMILIES).
+EXERCISES = frozenset({"zero_query_mixture", "is_attention_weights", "shifted_output", "output_change",
+                       "head_facts", "value_intervention"})
+OPERAND_CHANGES_EX = ("float32", "row", "uniform_like")
+INSERTS_EX = ("recip",)
+ROWS_READ = {"falsy": ("rows = None if not rows else rows", "an empty list was taken for None (`if not rows:`), "
+                       "so it moved every row"),
+             "first": ("rows = [rows[0]]", "only the first listed row (rows[0]) was used"),
+             "mask": ("rows = np.array(rows, dtype=bool)", "the row indices were used as a boolean mask"),
+             "none_nothing": ("rows = rows or []", "rows=None was read as no row at all"),
+             "none_but_last": ("rows = range(T - 1) if rows is None else rows",
+                               "rows=None was read as every row but the last"),
+             "none_but_first": ("rows = range(1, T) if rows is None else rows",
+                                "rows=None was read as every row but the first")}
+FAMILIES = {"nan_blind": ({"nonneg": "no_negative", "close": "no_far"},
+                          "every test was phrased as 'no violation found' (`not any(...)`), which lets NaN through"),
+            "per_row": ({"nonneg": "nonneg_rows", "close": "close_rows", "and": "and_rows"},
+                        "every test was kept row by row, and the per-row array returned instead of one bool")}
 
 Stage = tuple  # (name, op, args, params)
 
@@ -198,21 +310,43 @@ PROGRAMS: dict[str, tuple[tuple[tuple[str, str], ...], list[Stage]]] = {
                               _st("sums", "rowsum", ("a",), axis=1), _st("sums_ok", "close", ("sums",), tol=1e-9),
                               _st("signs_ok", "nonneg", ("a",)), _st("return", "and", ("signs_ok", "sums_ok"))]),
     "shifted_output": ((("a", "array"), ("v", "array"), ("shift", "array"), ("rows", "rows")),
-                       [_st("v_new", "addrows", ("v", "shift", "rows")), _st("o", "matmul", ("a", "v_new")),
+                       [_st("o_old", "matmul", ("a", "v")),  # the output before the shift, for comparison
+                        _st("v_new", "addrows", ("v", "shift", "rows")), _st("o", "matmul", ("a", "v_new")),
                         _st("return", "one", ("o",))]),
     "output_change": ((("a", "array"), ("shift", "array"), ("rows", "rows")),
-                      [_st("moved", "selsum", ("a", "rows")), _st("c", "outer", ("moved", "shift")),
+                      [_st("moved", "selsum", ("a", "rows"), axis=-1), _st("c", "outer", ("moved", "shift")),
                        _st("return", "one", ("c",))]),
     "value_intervention": ((("x", "array"), ("w_q", "array"), ("w_k", "array"), ("w_v", "array"),
                             ("w_v_new", "array")),
                            [_st("before", "head", ("x", "w_q", "w_k", "w_v")),
+                            _st("o_b", "part", ("before",), i=0), _st("a_b", "part", ("before",), i=1),
                             _st("after", "head", ("x", "w_q", "w_k", "w_v_new")),
-                            _st("return", "intervention", ("before", "after"))]),
+                            _st("o_a", "part", ("after",), i=0), _st("a_a", "part", ("after",), i=1),
+                            _st("return", "interv4", ("a_b", "a_a", "o_b", "o_a"))]),
     "head_facts": ((("t", "int"), ("d_k", "int"), ("d_v", "int")),
                    [_st("r", "sqrt", ("d_k",)), _st("divisor", "float", ("r",)),
                     _st("score_shape", "pair", ("t", "t")), _st("output_shape", "pair", ("t", "d_v")),
                     _st("softmax_axis", "const", (), value=-1),
                     _st("return", "facts", ("divisor", "score_shape", "output_shape", "softmax_axis"))]),
+}
+
+# Other ways the same function is commonly written, each giving the reference's values: edited too.
+# form -> stages; a form's codes carry its name (`derived-<function>-<stage>-<form>-<edit>`).
+_UNIFORM = [_st("t", "firstdim", ("k",)), _st("d_k", "lastdim", ("k",)), _st("d_v", "lastdim", ("v",)),
+            _st("a", "uniform", ("t", "t"))]
+FORMS: dict[str, dict[str, list[Stage]]] = {
+    "zero_query_mixture": {
+        # the closed form: equal weights 1/T, mixed or averaged
+        "uniform": _UNIFORM + [_st("o", "matmul", ("a", "v")), _st("return", "tuple", ("a", "o"))],
+        "mean": _UNIFORM + [_st("o", "avg", ("v",), axis=0), _st("return", "tuple", ("a", "o"))],
+    },
+    "value_intervention": {
+        # the weights do not depend on W_V: the new values mixed with the old weights
+        "reuse": [_st("before", "head", ("x", "w_q", "w_k", "w_v")),
+                  _st("o_b", "part", ("before",), i=0), _st("a_b", "part", ("before",), i=1),
+                  _st("v_a", "matmul", ("x", "w_v_new")), _st("o_a", "matmul", ("a_b", "v_a")),
+                  _st("return", "interv4", ("a_b", "a_b", "o_b", "o_a"))],
+    },
 }
 
 # What each name stands for, in the chapter's words; and the section that teaches each stage.
@@ -225,6 +359,9 @@ WORDS = {
     "c": "the change", "shift": "the shift", "rows": "the listed rows", "sums": "the row sums",
     "is_2d": "the 2-D test", "sums_ok": "the row-sum test", "signs_ok": "the sign test",
     "all": "its reductions", "divisor": "the divisor", "score_shape": "the score shape", "output_shape": "the output shape",
+    "o_old": "the output before the shift", "before": "the head's result before", "after": "the head's result after",
+    "o_b": "output_before", "a_b": "weights_before", "o_a": "output_after", "a_a": "weights_after",
+    "w_v_new": "the new W_V", "v_a": "the new values", "softmax_axis": "the softmax axis",
 }
 SECTIONS = {"q": "§15.1", "k": "§15.1", "v": "§15.1", "k_t": "§15.2", "d": "§15.2", "d_k": "§15.3", "r": "§15.3",
             "s": "§15.3", "m": "§15.3", "shifted": "§15.3", "e": "§15.3", "z": "§15.3", "a": "§15.3", "o": "§15.4",
@@ -238,6 +375,16 @@ OP_WORDS = {
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
     "close_first": "the first row's sum only", "close_any": "any row summing to one",
     "close_below": "the sums compared without their absolute value", "close_rel": "np.allclose's default tolerance",
+    "close_mean": "only the mean row sum compared with one", "close_total": "only the total compared with the row count",
+    "no_far": "a test for no row far from one (which NaN passes)",
+    "nonneg_tol": "a test that accepts entries down to -1e-9",
+    "no_negative": "a test for no negative entry (which NaN passes)", "recvsum": "the receiving rows a[rows] summed",
+    "mulrows": "the listed rows multiplied by the shift", "outer": "an outer product", "avg": "a mean",
+    "median": "a median", "total": "a sum", "largest": "a maximum", "lastrow": "the last row", "firstrow": "the first row",
+    "selsum": "a sum", "interv4": "a dict", "values4": "a tuple of the values",
+    "selmax": "a maximum", "selmean": "a mean", "selmin": "a minimum", "selmedian": "a median",
+    "setrows": "the listed rows set to the shift", "ndim2": "exactly 2-D", "nonneg": "a non-negativity test",
+    "close": "the row-sum test", "addrows": "the shift added to the listed rows",
 }
 
 
@@ -266,27 +413,38 @@ def _line(stage: Stage) -> str:
     template = OPS[op][1]
     if op == "and":
         body = " and ".join(args)
-    elif op == "tuple":
+    elif op == "and_rows":
+        body = " & ".join(args)
+    elif op in ("tuple", "values4"):
         body = "(" + ", ".join(args) + ")"
     elif op in ("facts", "intervention"):
         body = "{" + ", ".join(args) + "}"
+    elif op == "interv4":
+        body = "{" + ", ".join(f"{key}: {arg}" for key, arg in zip(
+            ("weights_before", "weights_after", "output_before", "output_after"), args)) + "}"
+    elif op == "readrows":
+        return ROWS_READ[params["how"]][0]
     else:
         shown = {k: ("None" if v is None else v) for k, v in params.items()}
         body = template.format(*args, **shown)
     return f"return {body}" if name == "return" else (body if name == "_" else f"{name} = {body}")
 
 
-def _kinds(fn: str) -> dict[str, str]:
-    inputs, stages = PROGRAMS[fn]
+_BOOLS = ("ndim2", "guard", "close", "nonneg", "and") + tuple(
+    op for ops in (SWAPS["close"], SWAPS["nonneg"]) for op in ops)
+
+
+def _kinds(fn: str, stages: list[Stage] | None = None) -> dict[str, str]:
+    inputs, main = PROGRAMS[fn]
     kinds = dict(inputs)
-    for name, op, args, _ in stages:
+    for name, op, args, _ in main if stages is None else stages:
         if op in ("lastdim", "firstdim"):
             kinds[name] = "int"
         elif op in ("sqrt", "float"):
             kinds[name] = "scalar" if kinds.get(args[0]) in ("int", "scalar") else "array"
-        elif op in ("ndim2", "guard", "close", "nonneg", "and"):
+        elif op in _BOOLS:
             kinds[name] = "bool"
-        elif op in ("pair", "const", "tuple", "facts", "head", "intervention"):
+        elif op in ("pair", "const", "tuple", "facts", "head", "intervention", "interv4"):
             kinds[name] = op
         else:
             kinds[name] = "array"
@@ -294,16 +452,38 @@ def _kinds(fn: str) -> dict[str, str]:
 
 
 def _edits(fn: str) -> list[Edit]:
-    inputs, stages = PROGRAMS[fn]
-    kinds = _kinds(fn)
-    found: list[Edit] = []
+    """Every edit of `fn`'s program, then of each other form it is commonly written in."""
+    found = _edits_of(fn, PROGRAMS[fn][1], "")
+    for form, stages in FORMS.get(fn, {}).items():
+        found += _edits_of(fn, stages, form)
+    return found
 
-    def add(i, new_stages, new_line, why, label):
+
+def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
+    inputs, _ = PROGRAMS[fn]
+    kinds = _kinds(fn, stages)
+    found: list[Edit] = []
+    exercise = fn in EXERCISES
+    branches = exercise and "rows" in dict(inputs)
+    section = "§15.8" if fn in ("is_attention_weights", "head_facts", "zero_query_mixture") else "§15.4"
+
+    def add(i, new_stages, new_line, why, label, restrict=True):
         stage = stages[i]
+        label = f"{form}:{label}" if form else label
         code = _code(fn, stage[0] if stage[0] != "_" else "guard", label)
-        found.append(Edit(fn, code, tuple(new_stages), _line(stage), new_line, why,
-                          SECTIONS.get(stage[0], "§15.8" if fn in ("is_attention_weights", "head_facts",
-                                                                   "zero_query_mixture") else "§15.4")))
+        old = _line(stage)
+        found.append(Edit(fn, code, tuple(new_stages), old, new_line, why, SECTIONS.get(stage[0], section)))
+        if branches and restrict:
+            # the same edit in one branch of `if rows is None:` only, the other as the reference's
+            for when, words in (("none", "rows is None"), ("rows", "rows is a list")):
+                guard = ("_", "when", ("rows",), {"when": "none" if when == "none" else "given"})
+                found.append(Edit(fn, _code(fn, stage[0], f"{label}:when_{when}"), (guard,) + tuple(new_stages),
+                                  old, f"{new_line} (only where {words})", f"{why}, only where {words}",
+                                  SECTIONS.get(stage[0], section)))
+
+    def whole(label, program, old, new, why, sec=None):
+        label = f"{form}:{label}" if form else label
+        found.append(Edit(fn, _code(fn, "all", label), tuple(program), old, new, why, sec or section))
 
     # Every reduction moved to another axis at once: `axis=1` written throughout, say.
     reducing = [i for i, stage in enumerate(stages) if stage[3].get("axis") == -1]
@@ -311,14 +491,93 @@ def _edits(fn: str) -> list[Edit]:
         for axis in AXES:
             program = [(n, o, a, {**p, "axis": axis}) if i in reducing else (n, o, a, p)
                        for i, (n, o, a, p) in enumerate(stages)]
-            code = _code(fn, "all", f"axes:-1->{axis}")
+            code = _code(fn, "all", (f"{form}:" if form else "") + f"axes:-1->{axis}")
             found.append(Edit(fn, code, tuple(program), "axis=-1", f"axis={axis}",
                               f"every reduction ran over {'the whole array' if axis is None else f'axis {axis}'}, "
                               f"not the last axis", SECTIONS.get("a", "§15.3")))
+    if exercise:
+        # Every test of a predicate rewritten the same way at once.
+        for family, (mapping, why) in FAMILIES.items():
+            if any(op in mapping for _, op, _, _ in stages if op != "and"):
+                program = [(n, mapping.get(o, o), a, p) for n, o, a, p in stages]
+                changed = [_line(st) for st, new in zip(stages, program) if st[1] != new[1]]
+                whole(family, program, "; ".join(changed),
+                      "; ".join(_line(st) for st, new in zip(stages, program) if st[1] != new[1] for st in (new,)), why)
+        # The row list read wrongly, for every stage that uses it.
+        if branches:
+            first = next(n for n, kind in inputs if kind == "array")
+            for how, (line, why) in ROWS_READ.items():
+                program = [("rows", "readrows", ("rows", first), {"how": how})] + list(stages)
+                found.append(Edit(fn, _code(fn, "rows", f"{form}:read:{how}" if form else f"read:{how}"),
+                                  tuple(program), "rows  # as given", line, why, "§15.5"))
+        # Only the first row of an input checked, after the shape test.
+        guards = [i for i, st in enumerate(stages) if st[1] == "guard"]
+        if guards:
+            at = guards[-1] + 1
+            for inp, kind in inputs:
+                if kind == "array":
+                    narrow = (inp, "first_rows", (inp,), {})
+                    add(guards[-1], list(stages[:at]) + [narrow] + list(stages[at:]),
+                        f"{_line(stages[guards[-1]])}; {inp} = {inp}[:1]",
+                        f"only the first row of {inp} was checked", f"narrow:{inp}")
+        # Two parts of one result unpacked in the wrong order (in one run, or in every run alike).
+        pairs = [i for i in range(len(stages) - 1) if stages[i][1] == stages[i + 1][1] == "part"
+                 and stages[i][2] == stages[i + 1][2]]
+        swapped = list(stages)
+        for i in pairs:
+            (n1, o1, a1, p1), (n2, o2, a2, p2) = stages[i], stages[i + 1]
+            program = list(stages[:i]) + [(n1, o1, a1, p2), (n2, o2, a2, p1)] + list(stages[i + 2:])
+            add(i, program, f"{n2}, {n1} = {a1[0]}", f"the two parts of {WORDS.get(a1[0], a1[0])} were "
+                f"unpacked in the wrong order", "unpack:swapped")
+            swapped[i], swapped[i + 1] = (n1, o1, a1, p2), (n2, o2, a2, p1)
+        if len(pairs) > 1:
+            whole("unpack_swapped", swapped, "; ".join(f"{stages[i][0]}, {stages[i + 1][0]} = {stages[i][2][0]}"
+                                                       for i in pairs),
+                  "; ".join(f"{stages[i + 1][0]}, {stages[i][0]} = {stages[i][2][0]}" for i in pairs),
+                  "every result was unpacked in the wrong order")
+        # A call repeated with one argument changed: the change made at another argument.
+        for i, (n1, o1, a1, p1) in enumerate(stages):
+            for k, (n2, o2, a2, p2) in enumerate(stages):
+                if k <= i or o1 != o2 or o1 != "head" or len(a1) != len(a2):
+                    continue
+                differ = [j for j in range(len(a1)) if a1[j] != a2[j]]
+                if len(differ) != 1:
+                    continue
+                j = differ[0]
+                for m, arg in enumerate(a1):
+                    if m != j and kinds.get(arg) == kinds.get(a2[j]):
+                        new = (n2, o2, a1[:m] + (a2[j],) + a1[m + 1:], p2)
+                        add(k, list(stages[:k]) + [new] + list(stages[k + 1:]), _line(new),
+                            f"{WORDS.get(a2[j], a2[j])} went in at the place of {WORDS.get(arg, arg)}, not of "
+                            f"{WORDS.get(a1[j], a1[j])}", f"slot:{a1[j]}->{arg}")
+                # the same operand changed in both calls
+                for m, arg in enumerate(a1):
+                    if m == j or kinds.get(arg) != "array":
+                        continue
+                    for change in OPERAND_CHANGES + OPERAND_CHANGES_EX:
+                        inner = (f"{arg}'", change, (arg,), {})
+                        one = (n1, o1, a1[:m] + (f"{arg}'",) + a1[m + 1:], p1)
+                        two = (n2, o2, a2[:m] + (f"{arg}'",) + a2[m + 1:], p2)
+                        program = list(stages[:i]) + [inner, one] + list(stages[i + 1:k]) + [two] + list(stages[k + 1:])
+                        shown = OPS[change][1].format(arg)
+                        add(k, program, f"{_line(one)}; {_line(two)}".replace(f"{arg}'", f"({shown})"),
+                            f"{WORDS.get(arg, arg)} went in as `{shown}` in both calls", f"both:{arg}:{change}")
     for i, stage in enumerate(stages):
         name, op, args, params = stage
         scope = [n for n, _ in inputs] + [s[0] for s in stages[:i] if s[0] not in ("_", "return")]
+        scope = list(dict.fromkeys(scope))
         before, after = list(stages[:i]), list(stages[i + 1:])
+        if exercise and op not in ("and", "guard", "readrows", "when"):
+            # two operands of one kind exchanged: the keys of a dict, the factors of a product
+            for j in range(len(args)):
+                for m in range(j + 1, len(args)):
+                    if args[j] != args[m] and kinds.get(args[j]) == kinds.get(args[m]) \
+                            and kinds.get(args[j]) in ("array", "int"):
+                        exchanged = list(args)
+                        exchanged[j], exchanged[m] = args[m], args[j]
+                        new = (name, op, tuple(exchanged), params)
+                        add(i, before + [new] + after, _line(new), f"{WORDS.get(args[j], args[j])} and "
+                            f"{WORDS.get(args[m], args[m])} were exchanged", f"exchange:{args[j]}-{args[m]}")
         # An operand replaced by another value of its kind in scope.
         for j, arg in enumerate(args):
             for other in scope:
@@ -328,9 +587,17 @@ def _edits(fn: str) -> list[Edit]:
                     continue
                 new_args = args[:j] + (other,) + args[j + 1:]
                 new = (name, op, new_args, params)
+                # an operand used twice: which use was replaced
+                which = f"#{j + 1}" if exercise and args.count(arg) > 1 else ""
                 add(i, before + [new] + after, _line(new),
                     f"{WORDS.get(arg, arg)} {'were' if arg in ('q', 'k', 'v', 'e', 'k_t') else 'was'} replaced by "
-                    f"{WORDS.get(other, other)}", f"operand:{arg}->{other}")
+                    f"{WORDS.get(other, other)}" + (f" in its {('first', 'second')[min(j, 1)]} use" if which else ""),
+                    f"operand:{arg}{which}->{other}")
+                if exercise and args.count(arg) > 1 and j == args.index(arg):
+                    new = (name, op, tuple(other if a == arg else a for a in args), params)
+                    add(i, before + [new] + after, _line(new),
+                        f"{WORDS.get(arg, arg)} was replaced by {WORDS.get(other, other)} wherever it is used",
+                        f"operand:all:{arg}->{other}")
         # A condition of the final `and` dropped, or one added.
         if op == "and":
             for j, arg in enumerate(args):
@@ -342,16 +609,39 @@ def _edits(fn: str) -> list[Edit]:
                 add(i, before + [extra, new] + after, f"{_line(new)} with {OPS[cond][1].format('a')}",
                     f"an extra condition ({OPS[cond][1].format('a')}) was added", f"add:{cond}")
         # One operand changed on its way in (squared, its absolute value, transposed, negated, doubled).
-        if op not in ("and", "guard", "head", "intervention", "facts"):
+        if op not in ("and", "guard", "head", "intervention", "facts") or (exercise and op in ("head", "interv4")):
             for j, arg in enumerate(args):
                 if kinds.get(arg) != "array":
                     continue
-                for change in OPERAND_CHANGES:
+                for change in OPERAND_CHANGES + (OPERAND_CHANGES_EX if exercise else ()):
                     inner = (f"{arg}'", change, (arg,), {})
                     new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
                     shown = OPS[change][1].format(arg)
                     add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
                         f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}")
+                    twin = arg[:-2] + "_a" if arg.endswith("_b") else None
+                    if name == "return" and twin in args:
+                        # the same change to its twin from the second run
+                        k = args.index(twin)
+                        inner2 = (f"{twin}'", change, (twin,), {})
+                        both = tuple(f"{a}'" if m in (j, k) else a for m, a in enumerate(args))
+                        new = (name, op, both, params)
+                        shown2 = OPS[change][1].format(twin)
+                        add(i, before + [inner, inner2, new] + after,
+                            _line(new).replace(f"{arg}'", f"({shown})").replace(f"{twin}'", f"({shown2})"),
+                            f"{WORDS.get(arg, arg)} and {WORDS.get(twin, twin)} went in as `{shown}` and `{shown2}`",
+                            f"operand:{arg}+{twin}:{change}")
+                if exercise and (op == "head" or name == "return"):
+                    # another value in scope added to it, or taken from it
+                    for other in scope:
+                        if other == arg or kinds.get(other) != "array":
+                            continue
+                        for change, sign in (("add", "+"), ("sub", "-")):
+                            inner = (f"{arg}'", change, (arg, other), {})
+                            new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                            shown = f"{arg} {sign} {other}"
+                            add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
+                                f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}:{other}")
                 if name == "return":
                     for n in ROUNDINGS:
                         inner = (f"{arg}'", "round", (arg,), {"n": n})
@@ -362,6 +652,16 @@ def _edits(fn: str) -> list[Edit]:
                             f"decimals", f"round:{arg}:{n}")
         if op == "guard":
             add(i, before + after, "(no 2-D test)", "the 2-D test was left out", "drop")
+        if exercise and op == "const" and isinstance(params.get("value"), int):
+            for value in (0, 1, 2, -1, -2):
+                if value != params["value"]:
+                    new = (name, op, args, {**params, "value": value})
+                    add(i, before + [new] + after, _line(new), f"{WORDS.get(name, name)} became {value}",
+                        f"value:{value}")
+        if exercise and name == "return" and op == "interv4":
+            new = (name, "values4", args, params)
+            add(i, before + [new] + after, _line(new), "a tuple of the values was returned in place of the dict",
+                "op:interv4->values4")
         if name == "return" or op in ("guard", "and", "facts", "tuple", "one", "const"):
             continue
         # An operator swapped or inverted.
@@ -369,6 +669,20 @@ def _edits(fn: str) -> list[Edit]:
             new = (name, alt, args, params)
             add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became {OP_WORDS.get(alt, alt)}",
                 f"op:{op}->{alt}")
+            if exercise and alt == "ndim_at_least_2":
+                # stacks let through, and the row sums taken over the last axis
+                program = [(n, o, a, {**p, "axis": -1}) if p.get("axis") == 1 else (n, o, a, p)
+                           for n, o, a, p in before + [new] + after]
+                add(i, program, f"{_line(new)}, with axis=-1 for axis=1",
+                    "the 2-D test was loosened to ndim >= 2 and the row sums taken over the last axis",
+                    f"op:{op}->{alt}:last_axis")
+        if exercise and op == "avg":
+            # a mean written as a total over the wrong count
+            for other in scope:
+                if kinds.get(other) == "int":
+                    new = (name, "sum_by", args + (other,), params)
+                    add(i, before + [new] + after, _line(new), f"the mean was taken as a sum divided by "
+                        f"{WORDS.get(other, other)}", f"op:avg->sum_by:{other}")
         if "axis" in params:
             for axis in AXES:
                 if axis != params["axis"]:
@@ -386,6 +700,14 @@ def _edits(fn: str) -> list[Edit]:
         if args and kinds.get(args[0]) == kinds.get(name):
             new = (name, "same", args[:1], {})
             add(i, before + [new] + after, f"{name} = {args[0]}", f"the step `{_line(stage)}` was left out", "skip")
+        if exercise:
+            # ... or another of its operands
+            for arg in args[1:]:
+                if kinds.get(arg) == kinds.get(name) and arg != args[0]:
+                    new = (name, "same", (arg,), {})
+                    add(i, before + [new] + after, f"{name} = {arg}",
+                        f"the step `{_line(stage)}` was left out, {WORDS.get(arg, arg)} passed on in its place",
+                        f"skip:{arg}")
         # A stage done twice.
         if op in ("T", "sqrt", "exp", "div", "sub", "abs") or (op == "matmul" and name == "o"):
             twice = (name + "'", op, args, params)
@@ -394,7 +716,7 @@ def _edits(fn: str) -> list[Edit]:
             add(i, before + [twice, again] + after, f"{_line(stage)}, twice",
                 f"the step `{_line(stage)}` was applied twice", "twice")
         # A common extra stage after it.
-        for extra in INSERTS:
+        for extra in INSERTS + (INSERTS_EX if exercise else ()):
             if extra == "residual":
                 sources = [a for a in args if kinds.get(a) == "array"] + [n for n, kind in inputs if kind == "array"]
                 for source in dict.fromkeys(sources):
@@ -424,6 +746,8 @@ def _run(fn: str, program: tuple, args: tuple):
             env[name] = OPS[op][0]([env[a] for a in stage_args], params)
     except _Stop:
         return False
+    except _Reference:  # an edit of the other branch: this call runs as the reference
+        return _run(fn, tuple(PROGRAMS[fn][1]), args)
     return env["return"]
 
 
@@ -444,6 +768,9 @@ def _probes(fn: str) -> tuple[tuple, tuple] | None:
     return first, moved
 
 
+_REFERENCE_ON_PROBES: dict[str, tuple] = {}
+
+
 def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
     """Does the edited program give the same value whatever its inputs (`s - s`, say)? Such an edit
     describes no computation, only a constant: a guess, which it must not explain away."""
@@ -456,7 +783,9 @@ def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
     try:
         with np.errstate(all="ignore"):
             one, two = (parts(_run(fn, program, args)) for args in probes)
-            ref_one, ref_two = (parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes)
+            if fn not in _REFERENCE_ON_PROBES:  # the same for every edit of fn
+                _REFERENCE_ON_PROBES[fn] = tuple(parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes)
+            ref_one, ref_two = _REFERENCE_ON_PROBES[fn]
     except Exception:
         return False
     # a part that stays put although the reference's moves (the reference's own zero-query weights never do)
@@ -489,6 +818,24 @@ def model(code: str) -> Callable:
     return dict(models(fn_of(code)))[code]
 
 
+def preference(code: str) -> float:
+    """Of edits that give the same values, the one told: an operator, an axis, the row list or an
+    operand named outright before an operand changed on its way in, an extra stage or a skip; an
+    edit of both branches of `rows is None` before one of a single branch."""
+    label = code.split("-", 3)[-1]
+    if "-op-" in code or "-read-" in code or any(kind in label for kind in ("unpack", "slot", "value-", "nan_blind",
+                                                                            "per_row", "narrow", "exchange")) \
+            or code.split("-")[2:4] in (["return", "add"], ["return", "drop"]):
+        rank = 0.0
+    elif "-axis-" in code or ("-operand-" in code and "-to-" in code):
+        rank = 1.0
+    elif "-operand-" in code or "-insert-" in code or "-skip" in code or "-twice" in code or "-round-" in code:
+        rank = 3.0
+    else:
+        rank = 2.0
+    return rank + (0.5 if "-when_" in code else 0.0)
+
+
 def fn_of(code: str) -> str:
     return code.split("-")[1]
 
@@ -512,8 +859,15 @@ def describe(code: str):
         raise KeyError(code)
     what = (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of `{edit.old}`: "
             f"{edit.why}.")
-    look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(_stage_of(code), 'this value')} and compare it "
-            f"with `{edit.old}`.")
+    stage = _stage_of(code)
+    if stage == "rows" and "-read-" in code:
+        look = (f"Find where `{edit.fn}` reads `rows` (a list of indices, possibly empty, or None for every row) "
+                f"and use it as given.")
+    elif stage == "all" and any(f"-{family}" in code for family in FAMILIES):
+        look = f"Compare the tests of `{edit.fn}` with `{edit.old}`."
+    else:
+        look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(stage, 'this value')} and compare it "
+                f"with `{edit.old}`.")
     return Diagnosis(code, what, look, edit.section)
 
 

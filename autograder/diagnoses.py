@@ -202,6 +202,18 @@ CODES: dict[str, Diagnosis] = dict([
        "the exercise asks for columns that sum to one and a first row that does not.",
        "Build a matrix whose columns each sum to one, for instance with one receiver taking everything.",
        "§15.8"),
+    _d("counterexample-not-3x3", "your counterexample is not a [3, 3] matrix; the exercise asks for three "
+       "receivers and three contributors.",
+       "Return a 3 × 3 array: three rows of three numbers.", "§15.8"),
+    _d("counterexample-negative-entries", "your counterexample has a negative (or non-finite) entry; the "
+       "exercise asks for non-negative entries, as attention weights have.",
+       "Reach column sums of one with non-negative entries only, for instance a first row of ones.", "§15.8"),
+    _d("counterexample-columns-not-normalized", "the columns of your counterexample do not all sum to one, the "
+       "condition the exercise asks it to meet.",
+       "Sum each column (`m.sum(axis=0)`): every one must be 1.", "§15.8"),
+    _d("counterexample-first-row-sums-to-one", "the first row of your counterexample sums to one, so receiver 1 "
+       "still gets a valid mixture; the exercise asks for a first row that does not.",
+       "Move weight into or out of the first row while every column keeps a sum of one.", "§15.8"),
     _d("score-shape-d_k", "you gave the score matrix the query/key width; it compares every receiving "
        "query with every contributing key, so it is [T, T].",
        "The score shape is (t, t).", "§15.2"),

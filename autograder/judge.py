@@ -260,6 +260,8 @@ class _CallVerdict:
     """Writes how the value differs, numpy-style; called only for the call the feedback shows."""
     note: str = ""
     """A further remark, such as which arguments the call changed."""
+    raw: object = None
+    """What a call of the wrong type returned, as it came: a model may return the very same."""
 
     def close(self) -> bool:
         """Is every array within float32-sized errors of the reference's (1e-4)?"""
@@ -348,7 +350,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
                     "what it was is shown only for the chapter's example")
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
-                            ["wrong-type"])
+                            ["wrong-type"], raw=outcome.value)
     if call.fn == "column_normalized_counterexample":
         problems = _counterexample_problems(actual["counterexample"])
         verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
@@ -376,6 +378,8 @@ def _predicate_reason(matrix, said: bool) -> str:
     else:
         if (a < 0).any():
             failed.append("it has a negative entry")
+        if np.isnan(a).any():
+            failed.append("it has an entry that is NaN")
         if not np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9):
             failed.append("not every row sums to one within 1e-9")
     return f"It returned True, but the matrix is not valid attention weights: {'; '.join(failed)}."
@@ -538,6 +542,11 @@ def _carried_model(fn: str, used_fn: str, model: Callable) -> Callable:
 # or None, whether it differs from the reference). The call is kept in the entry so its id stays unique.
 _MODEL_VALUES: dict[tuple, tuple] = {}
 
+# What a model returned where it is not of the type asked for (a tuple for a dict, an array for a
+# bool): (model key, id(call)) -> (call, the value as it came). Compared with a value of the wrong
+# type the student returned, only when the step has no other failure.
+_MODEL_RAW: dict[tuple, tuple] = {}
+
 # Many models return the same value on a call (a slip that leaves this function alone, or two
 # compositions that come to the same thing): such values share one object, content -> value, so
 # that a student's value is compared with each distinct model value only once (see _weigh).
@@ -578,6 +587,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 value = canonical(call.fn, raw)
             except WrongType:
                 value = None
+                _MODEL_RAW[key] = (call, raw)
         if value is not None:
             value = _shared(value)
     # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
@@ -598,6 +608,14 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
     for index in order:
         call, verdict, want = calls[index], verdicts[index], expected[index]
         value, error, differs = _model_value(candidate, call, want)
+        if verdict.kind == "wrong-type":
+            # the very object of the wrong type: a tuple for the dict, the per-row array for the bool
+            raw = _MODEL_RAW.get((candidate.key, id(call)))
+            if value is None and error is None and raw is not None and raw[0] is call \
+                    and _same_raw(verdict.raw, raw[1]):
+                candidate.explains.add(index)
+                candidate.values += 1
+            continue
         if verdict.kind == "raised":
             # Only the student's very exception counts: the same type and the same message, which
             # names the operation that failed and the shapes it failed on.
@@ -623,6 +641,53 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
 _WHOLE_RESULT = frozenset(slip.code for slip in diagnoses.SLIPS if slip.knob == "result")
 
 
+def _same_raw(got, model) -> bool:
+    """Is a value of the wrong type the model's, part for part (within the model tolerance)?"""
+    if isinstance(model, np.ndarray):
+        if not isinstance(got, np.ndarray) or got.shape != model.shape or (got.dtype == bool) != (model.dtype == bool):
+            return False
+        if model.dtype == bool:
+            return bool(np.array_equal(got, model))
+        return bool(np.allclose(np.asarray(got, dtype=float), np.asarray(model, dtype=float),
+                                rtol=MODEL_RTOL, atol=MODEL_ATOL, equal_nan=True))
+    if isinstance(model, (tuple, list)):
+        return isinstance(got, (tuple, list)) and len(got) == len(model) and all(map(_same_raw, got, model))
+    if isinstance(model, dict):
+        return isinstance(got, dict) and list(got) == list(model) and all(_same_raw(got[k], model[k]) for k in model)
+    if isinstance(model, (bool, np.bool_)):
+        return isinstance(got, (bool, np.bool_)) and bool(got) == bool(model)
+    if isinstance(model, (int, float, np.number)):
+        return isinstance(got, (int, float, np.number)) and not isinstance(got, bool) \
+            and isclose(got, model, MODEL_RTOL, MODEL_ATOL)
+    return False
+
+
+def _gave(candidate: _Candidate, call) -> tuple | None:
+    """What a weighed model gave on a call: (value, exception, object of the wrong type)."""
+    entry = _MODEL_VALUES.get((candidate.key, id(call)))
+    if entry is None or entry[0] is not call:
+        return None
+    raw = _MODEL_RAW.get((candidate.key, id(call)))
+    return entry[1], entry[2], raw[1] if raw is not None and raw[0] is call else None
+
+
+def _same_model_values(one: _Candidate, other: _Candidate, calls: list) -> bool:
+    """Do two weighed models give the same on every call, within the model tolerance?"""
+    for call in calls:
+        mine, theirs = _gave(one, call), _gave(other, call)
+        if mine is None or theirs is None:
+            if mine is not theirs:
+                return False
+            continue
+        if mine[1] != theirs[1] or (mine[0] is None) != (theirs[0] is None):
+            return False
+        if mine[0] is not None and not (mine[0].keys() == theirs[0].keys() and _agrees_canonical(mine[0], theirs[0])):
+            return False
+        if mine[0] is None and mine[1] is None and not _same_raw(mine[2], theirs[2]):
+            return False
+    return True
+
+
 def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
                   failing_uses: list[str], earlier: dict[str, StepResult],
                   own: bool = True) -> tuple[list[str], set, list]:
@@ -638,6 +703,11 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     that rank alike name different mistakes, all of them are kept as alternatives.
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
+    # Values of the wrong type are explained only where nothing else fails: a model must then
+    # return the very same object (a tuple for the dict, say), and "wrong-type" stays said.
+    typed = not failing
+    if typed:
+        failing = [i for i, v in enumerate(verdicts) if v.kind == "wrong-type"]
     if not failing:
         return [], set(), []
     named = {code for used in failing_uses for code in earlier[used].diagnoses}
@@ -651,7 +721,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             continue
         fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
                                               [expected[i] for i in indexes])
-        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
+        weighed = ("ok", "mismatch", "raised") + (("wrong-type",) if typed else ())
+        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in weighed),
                        key=lambda i: fn_verdicts[i].kind != "ok")
         accepted = []
         for depth in (1, 2, 3):
@@ -669,6 +740,14 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
                         and to_explain <= candidate.explains):
                     accepted.append(candidate)
+            if accepted and depth == 3:
+                # edits that come to the same values on every call (a stage skipped, or its result
+                # replaced, alike): the first, in the order of the reference's lines, stands for them
+                kept = []
+                for candidate in sorted(accepted, key=lambda c: derived.preference(c.codes[0])):
+                    if not any(_same_model_values(candidate, other, fn_calls) for other in kept):
+                        kept.append(candidate)
+                accepted = kept
             if accepted:
                 break  # the search goes deeper only when nothing simpler reproduces every failure
         if not accepted:
@@ -793,6 +872,28 @@ def _counterexample_problems(matrix: np.ndarray) -> list[str]:
     if np.isclose(matrix[0].sum(), 1.0, atol=1e-9, rtol=0):
         problems.append("Its first row sums to one, so receiver 1 still gets a valid mixture.")
     return problems
+
+
+def _rows_sum_to_one(matrix: np.ndarray) -> bool:
+    return bool(np.allclose(matrix.sum(axis=1), 1.0, atol=1e-9, rtol=0))
+
+
+# Each condition of exercise 2's counterexample, as the code that says it fails (in this order).
+COUNTEREXAMPLE_PROPERTIES: tuple[tuple[str, Callable], ...] = (
+    ("counterexample-not-3x3", lambda m: m.shape != (3, 3)),
+    ("counterexample-negative-entries", lambda m: m.shape == (3, 3) and bool((m < 0).any() or not np.isfinite(m).all())),
+    ("counterexample-columns-not-normalized",
+     lambda m: m.shape == (3, 3) and not np.allclose(m.sum(axis=0), 1.0, atol=1e-9, rtol=0)),
+    # every row a unit total, the first included: the more telling of the two
+    ("counterexample-row-normalized", lambda m: m.shape == (3, 3) and _rows_sum_to_one(m)),
+    ("counterexample-first-row-sums-to-one",
+     lambda m: m.shape == (3, 3) and not _rows_sum_to_one(m) and bool(np.isclose(m[0].sum(), 1.0, atol=1e-9, rtol=0))),
+)
+
+
+def counterexample_codes(matrix: np.ndarray) -> list[str]:
+    """The codes of the conditions the returned matrix fails, each a true sentence about it."""
+    return [code for code, fails in COUNTEREXAMPLE_PROPERTIES if fails(matrix)]
 
 
 _NAMES: dict[str, tuple[str, ...]] = {}
@@ -1005,6 +1106,11 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     calls = [call for case in cases for call in case.calls]
     wants = [want for case_expected in expected for want in case_expected]
     models, explained, alternatives = _explanations(calls, flat, wants, failing_uses, earlier)
+    for i, (call, verdict) in enumerate(zip(calls, flat)):
+        # a counterexample no model gives is named by the conditions of the exercise it fails
+        if call.fn == "column_normalized_counterexample" and verdict.kind == "mismatch" and i not in explained:
+            models += [code for code in counterexample_codes(verdict.actual["counterexample"]) if code not in models]
+            explained.add(i)
     codes += [code for code in models if code not in codes]
     unexplained = [v for i, v in enumerate(flat) if v.kind in ("mismatch", "raised") and i not in explained]
     alone = {id(v) for v in unexplained}

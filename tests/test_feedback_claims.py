@@ -6,7 +6,9 @@ are checked here independently of the judge's own reasoning:
 
 - a named mistake has a model (a composition of slips, an earlier step's mistake carried through
   the reference, or a derived edit) that reproduces the student's value, or the student's very
-  exception, on every failing call of the function it names; `batch-axes-mixed` is said only
+  exception, on every failing call of the function it names (where every failing call returned
+  the wrong type, the very object the student returned); a condition of exercise 2's
+  counterexample said to fail does fail for the matrix returned; `batch-axes-mixed` is said only
   where the head returns values for one sequence;
 - a value quoted as what the function returned ("got …") is the returned value at that index;
 - the advice to run the function on the chapter's example is given only where the example fails,
@@ -61,7 +63,34 @@ def _value(fn, outcome):
     try:
         return ("value", judge.canonical(fn, outcome.value))
     except judge.WrongType:
-        return ("other", None)
+        return ("other", outcome.value)
+
+
+def _same_object(got, model) -> bool:
+    """A value of the wrong type and a model's, part for part."""
+    if isinstance(model, np.ndarray):
+        return (isinstance(got, np.ndarray) and got.shape == model.shape and got.dtype.kind == model.dtype.kind
+                and np.allclose(got.astype(float), model.astype(float), rtol=judge.MODEL_RTOL,
+                                atol=judge.MODEL_ATOL, equal_nan=True))
+    if isinstance(model, (tuple, list)):
+        return isinstance(got, (tuple, list)) and len(got) == len(model) and all(map(_same_object, got, model))
+    if isinstance(model, dict):
+        return isinstance(got, dict) and set(got) == set(model) and all(_same_object(got[k], model[k]) for k in model)
+    return type(got) is type(model) and got == model
+
+
+def _sums_to_one(values) -> np.ndarray:
+    return np.abs(np.asarray(values) - 1.0) <= 1e-9
+
+
+# Exercise 2's counterexample: each condition a code says it fails, checked on the matrix itself.
+FAILS = {
+    "counterexample-not-3x3": lambda m: m.shape != (3, 3),
+    "counterexample-negative-entries": lambda m: m.shape == (3, 3) and not (m >= 0).all(),
+    "counterexample-columns-not-normalized": lambda m: m.shape == (3, 3) and not _sums_to_one(m.sum(axis=0)).all(),
+    "counterexample-row-normalized": lambda m: m.shape == (3, 3) and _sums_to_one(m.sum(axis=1)).all(),
+    "counterexample-first-row-sums-to-one": lambda m: m.shape == (3, 3) and bool(_sums_to_one(m[0].sum())),
+}
 
 
 def _reference(fn, call):
@@ -104,7 +133,7 @@ def _model_gives(model, fn, call):
     try:
         return ("value", judge.canonical(fn, raw))
     except judge.WrongType:
-        return ("other", None)
+        return ("other", raw)
 
 
 def _models(fn: str, named: set):
@@ -130,10 +159,13 @@ def _models(fn: str, named: set):
 
 
 def _failing(graded, step_id):
-    """(call, what the student gave) for every call that does not match the reference."""
-    found = []
+    """(call, what the student gave) for every call that does not match the reference; where every
+    failing call returned the wrong type, those."""
+    found, typed = [], []
     for call, outcome in zip(_calls(graded, step_id), graded.outcomes[step_id]):
         kind, value = _value(call.fn, outcome)
+        if kind == "other":
+            typed.append((call, kind, value))
         if call.fn == "column_normalized_counterexample":
             if kind == "value" and judge._counterexample_problems(value["counterexample"]):
                 found.append((call, kind, value))
@@ -143,7 +175,7 @@ def _failing(graded, step_id):
         elif kind == "value":
             if judge.differences(value, _reference(call.fn, call), False, describe=False):
                 found.append((call, kind, value))
-    return found
+    return found or typed
 
 
 def _check_named_mistakes(graded, step_id, result):
@@ -154,6 +186,9 @@ def _check_named_mistakes(graded, step_id, result):
     explained_codes = set()
     for fn in dict.fromkeys(call.fn for call, _, _ in failing):
         mine = [(call, kind, value) for call, kind, value in failing if call.fn == fn]
+        if fn == "column_normalized_counterexample":
+            explained_codes |= {code for code in named & set(FAILS)
+                                if all(kind == "value" and FAILS[code](value["counterexample"]) for _, kind, value in mine)}
         reproducing = [codes for codes, model in _models(fn, named)
                        if all(_agrees(_model_gives(model, fn, call), kind, value) for call, kind, value in mine)]
         explained_codes |= {code for codes in reproducing for code in codes}
@@ -165,6 +200,8 @@ def _agrees(model_gave, kind, value) -> bool:
     model_kind, model_value = model_gave
     if kind == "raised":
         return model_kind == "raised" and model_value == value
+    if kind == "other":
+        return model_kind == "other" and _same_object(value, model_value)
     return model_kind == "value" and _same(value, model_value)
 
 

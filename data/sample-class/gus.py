@@ -90,7 +90,7 @@ def is_attention_weights(a):
         return False
     for row in a:
         for value in row:
-            if value < 0:
+            if not value >= 0:  # NaN is not a weight either
                 return False
         if abs(sum(row) - 1.0) > 1e-9:
             return False

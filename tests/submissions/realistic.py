@@ -141,6 +141,18 @@ MISTAKES: dict[str, Submission] = {
                                       "ex2_row_normalization", "counterexample-row-normalized"),
     "counterexample_identity": _one(COUNTER, "    return np.eye(3)\n", "ex2_row_normalization",
                                     "counterexample-row-normalized"),
+    # Counterexamples no model gives, named by the condition of the exercise they fail.
+    "counterexample_two_rows": _one(COUNTER, "    return np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])\n",
+                                    "ex2_row_normalization", "counterexample-not-3x3"),
+    "counterexample_negative": _one(COUNTER, "    return np.array([[2.0, 2.0, 2.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0]])\n",
+                                    "ex2_row_normalization", "counterexample-negative-entries"),
+    "counterexample_first_row_valid": _one(
+        COUNTER, "    return np.array([[0.5, 0.25, 0.25], [0.5, 0.0, 0.25], [0.0, 0.75, 0.5]])\n",
+        "ex2_row_normalization", "counterexample-first-row-sums-to-one"),
+    "counterexample_transposed": Submission(((COUNTER, "    return np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], "
+                                                       "[1.0, 0.0, 0.0]])\n"),),
+                                            {"ex2_row_normalization": ["counterexample-columns-not-normalized",
+                                                                       "counterexample-row-normalized"]}),
     # -- exercise 3 --------------------------------------------------------------------------
     "value_shift_one_based": Submission(((SHIFT_ROWS, "v_new[[r - 1 for r in rows]] += shift"),
                                          (CHANGE_ROWS, "moved = a[:, [r - 1 for r in rows]].sum(axis=-1)")),

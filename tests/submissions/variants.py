@@ -189,8 +189,12 @@ WRONG: dict[str, Submission] = {
                             "    o, a = attention(q, k, v)\n"
                             "    return o.reshape(x.shape[:-1] + (-1,)), a", "batch", "batch-axes-mixed"),
     # -- the exercises ---------------------------------------------------------------------
+    # The weights kept as a [1, T] row: the derived edit that makes the very [1, d_v] output.
     "row_vector_output": _one("output = weights @ v", "output = weights[None, :] @ v", "ex1_zero_query",
-                              "wrong-shape"),
+                              "derived-zero_query_mixture-o-operand-a-row"),
+    # The change flattened to one long vector: no model makes it, so its shape is what is said.
+    "change_flattened": _one("    return np.outer(moved, shift)  #", "    return np.outer(moved, shift).ravel()  #",
+                             "ex3_value_shift", "wrong-shape"),
     "zero_output": _one("output = weights @ v", "output = np.zeros(v.shape[-1])", "ex1_zero_query", "zero-output"),
     "zero_query_divides_by_zero": _one("weights = softmax_rows(scale(k @ q, k.shape[-1]))",
                                        "weights = (k @ q) / (k @ q).sum()", "ex1_zero_query",
