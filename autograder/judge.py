@@ -809,12 +809,16 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                earlier: dict[str, StepResult], stopped: list[dict] = (),
-               mistakes: dict[str, list] | None = None) -> StepResult:
+               mistakes: dict[str, list] | None = None, raised: set | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
-    error forward; this step's are added. None grades the step on its own."""
+    error forward; this step's are added. None grades the step on its own.
+    `raised`: the earlier steps on which some call raised; this step is added when one of its calls
+    does. None when unknown (the diagnosis codes stand in for it)."""
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i]) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
+    if raised is not None and any(v.kind == "raised" for case_verdicts in verdicts for v in case_verdicts):
+        raised.add(step.id)
     passed = [all(v.ok for v in case_verdicts) for case_verdicts in verdicts]
     flat = [v for case_verdicts in verdicts for v in case_verdicts]
     total = len(cases)
@@ -834,7 +838,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
 
     failing_uses = _failing_uses(step, status, flat, earlier)
     found = _Findings([]) if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses,
-                                                             earlier)
+                                                             earlier, raised)
     codes = found.codes
     first = _first_failure(cases, verdicts, _showing(found))
     shown, detail = (None, "")
@@ -977,7 +981,8 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
 
 
 def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
-              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult]) -> _Findings:
+              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult],
+              raised: set | None = None) -> _Findings:
     """The step's diagnosis codes: what the runner saw, then the misconceptions that explain the values."""
     flat = [v for case_verdicts in verdicts for v in case_verdicts]
     codes: list[str] = []
@@ -990,7 +995,9 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         # The same function works on one sequence, so only the batch axis can be at fault.
         return _Findings(codes + (["batch-axes-mixed"] if wrong else []))
     if (step.id == "batch" and wrong and all(flat[i].kind == "raised" for i in wrong) and "head" in earlier
-            and earlier["head"].status in ("failed", "partial") and "crashed" not in earlier["head"].diagnoses):
+            and earlier["head"].status in ("failed", "partial")
+            # the head raised on no call of its own (a model may explain an exception it raised)
+            and ("head" not in raised if raised is not None else "crashed" not in earlier["head"].diagnoses)):
         # The head returns values on one sequence, and raises on every batch: code written for 2-D
         # arrays only. Only the head's own verified mistake, raising the very same exceptions on
         # every batch, may name it otherwise: another slip whose model happens to raise the same
@@ -1094,6 +1101,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
     """
     results: dict[str, StepResult] = {}
     mistakes: dict[str, list] | None = {} if carry_forward else None
+    raised: set[str] = set()
     if not run.imported:
         return _unimportable(run)
     for number, step in enumerate(STEPS):
@@ -1111,7 +1119,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
-                                      mistakes)
+                                      mistakes, raised)
     return list(results.values())
 
 
