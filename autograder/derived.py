@@ -783,7 +783,86 @@ def _model(fn: str, program: tuple) -> Callable:
 
 
 def model(code: str) -> Callable:
+    if PAIR in code:
+        edit = _pair(code)
+        if edit is None:
+            raise KeyError(code)
+        return _pair_model(code)
     return dict(models(fn_of(code)))[code]
+
+
+# Two edits of one function, on different stages: tried only when no single edit reproduces the
+# student's values (judge.py screens the pairs on one call first). Named by both codes.
+PAIR = "-plus-"
+
+
+@lru_cache(maxsize=None)
+def composable(fn: str) -> tuple[tuple[str, Edit], ...]:
+    """The edits of `fn` that replace one stage and can be told as one line beside another."""
+    if fn not in PROGRAMS:
+        return ()
+    return tuple((code, edit) for code, edit in _table(fn).items() if edit.at >= 0 and (not edit.what or edit.old == ""))
+
+
+@lru_cache(maxsize=None)
+def pairable(fn: str) -> tuple[tuple[str, Edit], ...]:
+    """The composable edits, one for each distinct change of a stage: of the edits of one stage that
+    give the same values on the probes (`k_t = k`, `k_t = (kᵀ)ᵀ`), the one of fewest lines."""
+    if fn not in PROGRAMS:
+        return ()
+    probes = _probes(fn)
+    if probes is None:
+        return composable(fn)
+    inputs, stages = PROGRAMS[fn]
+    kept: dict[tuple, tuple[str, Edit]] = {}
+    for code, edit in sorted(composable(fn), key=lambda item: len(item[1].rep)):
+        # what the changed stage leaves behind for the stages after it, on each probe
+        shown = []
+        for args in probes:
+            env = dict(zip((n for n, _ in inputs), args))
+            try:
+                with np.errstate(all="ignore"):
+                    for name, op, stage_args, params in list(stages[:edit.at]) + list(edit.rep):
+                        env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+                shown.append([(name, np.round(np.asarray(env[name], dtype=float), 9).tobytes())
+                              for name in dict.fromkeys(stage[0] for stage in edit.rep)
+                              if not any(mark in name for mark in "'~²")])
+            except Exception:
+                shown = code  # raised where the stage runs: kept apart, as its own change
+                break
+        kept.setdefault((edit.at, repr(shown)), (code, edit))
+    chosen = {code for code, _ in kept.values()}
+    return tuple(item for item in composable(fn) if item[0] in chosen)
+
+
+def pair_code(first: str, second: str) -> str:
+    return first + PAIR + second[len(f"derived-{fn_of(second)}-"):]
+
+
+@lru_cache(maxsize=None)
+def _pair(code: str) -> Edit | None:
+    fn = fn_of(code)
+    first, _, rest = code.partition(PAIR)
+    table = dict(composable(fn))
+    one, two = table.get(first), table.get(f"derived-{fn}-{rest}")
+    if one is None or two is None or not one.at < two.at:
+        return None
+    stages = tuple(PROGRAMS[fn][1])
+    program = stages[:one.at] + one.rep + stages[one.at + 1:two.at] + two.rep + stages[two.at + 1:]
+    return Edit(fn, code, program, f"{one.old}; {two.old}", f"{one.new}; {two.new}", f"{one.why}; and {two.why}",
+                one.section if one.section == two.section else f"{one.section} and {two.section}",
+                what=f"your `{fn}` gives what the reference gives with {_phrase(one)}, and with {_phrase(two)}: "
+                     f"{one.why}; and {two.why}.",
+                look=f"Find the two lines of `{fn}` these name, and compare them with the reference's.")
+
+
+@lru_cache(maxsize=None)
+def _pair_model(code: str) -> Callable:
+    return _model(fn_of(code), _pair(code).program)
+
+
+def _phrase(edit: Edit) -> str:
+    return f"`{edit.new}` before its first line" if edit.old == "" else f"`{edit.new}` in place of `{edit.old}`"
 
 
 def fn_of(code: str) -> str:
@@ -804,7 +883,7 @@ _FUNCTION_WORDS = {"project_qkv": "projections", "scores": "scores", "scale": "s
 def describe(code: str):
     from .diagnoses import Diagnosis
 
-    edit = _table(fn_of(code)).get(code) if is_derived(code) else None
+    edit = None if not is_derived(code) else _pair(code) if PAIR in code else _table(fn_of(code)).get(code)
     if edit is None:
         raise KeyError(code)
     what = edit.what or (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of "

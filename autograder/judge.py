@@ -523,6 +523,48 @@ def _derived(fn: str):
         yield _Candidate((code,), model, False, key=(fn, "derived", code))
 
 
+# Pairs of derived edits weighed on the probe call, at most, for one function: the first pairs in
+# the reference's stage order. Their values are cached per call, so a class pays for each pair once.
+_MOST_PAIRS = 800
+
+
+def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict]):
+    """Pairs of derived edits on two different stages, worth weighing on every call: those that
+    reproduce the first failing call (its wrong value, or its very exception). Of the single edits,
+    only those that change that call's value (or raise there) are paired."""
+    probe = next((i for i in indexes if verdicts[i].kind == "mismatch"), None)
+    if probe is None:
+        probe = next((i for i in indexes if verdicts[i].kind == "raised" and verdicts[i].raised_message), None)
+    if probe is None:
+        return []
+    call, want, verdict = calls[probe], expected[probe], verdicts[probe]
+    singles = dict(derived.models(fn))
+    showing = []
+    for code, edit in derived.pairable(fn):
+        value, error, differs = _model_value(_Candidate((code,), singles[code], False, key=(fn, "derived", code)),
+                                             call, want)
+        if differs or error is not None:
+            showing.append((edit.at, code))
+    showing.sort(key=lambda pair: pair[0])  # stage order (stable)
+    survivors, tried = [], 0
+    for n, (at, first) in enumerate(showing):
+        for other_at, second in showing[n + 1:]:
+            if other_at <= at:
+                continue
+            if tried >= _MOST_PAIRS:
+                return survivors
+            tried += 1
+            code = derived.pair_code(first, second)
+            candidate = _Candidate((code,), derived.model(code), False, key=(fn, "derived", code))
+            value, error, differs = _model_value(candidate, call, want)
+            if verdict.kind == "raised":
+                if error == (verdict.raised, verdict.raised_message):
+                    survivors.append(candidate)
+            elif error is None and value is not None and differs and _agrees_canonical(verdict.actual, value):
+                survivors.append(candidate)
+    return survivors
+
+
 _CARRIED: dict[tuple, Callable] = {}
 
 
@@ -654,13 +696,15 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
                        key=lambda i: fn_verdicts[i].kind != "ok")
         accepted = []
-        for depth in (1, 2, 3):
+        for depth in (1, 2, 3, 4):
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
             elif depth == 2:
                 candidates = _screened(fn, indexes, calls, verdicts, expected, set()) if own else []
-            else:
+            elif depth == 3:
                 candidates = _derived(fn) if own else []
+            else:
+                candidates = _derived_pairs(fn, indexes, calls, verdicts, expected) if own else []
             for candidate in candidates:
                 if not candidate.carried and any(c.carried for c in accepted):
                     break  # an earlier diagnosis explains every failure: no model of its own can outrank it

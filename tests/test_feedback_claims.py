@@ -114,9 +114,9 @@ def _models(fn: str, named: set):
         for codes, _, model in slips.models(fn, depth):
             if set(codes) <= named:
                 yield codes, model
-    for code, model in derived.models(fn):
-        if code in named:
-            yield (code,), model
+    for code in sorted(named):  # single edits and pairs of edits alike
+        if derived.is_derived(code) and derived.fn_of(code) == fn:
+            yield (code,), derived.model(code)
     for used in slips.PIPELINES:
         if used == fn:
             continue
@@ -124,9 +124,9 @@ def _models(fn: str, named: set):
             for codes, _, model in slips.models(used, depth):
                 if set(codes) <= named:
                     yield codes, diagnoses.through_reference(fn, used, model)
-        for code, model in derived.models(used):
-            if code in named:
-                yield (code,), diagnoses.through_reference(fn, used, model)
+        for code in sorted(named):
+            if derived.is_derived(code) and derived.fn_of(code) == used:
+                yield (code,), diagnoses.through_reference(fn, used, derived.model(code))
 
 
 def _failing(graded, step_id):
