@@ -535,6 +535,11 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                         line = line.replace(f"{a}'", OPS[change][1].format(a))
                     add(i, before + inner + [new] + after, line,
                         f"every array it returns was returned as `{OPS[change][1].format('·')}`", f"all:{change}")
+                # One part returned alone, not the tuple.
+                for a in outs:
+                    new = (name, "one", (a,), {})
+                    add(i, before + [new] + after, _line(new),
+                        f"only {WORDS.get(a, a)} {_were(a)} returned, not the tuple", f"only:{a}")
                 # The parts returned stacked into one array, not as a tuple.
                 new = (name, "stack", args, params)
                 add(i, before + [new] + after, _line(new), "the parts were stacked into one array, not returned "

@@ -123,6 +123,21 @@ def _as_shape(value, name: str) -> tuple:
     raise WrongType(f"{name} should be a tuple of ints, got {_kind(value)}")
 
 
+def loose_value(value, limit: int | None = None) -> dict | None:
+    """A value of the wrong type read as plainly as it allows: one float array (a bare array where
+    a tuple was due), or a tuple or list of them (a tuple of the wrong length); None for anything
+    else, or for more numbers than `limit`. Models that return the same wrong structure are
+    compared with it."""
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    if not parts or not all(isinstance(part, np.ndarray) and part.dtype.kind in "fiub" for part in parts):
+        return None
+    if limit is not None and sum(part.size for part in parts) > limit:
+        return None
+    if isinstance(value, np.ndarray):
+        return {"whole": value.astype(np.float64)}
+    return {f"part {n}": part.astype(np.float64) for n, part in enumerate(parts)}
+
+
 def _kind(value) -> str:
     return value.type if isinstance(value, Bad) else type(value).__name__
 
@@ -252,6 +267,8 @@ class _CallVerdict:
     """Its message, as the runner brought it back."""
     raised_in: str | None = None
     """The submission's function the exception came from, when the runner could tell."""
+    loose: dict | None = None
+    """A value of the wrong type read as plainly as it allows (see `loose_value`), for the models."""
     nonfinite: bool = False
     shape: bool = False
     arrays: list | None = None
@@ -347,8 +364,9 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         if not case.public:  # a type's name, a dtype's fields: the submission's own words, which could spell the case
             text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
                     "what it was is shown only for the chapter's example")
+        limit = 4 * sum(part.size for part in expected.values() if isinstance(part, np.ndarray))
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
-                            ["wrong-type"])
+                            ["wrong-type"], loose=loose_value(outcome.value, limit))
     if call.fn == "column_normalized_counterexample":
         problems = _counterexample_problems(actual["counterexample"])
         verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
@@ -629,6 +647,24 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     return entry[1:]
 
 
+_LOOSE_VALUES: dict[tuple, tuple] = {}
+
+
+def _model_loose(candidate: _Candidate, call) -> dict | None:
+    """The model's value on a call where it returns the wrong type, read as `loose_value` reads it."""
+    key = (candidate.key, id(call))
+    entry = _LOOSE_VALUES.get(key)
+    if entry is not None and entry[0] is call:
+        return entry[1]
+    try:
+        with np.errstate(all="ignore"):
+            value = loose_value(candidate.model(*call.args))
+    except Exception:
+        value = None
+    _LOOSE_VALUES[key] = (call, value)
+    return value
+
+
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
            agreed: dict, order: list[int]) -> None:
     """Run the model on every call of one function that returned or raised, and tally the evidence.
@@ -640,6 +676,15 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
     for index in order:
         call, verdict, want = calls[index], verdicts[index], expected[index]
         value, error, differs = _model_value(candidate, call, want)
+        if verdict.kind == "wrong-type":
+            # The same wrong structure, holding the same numbers (say the output alone, not the tuple)
+            if value is None and error is None and verdict.loose is not None:
+                model = _model_loose(candidate, call)
+                if model is not None and model.keys() == verdict.loose.keys() \
+                        and _agrees_canonical(verdict.loose, model):
+                    candidate.explains.add(index)
+                    candidate.values += 1
+            continue
         if verdict.kind == "raised":
             # Only the student's very exception counts: the same type and the same message, which
             # names the operation that failed and the shapes it failed on.
@@ -680,6 +725,10 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     that rank alike name different mistakes, all of them are kept as alternatives.
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
+    if not failing and any(v.kind == "wrong-type" for v in verdicts) \
+            and all(v.loose is not None for v in verdicts if v.kind == "wrong-type"):
+        # Every failure a value of the wrong type: a model returning the same structure may name it.
+        failing = [i for i, v in enumerate(verdicts) if v.kind == "wrong-type"]
     if not failing:
         return [], set(), []
     named = {code for used in failing_uses for code in earlier[used].diagnoses}
@@ -693,7 +742,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             continue
         fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
                                               [expected[i] for i in indexes])
-        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")),
+        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")
+                        or (v.kind == "wrong-type" and indexes[i] in failing)),
                        key=lambda i: fn_verdicts[i].kind != "ok")
         accepted = []
         for depth in (1, 2, 3, 4):

@@ -61,7 +61,7 @@ def _value(fn, outcome):
     try:
         return ("value", judge.canonical(fn, outcome.value))
     except judge.WrongType:
-        return ("other", None)
+        return ("other", judge.loose_value(outcome.value))
 
 
 def _reference(fn, call):
@@ -104,7 +104,7 @@ def _model_gives(model, fn, call):
     try:
         return ("value", judge.canonical(fn, raw))
     except judge.WrongType:
-        return ("other", None)
+        return ("other", judge.loose_value(raw))
 
 
 def _models(fn: str, named: set):
@@ -143,6 +143,9 @@ def _failing(graded, step_id):
         elif kind == "value":
             if judge.differences(value, _reference(call.fn, call), False, describe=False):
                 found.append((call, kind, value))
+    if not found:  # every failure a value of the wrong type: a model must return the same structure
+        found = [(call, kind, value) for call, outcome in zip(_calls(graded, step_id), graded.outcomes[step_id])
+                 for kind, value in [_value(call.fn, outcome)] if kind == "other"]
     return found
 
 
@@ -165,6 +168,9 @@ def _agrees(model_gave, kind, value) -> bool:
     model_kind, model_value = model_gave
     if kind == "raised":
         return model_kind == "raised" and model_value == value
+    if kind == "other":
+        return (model_kind == "other" and value is not None and model_value is not None
+                and model_value.keys() == value.keys() and _same(value, model_value))
     return model_kind == "value" and _same(value, model_value)
 
 
