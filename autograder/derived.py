@@ -311,7 +311,7 @@ def _line(stage: Stage) -> str:
     if op == "and":
         body = " and ".join(args)
     elif op == "tuple":
-        body = "(" + ", ".join(args) + ")"
+        body = "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")"
     elif op == "stack":
         body = "np.stack([" + ", ".join(args) + "])"
     elif op in ("facts", "intervention"):
@@ -466,8 +466,11 @@ def _edits(fn: str) -> list[Edit]:
     return found
 
 
+_PLURAL = {"q", "k", "v", "k_t", "d", "s", "m", "shifted", "e", "z", "a", "v_new", "sums"}
+
+
 def _were(name: str) -> str:
-    return "were" if name in ("q", "k", "v", "e", "k_t", "w_q", "w_k", "w_v") else "was"
+    return "were" if name in _PLURAL else "was"
 
 
 def _and(words: list[str]) -> str:
@@ -535,6 +538,16 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                         line = line.replace(f"{a}'", OPS[change][1].format(a))
                     add(i, before + inner + [new] + after, line,
                         f"every array it returns was returned as `{OPS[change][1].format('·')}`", f"all:{change}")
+                # A part left out of the tuple, or another array of the function put in.
+                for a in outs:
+                    new = (name, op, tuple(b for b in args if b != a), params)
+                    add(i, before + [new] + after, _line(new), f"{WORDS.get(a, a)} {_were(a)} left out of the tuple",
+                        f"drop:{a}")
+                scope = [n for n, kind in inputs if kind == "array"] + [s[0] for s in stages[:i]]
+                for extra in dict.fromkeys(n for n in scope if kinds.get(n) == "array" and n not in args):
+                    new = (name, op, args + (extra,), params)
+                    add(i, before + [new] + after, _line(new),
+                        f"{WORDS.get(extra, extra)} {_were(extra)} returned as well", f"extra:{extra}")
                 # One part returned alone, not the tuple.
                 for a in outs:
                     new = (name, "one", (a,), {})
@@ -545,6 +558,18 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 add(i, before + [new] + after, _line(new), "the parts were stacked into one array, not returned "
                     "as a tuple", "stack")
             continue
+        # A size passed in (d_k) read off an array instead: its last axis, or its first.
+        for j, arg in enumerate(args):
+            if arg not in names or kinds.get(arg) != "int":
+                continue
+            for source in arrays:
+                for size in ("lastdim", "firstdim"):
+                    inner = (f"{arg}'", size, (source,), {})
+                    new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                    shown = OPS[size][1].format(source)
+                    add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", shown),
+                        f"{WORDS.get(arg, arg)} was read as `{shown}` instead of taken as given",
+                        f"size:{arg}:{source}:{size}")
         if kinds.get(name) not in ("array", "scalar"):
             continue
         for extra in MORE_INSERTS:  # a cast, a normalization or a logarithm after the line
