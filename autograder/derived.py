@@ -9,8 +9,9 @@ edit operators (`_edits`) are applied to every stage. Each edit is a model with 
 `derived-<function>-<stage>-<edit>`, and words written from the edit itself: the line as the
 student's numbers say it was computed, beside the reference's line.
 
-The judge tries these only after the grammar's single slips and pairs have failed; a derived
-model, like any other, is named only when it reproduces every failing call. Its values on a
+The judge tries these only after the grammar's single slips and pairs have failed, and pairs of
+these (`PAIR`: two edits on two different stages) only after every single edit has failed; a
+derived model, like any other, is named only when it reproduces every failing call. Its values on a
 case are computed once for the whole class (the judge's per-call cache), so the memory they take
 grows with the cases and the edits, never with the class.
 """
