@@ -845,6 +845,9 @@ def pairable(fn: str) -> tuple[tuple[str, Edit], ...]:
     if probes is None:
         return composable(fn)
     inputs, stages = PROGRAMS[fn]
+    # and numbers in the thousands, where `log(e / z)` and `shifted - log(z)` part ways
+    probes = probes + (tuple(arg * 1000.0 if isinstance(arg, np.ndarray) and name != "a" else arg
+                             for (name, _), arg in zip(inputs, probes[0])),)
     kept: dict[tuple, tuple[str, Edit]] = {}
     for code, edit in sorted(composable(fn), key=lambda item: len(item[1].rep)):
         # what the changed stage leaves behind for the stages after it, on each probe
@@ -855,9 +858,9 @@ def pairable(fn: str) -> tuple[tuple[str, Edit], ...]:
                 with np.errstate(all="ignore"):
                     for name, op, stage_args, params in list(stages[:edit.at]) + list(edit.rep):
                         env[name] = OPS[op][0]([env[a] for a in stage_args], params)
-                shown.append([(name, np.round(np.asarray(env[name], dtype=float), 9).tobytes())
-                              for name in dict.fromkeys(stage[0] for stage in edit.rep)
-                              if not any(mark in name for mark in "'~²")])
+                    shown.append([(name, np.round(np.asarray(env[name], dtype=float), 9).tobytes())
+                                  for name in dict.fromkeys(stage[0] for stage in edit.rep)
+                                  if not any(mark in name for mark in "'~²")])
             except Exception:
                 shown = code  # raised where the stage runs: kept apart, as its own change
                 break
@@ -870,6 +873,17 @@ def pair_code(first: str, second: str) -> str:
     return first + PAIR + second[len(f"derived-{fn_of(second)}-"):]
 
 
+def pair_program(first: Edit, second: Edit) -> tuple:
+    """The reference's stages with two edits of different stages made, `first` the earlier."""
+    stages = tuple(PROGRAMS[first.fn][1])
+    return stages[:first.at] + first.rep + stages[first.at + 1:second.at] + second.rep + stages[second.at + 1:]
+
+
+def run(fn: str, program: tuple, args: tuple):
+    """What an edited program returns on `args` (or the exception it raises)."""
+    return _run(fn, program, args)
+
+
 @lru_cache(maxsize=None)
 def _pair(code: str) -> Edit | None:
     fn = fn_of(code)
@@ -878,8 +892,7 @@ def _pair(code: str) -> Edit | None:
     one, two = table.get(first), table.get(f"derived-{fn}-{rest}")
     if one is None or two is None or not one.at < two.at:
         return None
-    stages = tuple(PROGRAMS[fn][1])
-    program = stages[:one.at] + one.rep + stages[one.at + 1:two.at] + two.rep + stages[two.at + 1:]
+    program = pair_program(one, two)
     return Edit(fn, code, program, f"{one.old}; {two.old}", f"{one.new}; {two.new}", f"{one.why}; and {two.why}",
                 one.section if one.section == two.section else f"{one.section} and {two.section}",
                 what=f"your `{fn}` gives what the reference gives with {_phrase(one)}, and with {_phrase(two)}: "

@@ -541,9 +541,34 @@ def _derived(fn: str):
         yield _Candidate((code,), model, False, key=(fn, "derived", code))
 
 
-# Pairs of derived edits weighed on the probe call, at most, for one function: the first pairs in
-# the reference's stage order. Their values are cached per call, so a class pays for each pair once.
-_MOST_PAIRS = 800
+# Pairs of derived edits screened on the probe call, at most, for one function: those of
+# neighbouring stages first. What a pair gives on a call is cached for the whole class (it
+# depends on nothing else), so a class pays for each pair once per call; only the pairs that
+# reproduce the probe are built as models and weighed on every call.
+_MOST_PAIRS = 4000
+_PAIR_VALUES: dict[tuple, tuple] = {}
+
+
+def _pair_value(fn: str, first, second, call) -> tuple:
+    """(canonical value or None, (exception name, message) or None) of a pair of edits on a call."""
+    key = (fn, first.code, second.code, id(call))
+    entry = _PAIR_VALUES.get(key)
+    if entry is not None and entry[0] is call:
+        return entry[1:]
+    value = error = None
+    try:
+        with np.errstate(all="ignore"):
+            raw = derived.run(fn, derived.pair_program(first, second), call.args)
+        value = canonical(call.fn, raw)
+    except WrongType:
+        pass
+    except diagnoses.Inapplicable:
+        pass
+    except Exception as exc:
+        message = str(exc)
+        error = (type(exc).__name__, message[:300] + "…" if len(message) > 300 else message)
+    _PAIR_VALUES[key] = (call, value, error)
+    return value, error
 
 
 def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict]):
@@ -562,24 +587,26 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
         value, error, differs = _model_value(_Candidate((code,), singles[code], False, key=(fn, "derived", code)),
                                              call, want)
         if differs or error is not None:
-            showing.append((edit.at, code))
-    showing.sort(key=lambda pair: pair[0])  # stage order (stable)
+            showing.append(edit)
+    by_stage: dict[int, list] = {}
+    for edit in showing:
+        by_stage.setdefault(edit.at, []).append(edit)
+    # Stages next to each other first: one line of a student's code often spans both.
+    stage_pairs = sorted(((i, j) for i in by_stage for j in by_stage if i < j), key=lambda ij: (ij[1] - ij[0], ij[0]))
     survivors, tried = [], 0
-    for n, (at, first) in enumerate(showing):
-        for other_at, second in showing[n + 1:]:
-            if other_at <= at:
-                continue
+    for i, j in stage_pairs:
+        for first, second in itertools.product(by_stage[i], by_stage[j]):
             if tried >= _MOST_PAIRS:
                 return survivors
             tried += 1
-            code = derived.pair_code(first, second)
-            candidate = _Candidate((code,), derived.model(code), False, key=(fn, "derived", code))
-            value, error, differs = _model_value(candidate, call, want)
+            value, error = _pair_value(fn, first, second, call)
             if verdict.kind == "raised":
-                if error == (verdict.raised, verdict.raised_message):
-                    survivors.append(candidate)
-            elif error is None and value is not None and differs and _agrees_canonical(verdict.actual, value):
-                survivors.append(candidate)
+                fits = error == (verdict.raised, verdict.raised_message)
+            else:
+                fits = value is not None and _agrees_canonical(verdict.actual, value)
+            if fits:
+                code = derived.pair_code(first.code, second.code)
+                survivors.append(_Candidate((code,), derived.model(code), False, key=(fn, "derived", code)))
     return survivors
 
 
