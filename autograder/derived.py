@@ -688,7 +688,8 @@ def _blocks_twice(fn, stages, kinds, add) -> None:
             why = (f"the lines from `{first}` to `{last}` were run a second time, on {WORDS.get(out, out)} in "
                    f"place of {WORDS.get(source, source)}")
             add(j, program, f"{last}, then the lines from `{first}` again on {out}", why, "block_twice",
-                what=f"your `{fn}` gives what the reference gives with {why}.",
+                what=f"your `{fn}` gives what the reference gives when the lines from `{first}` to `{last}` are "
+                     f"run a second time, on {WORDS.get(out, out)} in place of {WORDS.get(source, source)}.",
                 look=f"Find where `{fn}` computes {WORDS.get(out, out)}, and count how often it does.")
             break
 
