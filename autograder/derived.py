@@ -9,8 +9,9 @@ edit operators (`_edits`) are applied to every stage. Each edit is a model with 
 `derived-<function>-<stage>-<edit>`, and words written from the edit itself: the line as the
 student's numbers say it was computed, beside the reference's line.
 
-The judge tries these only after the grammar's single slips and pairs have failed; a derived
-model, like any other, is named only when it reproduces every failing call. Its values on a
+The judge tries these only after the grammar's single slips and pairs have failed, and pairs of
+these (`PAIR`: two edits on two different stages) only after every single edit has failed; a
+derived model, like any other, is named only when it reproduces every failing call. Its values on a
 case are computed once for the whole class (the judge's per-call cache), so the memory they take
 grows with the cases and the edits, never with the class.
 """
@@ -220,7 +221,31 @@ OPS: dict[str, tuple[Callable, str]] = {
     "per_col": (lambda a, p: a[0] / np.shape(a[0])[-1], "{0} / {0}.shape[-1]"),
     "times_rows": (lambda a, p: a[0] * np.shape(a[0])[-2], "{0} * {0}.shape[-2]"),
     "residual": (lambda a, p: a[0] + a[1], "{0} + {1}"),
+    # a value changed on its way in or out: normalized, cast, made hard
+    "l2rows": (lambda a, p: a[0] / np.linalg.norm(a[0], axis=-1, keepdims=True),
+               "{0} / np.linalg.norm({0}, axis=-1, keepdims=True)"),
+    "f32": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float32), dtype=np.float64), "np.float32({0})"),
+    "trunc": (lambda a, p: np.trunc(a[0]), "{0}.astype(int)"),
+    "onehot": (lambda a, p: _onehot(a[0]), "one_hot(argmax({0}, axis=-1))"),
+    "log_": (lambda a, p: np.log(a[0]), "np.log({0})"),
+    # a stage replaced by a relative of its operator
+    "rowdot": (lambda a, p: np.sum(a[0] * _swap(a[1]), axis=-1), "({0} * {1}ᵀ).sum(axis=-1)"),
+    "colsum_scale": (lambda a, p: np.sum(a[0], axis=-2)[..., None] * a[1], "{0}.sum(axis=0)[:, None] * {1}"),
+    "half": (lambda a, p: a[0] / 2, "{0} ** 1 / 2"),
+    "clipc": (lambda a, p: np.clip(a[0], -p["c"], p["c"]), "np.clip({0}, -{c}, {c})"),
+    "logratio": (lambda a, p: a[0] - np.log(a[1]), "{0} - np.log({1})"),
+    "red_idx": (lambda a, p: getattr(np, p["red"])(a[0], axis=p["axis"])[:, None], "{0}.{red}(axis={axis})[:, None]"),
+    "red_col": (lambda a, p: getattr(np, p["red"])(a[0], axis=p["axis"]).reshape(-1, 1),
+                "{0}.{red}(axis={axis}).reshape(-1, 1)"),
+    "precedence": (lambda a, p: a[0] / a[1] / 2, "{0} / {1} ** 1 / 2"),
+    "stack": (lambda a, p: np.stack(a), "np.stack([{all}])"),
 }
+
+
+def _onehot(a):
+    a = np.asarray(a)
+    return (np.arange(a.shape[-1]) == np.argmax(a, axis=-1)[..., None]).astype(float)
+
 
 # Swapped or inverted operators: op -> alternatives (with their words).
 SWAPS: dict[str, tuple[str, ...]] = {
@@ -237,6 +262,18 @@ SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
 SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
+# Further relatives of an operator, kept apart so that the lists above stay as they were.
+MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half",)}
+# An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
+CLIP_BOUNDS = (50, 100, 500, 700, 709)
+# Changes made to an input as the function starts (each input alone, then every array input at once).
+INPUT_CHANGES = ("f32", "l2rows", "trunc")
+# Changes to one operand, and stages inserted after one, beyond the lists above.
+MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
+MORE_INSERTS = ("f32", "trunc", "l2rows", "log_")
+# Operators a unary stage may be moved outside of: `√(d / d_k)` for `d / √d_k`.
+OUTWARD = {"sqrt", "exp", "log", "square"}
+REDUCTIONS = {"max": "max", "min": "min", "sum": "sum", "mean": "mean"}
 AXES = (-2, 0, 1, None)
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
 INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows")
@@ -400,6 +437,14 @@ class Edit:
     why: str
     """What the edit changed, in words."""
     section: str
+    at: int = -1
+    """The stage the edit replaces, for composing two edits; -1 when it is not one stage's edit."""
+    rep: tuple = ()
+    """What replaces that stage."""
+    what: str = ""
+    """The whole first sentence, where "with `new` in place of `old`" would not say it."""
+    look: str = ""
+    """Where to look, where "the line that computes …" would not say it."""
 
 
 def _code(fn: str, stage: str, label: str) -> str:
@@ -416,7 +461,9 @@ def _line(stage: Stage) -> str:
     elif op == "and_rows":
         body = " & ".join(args)
     elif op in ("tuple", "values4"):
-        body = "(" + ", ".join(args) + ")"
+        body = "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")"
+    elif op == "stack":
+        body = "np.stack([" + ", ".join(args) + "])"
     elif op in ("facts", "intervention"):
         body = "{" + ", ".join(args) + "}"
     elif op == "interv4":
@@ -467,12 +514,18 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
     branches = exercise and "rows" in dict(inputs)
     section = "§15.8" if fn in ("is_attention_weights", "head_facts", "zero_query_mixture") else "§15.4"
 
-    def add(i, new_stages, new_line, why, label, restrict=True):
+    def add(i, new_stages, new_line, why, label, restrict=True, old=None, what="", look="", stage_name=None):
         stage = stages[i]
         label = f"{form}:{label}" if form else label
-        code = _code(fn, stage[0] if stage[0] != "_" else "guard", label)
-        old = _line(stage)
-        found.append(Edit(fn, code, tuple(new_stages), old, new_line, why, SECTIONS.get(stage[0], section)))
+        code = _code(fn, stage_name or (stage[0] if stage[0] != "_" else "guard"), label)
+        old = _line(stage) if old is None else old
+        # one stage of the reference's own program replaced: such an edit may be paired with another
+        tail = len(stages) - i - 1
+        local = (not form and list(new_stages[:i]) == list(stages[:i]) and len(new_stages) > i + tail
+                 and list(new_stages[len(new_stages) - tail:]) == list(stages[i + 1:]))
+        found.append(Edit(fn, code, tuple(new_stages), old, new_line, why, SECTIONS.get(stage[0], section),
+                          i if local else -1, tuple(new_stages[i:len(new_stages) - tail]) if local else (),
+                          what, look))
         if branches and restrict:
             # the same edit in one branch of `if rows is None:` only, the other as the reference's
             for when, words in (("none", "rows is None"), ("rows", "rows is a list")):
@@ -733,7 +786,277 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 add(i, before + [first, new] + after, f"{name} = {shown}",
                     f"an extra `{OPS[extra][1].format(name, n=n)}` was applied to {WORDS.get(name, name)}",
                     f"insert:{extra}" + (f":{n}" if extra == "round" else ""))
+    _more_edits(fn, inputs, stages, kinds, add)
     return found
+
+
+_PLURAL = {"q", "k", "v", "k_t", "d", "s", "m", "shifted", "e", "z", "a", "v_new", "sums"}
+
+
+def _were(name: str) -> str:
+    return "were" if name in _PLURAL else "was"
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _inline(name: str, chain: dict) -> str:
+    """A value of the chain written out as one expression of the names outside it."""
+    if name not in chain:
+        return name
+    _, op, args, params = chain[name]
+    shown = [_inline(a, chain) for a in args]
+    shown = [f"({text})" if " " in text and a in chain else text for a, text in zip(args, shown)]
+    return OPS[op][1].format(*shown, **{k: ("None" if v is None else v) for k, v in params.items()})
+
+
+def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
+    """Edits beyond the single-line ones of `_edits`: the arguments changed as the function starts,
+    one change made the same way to parallel lines, a group of lines run twice, a step left out for
+    one use of its value only, an operation moved outside another, and relatives of an operator."""
+    names = [n for n, _ in inputs]
+    produced = {stage[0]: i for i, stage in enumerate(stages)}
+    used = {a for stage in stages for a in stage[2]}
+    arrays = [n for n, kind in inputs if kind == "array" and n in used]
+    section = SECTIONS.get(stages[0][0], "§15.4")
+    # The arguments changed as the function starts: each array argument alone, then all of them.
+    for change in INPUT_CHANGES:
+        groups = [[n] for n in arrays] + ([arrays] if len(arrays) > 1 else [])
+        for group in groups:
+            inserted = [(n, change, (n,), {}) for n in group]
+            lines = "; ".join(f"{n} = {OPS[change][1].format(n)}" for n in group)
+            shown = _and([f"`{OPS[change][1].format(n)}`" for n in group])
+            add(0, inserted + list(stages), lines,
+                f"{_and([WORDS.get(n, n) for n in group])} went in as {shown}",
+                f"input:{'all' if len(group) > 1 else group[0]}:{change}", old="",
+                what=f"your `{fn}` gives what the reference gives with `{lines}` before its first line: "
+                     f"{_and([WORDS.get(n, n) for n in group])} went in as {shown}.",
+                look=f"Find where `{fn}` changes {'its arguments' if len(group) > 1 else f'`{group[0]}`'} "
+                     f"before using {'them' if len(group) > 1 else 'it'}.",
+                stage_name="inputs" if len(group) > 1 else group[0])
+    for i, stage in enumerate(stages):
+        name, op, args, params = stage
+        before, after = list(stages[:i]), list(stages[i + 1:])
+        if op in ("and", "guard", "head", "intervention", "facts", "const"):
+            continue
+        # One operand changed on its way in, in ways beyond OPERAND_CHANGES.
+        for j, arg in enumerate(args):
+            if kinds.get(arg) != "array" or (arg in produced and stages[produced[arg]][1] in REDUCTIONS):
+                continue  # a row's maximum or total is no matrix of rows to normalize or make one-hot
+            for change in MORE_OPERAND_CHANGES:
+                inner = (f"{arg}'", change, (arg,), {})
+                new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                shown = OPS[change][1].format(arg)
+                add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
+                    f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}")
+        if name == "return":
+            outs = [a for a in args if kinds.get(a) == "array"]
+            if op == "tuple" and len(outs) > 1:
+                # Every returned array changed the same way: the column-vector convention, say.
+                for change in ("T", "f32"):
+                    inner = [(f"{a}'", change, (a,), {}) for a in outs]
+                    new = (name, op, tuple(f"{a}'" if a in outs else a for a in args), params)
+                    line = _line(new)
+                    for a in outs:
+                        line = line.replace(f"{a}'", OPS[change][1].format(a))
+                    add(i, before + inner + [new] + after, line,
+                        f"every array it returns was returned as `{OPS[change][1].format('·')}`", f"all:{change}")
+                # A part left out of the tuple, or another array of the function put in.
+                for a in outs:
+                    new = (name, op, tuple(b for b in args if b != a), params)
+                    add(i, before + [new] + after, _line(new), f"{WORDS.get(a, a)} {_were(a)} left out of the tuple",
+                        f"drop:{a}")
+                scope = [n for n, kind in inputs if kind == "array"] + [s[0] for s in stages[:i]]
+                for extra in dict.fromkeys(n for n in scope if kinds.get(n) == "array" and n not in args):
+                    new = (name, op, args + (extra,), params)
+                    add(i, before + [new] + after, _line(new),
+                        f"{WORDS.get(extra, extra)} {_were(extra)} returned as well", f"extra:{extra}")
+                # One part returned alone, not the tuple.
+                for a in outs:
+                    new = (name, "one", (a,), {})
+                    add(i, before + [new] + after, _line(new),
+                        f"only {WORDS.get(a, a)} {_were(a)} returned, not the tuple", f"only:{a}")
+                # The parts returned stacked into one array, not as a tuple.
+                new = (name, "stack", args, params)
+                add(i, before + [new] + after, _line(new), "the parts were stacked into one array, not returned "
+                    "as a tuple", "stack")
+            continue
+        # A size passed in (d_k) read off an array instead: its last axis, or its first.
+        for j, arg in enumerate(args):
+            if arg not in names or kinds.get(arg) != "int":
+                continue
+            for source in arrays:
+                for size in ("lastdim", "firstdim"):
+                    inner = (f"{arg}'", size, (source,), {})
+                    new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                    shown = OPS[size][1].format(source)
+                    add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", shown),
+                        f"{WORDS.get(arg, arg)} was read as `{shown}` instead of taken as given",
+                        f"size:{arg}:{source}:{size}")
+        if kinds.get(name) not in ("array", "scalar"):
+            continue
+        for extra in MORE_INSERTS:  # a cast, a normalization or a logarithm after the line
+            first = (name + "'", op, args, params)
+            new = (name, extra, (name + "'",), {})
+            shown = OPS[extra][1].format(f"({_line(stage).split(' = ', 1)[1]})")
+            add(i, before + [first, new] + after, f"{name} = {shown}",
+                f"an extra `{OPS[extra][1].format(name)}` was applied to {WORDS.get(name, name)}", f"insert:{extra}")
+        for alt in MORE_SWAPS.get(op, ()):
+            new = (name, alt, args, params)
+            add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became `{OPS[alt][1].format(*args)}`",
+                f"op:{op}->{alt}")
+        if op == "sub":  # an overflow guard written as a clip, in place of the shift
+            for c in CLIP_BOUNDS:
+                new = (name, "clipc", args[:1], {"c": c})
+                add(i, before + [new] + after, _line(new),
+                    f"{WORDS.get(args[0], args[0])} were clipped to ±{c} instead of shifted by "
+                    f"{WORDS.get(args[1], args[1])}", f"op:sub->clip:{c}")
+        if op in REDUCTIONS and params.get("axis") == -1:
+            for alt, how in (("red_idx", "`[:, None]`"), ("red_col", "`.reshape(-1, 1)`")):
+                new = (name, alt, args, {"red": REDUCTIONS[op], "axis": -1})
+                add(i, before + [new] + after, _line(new),
+                    f"the {op} dropped its reduced axis and got it back with {how}, which puts it in the "
+                    f"right place only for a 2-D array", f"keepdims:{alt}")
+        producer = {a: stages[produced[a]] for a in args if a in produced and produced[a] < i}
+        if op == "div" and args[0] in producer and producer[args[0]][1] == "exp":
+            # The quotient taken in log space: the log of the weights returned.
+            y = producer[args[0]][2][0]
+            new = (name, "logratio", (y, args[1]), {})
+            add(i, before + [new] + after, _line(new),
+                f"the logarithm of {WORDS.get(name, name)} was computed (`{y} - np.log({args[1]})`), "
+                f"not {WORDS.get(name, name)} themselves", "log_space")
+        if op == "div" and args[1] in producer and producer[args[1]][1] == "sqrt":
+            b = producer[args[1]][2][0]
+            new = (name, "precedence", (args[0], b), {})
+            add(i, before + [new] + after, _line(new),
+                f"Python reads `{args[0]} / {b} ** 1 / 2` as `({args[0]} / {b}) / 2`", "precedence")
+        if op in ("div", "mul", "matmul"):
+            for j, arg in enumerate(args):
+                outer = producer.get(arg)
+                if outer is None or outer[1] not in OUTWARD or len(outer[2]) != 1:
+                    continue
+                inner = (name + "'", op, args[:j] + outer[2] + args[j + 1:], params)
+                new = (name, outer[1], (name + "'",), {})
+                body = _line(inner).split(" = ", 1)[1]
+                add(i, before + [inner, new] + after, f"{name} = {OPS[outer[1]][1].format('(' + body + ')')}",
+                    f"`{OPS[outer[1]][1].format('·')}` was applied to `{body}`, not to {WORDS.get(outer[2][0], outer[2][0])}",
+                    f"outward:{outer[1]}")
+    _partial_skips(fn, stages, kinds, add)
+    _blocks_twice(fn, stages, kinds, add)
+    _parallel(fn, stages, kinds, add)
+
+
+def _depends(stages) -> dict[str, set]:
+    deps: dict[str, set] = {}
+    for name, _, args, _ in stages:
+        deps[name] = set(args).union(*(deps.get(a, set()) for a in args))
+    return deps
+
+
+def _partial_skips(fn, stages, kinds, add) -> None:
+    """A stage left out where one later line uses its value, kept everywhere else."""
+    deps = _depends(stages)
+    index = {stage[0]: i for i, stage in enumerate(stages)}
+    for i, (skipped, op, args, _) in enumerate(stages):
+        if skipped == "return" or not args or kinds.get(skipped) != "array" or kinds.get(args[0]) != "array" \
+                or op in ("same", "T"):
+            continue
+        for j in range(i + 2, len(stages)):
+            name, jop, jargs, jparams = stages[j]
+            if name == "return":
+                continue
+            for p, n in enumerate(jargs):
+                if n not in index or not (i < index[n] < j) or skipped not in deps[n]:
+                    continue
+                chain = [c for c in range(i, index[n] + 1)
+                         if c == i or (skipped in deps[stages[c][0]] and (stages[c][0] in deps[n] or c == index[n]))]
+                renamed = {stages[c][0]: stages[c][0] + "~" for c in chain}
+                copies = [(skipped + "~", "same", args[:1], {})]
+                for c in chain[1:]:
+                    cn, cop, cargs, cparams = stages[c]
+                    copies.append((cn + "~", cop, tuple(renamed.get(a, a) for a in cargs), cparams))
+                new = (name, jop, jargs[:p] + (n + "~",) + jargs[p + 1:], jparams)
+                shown = _inline(n + "~", {s[0]: s for s in copies[1:]}).replace(skipped + "~", args[0])
+                line = _line(new).replace(n + "~", f"({shown})" if " " in shown else shown)
+                add(j, list(stages[:j]) + copies + [new] + list(stages[j + 1:]), line,
+                    f"{WORDS.get(n, n)} used here {_were(n)} computed without the step `{_line(stages[i])}`, "
+                    f"which the other lines keep", f"partial_skip:{skipped}:{n}")
+
+
+def _blocks_twice(fn, stages, kinds, add) -> None:
+    """A run of lines that turns one array into another, run a second time on its own result
+    (the softmax applied twice)."""
+    produced = {stage[0]: i for i, stage in enumerate(stages)}
+    for j, (out, op, _, _) in enumerate(stages):
+        if out == "return" or kinds.get(out) != "array":
+            continue
+        for i in range(j - 1):  # the longest run first; at least three lines
+            block = stages[i:j + 1]
+            inside = {s[0] for s in block}
+            outside = {a for s in block for a in s[2] if a not in inside}
+            if [a for a in outside if kinds.get(a) == "array"] != [a for a in outside if a not in produced or
+                                                                    produced[a] < i] or \
+                    len([a for a in outside if kinds.get(a) == "array"]) != 1:
+                continue
+            (source,) = [a for a in outside if kinds.get(a) == "array"]
+            if any(a in inside for s in stages[j + 1:] for a in s[2] if a != out):
+                continue  # a later line reads a value inside the run: not a run of its own
+            renamed = {s[0]: s[0] + "²" for s in block[:-1]}
+            renamed[source] = out
+            copies = [(s[0] + "²" if s[0] != out else out, s[1], tuple(renamed.get(a, a) for a in s[2]), s[3])
+                      for s in block]
+            program = list(stages[:j + 1]) + copies + list(stages[j + 1:])
+            first, last = _line(block[0]), _line(block[-1])
+            why = (f"the lines from `{first}` to `{last}` were run a second time, on {WORDS.get(out, out)} in "
+                   f"place of {WORDS.get(source, source)}")
+            add(j, program, f"{last}, then the lines from `{first}` again on {out}", why, "block_twice",
+                what=f"your `{fn}` gives what the reference gives when the lines from `{first}` to `{last}` are "
+                     f"run a second time, on {WORDS.get(out, out)} in place of {WORDS.get(source, source)}.",
+                look=f"Find where `{fn}` computes {WORDS.get(out, out)}, and count how often it does.")
+            break
+
+
+def _parallel(fn, stages, kinds, add) -> None:
+    """Parallel lines (`q = x @ w_q`, `k = x @ w_k`, `v = x @ w_v`) changed the same way at once."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (name, op, args, _) in enumerate(stages):
+        if name != "return" and len(args) == 2 and kinds.get(name) == "array" and kinds.get(args[1]) == "array":
+            groups.setdefault((op, args[0]), []).append(i)
+    for (op, _), members in groups.items():
+        if len(members) < 2:
+            continue
+        first = stages[members[0]]
+        olds = "; ".join(_line(stages[m]) for m in members)
+        operands = [stages[m][2][1] for m in members]
+
+        def program(change):
+            out = []
+            for i, stage in enumerate(stages):
+                if i not in members:
+                    out.append(stage)
+                    continue
+                name, sop, (a, b), params = stage
+                if change == "twice":
+                    out += [(name + "'", sop, (a, b), params), (name, sop, (name + "'", b), params)]
+                else:
+                    out += [(b + "'", change, (b,), {}), (name, sop, (a, b + "'"), params)]
+            return out
+
+        for change in OPERAND_CHANGES + MORE_OPERAND_CHANGES + ("twice",):
+            if change == "twice":
+                news = "; ".join(f"{stages[m][0]} = ({_line(stages[m]).split(' = ', 1)[1]}) "
+                                 f"{OPS[op][1].format('', stages[m][2][1]).strip()}" for m in members)
+                why = f"{_and([WORDS.get(b, b) for b in operands])} were each applied twice"
+            else:
+                news = "; ".join(_line((stages[m][0], op, (stages[m][2][0], "§"), stages[m][3])).replace(
+                    "§", f"({OPS[change][1].format(stages[m][2][1])})") for m in members)
+                why = (f"{_and([WORDS.get(b, b) for b in operands])} went in as "
+                       f"{_and([f'`{OPS[change][1].format(b)}`' for b in operands])}")
+            add(members[0], program(change), news, why, f"each:{change}", old=olds,
+                what=f"your `{fn}` gives what the reference gives with `{news}` in place of `{olds}`: {why}.",
+                look=f"Find the lines of `{fn}` that compute "
+                     f"{_and([WORDS.get(stages[m][0], stages[m][0]) for m in members])} and compare them with `{olds}`.")
 
 
 def _run(fn: str, program: tuple, args: tuple):
@@ -751,8 +1074,8 @@ def _run(fn: str, program: tuple, args: tuple):
     return env["return"]
 
 
-def _probes(fn: str) -> tuple[tuple, tuple] | None:
-    """Two inputs of the chapter's example's shapes, the second with every number moved."""
+def _probes(fn: str) -> tuple[tuple, ...] | None:
+    """Three inputs of the chapter's example's shapes, the later two with every number moved."""
     if fn in ("is_attention_weights", "head_facts"):
         return None
     from .cases import example_arrays
@@ -765,7 +1088,12 @@ def _probes(fn: str) -> tuple[tuple, tuple] | None:
     moved = tuple(arg * 1.7 + 0.3 if isinstance(arg, np.ndarray) and name != "a" else
                   (np.roll(arg, 1, axis=-1) if name == "a" else arg)
                   for (name, _), arg in zip(PROGRAMS[fn][0], first))
-    return first, moved
+    # small numbers of both signs: an edit that is constant on the chapter's numbers (a clip to
+    # [0, 1] of values above 1) need not be constant on these
+    small = tuple(arg * 0.2 - 0.1 if isinstance(arg, np.ndarray) and name != "a" else
+                  (np.roll(arg, 2, axis=-1) if name == "a" else arg)
+                  for (name, _), arg in zip(PROGRAMS[fn][0], first))
+    return first, moved, small
 
 
 _REFERENCE_ON_PROBES: dict[str, tuple] = {}
@@ -782,14 +1110,16 @@ def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
 
     try:
         with np.errstate(all="ignore"):
-            one, two = (parts(_run(fn, program, args)) for args in probes)
+            values = [parts(_run(fn, program, args)) for args in probes]
             if fn not in _REFERENCE_ON_PROBES:  # the same for every edit of fn
-                _REFERENCE_ON_PROBES[fn] = tuple(parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes)
-            ref_one, ref_two = _REFERENCE_ON_PROBES[fn]
+                _REFERENCE_ON_PROBES[fn] = [parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes]
+            refs = _REFERENCE_ON_PROBES[fn]
     except Exception:
         return False
     # a part that stays put although the reference's moves (the reference's own zero-query weights never do)
-    return any(same(a, b) and not same(r, q) for a, b, r, q in zip(one, two, ref_one, ref_two))
+    return any(all(same(value[n], values[0][n]) for value in values[1:])
+               and not all(same(ref[n], refs[0][n]) for ref in refs[1:])
+               for n in range(min(len(values[0]), len(refs[0]))))
 
 
 @lru_cache(maxsize=None)
@@ -815,6 +1145,11 @@ def _model(fn: str, program: tuple) -> Callable:
 
 
 def model(code: str) -> Callable:
+    if PAIR in code:
+        edit = _pair(code)
+        if edit is None:
+            raise KeyError(code)
+        return _pair_model(code)
     return dict(models(fn_of(code)))[code]
 
 
@@ -836,6 +1171,93 @@ def preference(code: str) -> float:
     return rank + (0.5 if "-when_" in code else 0.0)
 
 
+# Two edits of one function, on different stages: tried only when no single edit reproduces the
+# student's values (judge.py screens the pairs on one call first). Named by both codes.
+PAIR = "-plus-"
+
+
+@lru_cache(maxsize=None)
+def composable(fn: str) -> tuple[tuple[str, Edit], ...]:
+    """The edits of `fn` that replace one stage and can be told as one line beside another."""
+    if fn not in PROGRAMS:
+        return ()
+    return tuple((code, edit) for code, edit in _table(fn).items() if edit.at >= 0 and (not edit.what or edit.old == ""))
+
+
+@lru_cache(maxsize=None)
+def pairable(fn: str) -> tuple[tuple[str, Edit], ...]:
+    """The composable edits, one for each distinct change of a stage: of the edits of one stage that
+    give the same values on the probes (`k_t = k`, `k_t = (kᵀ)ᵀ`), the one of fewest lines."""
+    if fn not in PROGRAMS:
+        return ()
+    probes = _probes(fn)
+    if probes is None:
+        return composable(fn)
+    inputs, stages = PROGRAMS[fn]
+    # and numbers in the thousands, where `log(e / z)` and `shifted - log(z)` part ways
+    probes = probes + (tuple(arg * 1000.0 if isinstance(arg, np.ndarray) and name != "a" else arg
+                             for (name, _), arg in zip(inputs, probes[0])),)
+    kept: dict[tuple, tuple[str, Edit]] = {}
+    for code, edit in sorted(composable(fn), key=lambda item: len(item[1].rep)):
+        # what the changed stage leaves behind for the stages after it, on each probe
+        shown = []
+        for args in probes:
+            env = dict(zip((n for n, _ in inputs), args))
+            try:
+                with np.errstate(all="ignore"):
+                    for name, op, stage_args, params in list(stages[:edit.at]) + list(edit.rep):
+                        env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+                    shown.append([(name, np.round(np.asarray(env[name], dtype=float), 9).tobytes())
+                                  for name in dict.fromkeys(stage[0] for stage in edit.rep)
+                                  if not any(mark in name for mark in "'~²")])
+            except Exception:
+                shown = code  # raised where the stage runs: kept apart, as its own change
+                break
+        kept.setdefault((edit.at, repr(shown)), (code, edit))
+    chosen = {code for code, _ in kept.values()}
+    return tuple(item for item in composable(fn) if item[0] in chosen)
+
+
+def pair_code(first: str, second: str) -> str:
+    return first + PAIR + second[len(f"derived-{fn_of(second)}-"):]
+
+
+def pair_program(first: Edit, second: Edit) -> tuple:
+    """The reference's stages with two edits of different stages made, `first` the earlier."""
+    stages = tuple(PROGRAMS[first.fn][1])
+    return stages[:first.at] + first.rep + stages[first.at + 1:second.at] + second.rep + stages[second.at + 1:]
+
+
+def run(fn: str, program: tuple, args: tuple):
+    """What an edited program returns on `args` (or the exception it raises)."""
+    return _run(fn, program, args)
+
+
+@lru_cache(maxsize=None)
+def _pair(code: str) -> Edit | None:
+    fn = fn_of(code)
+    first, _, rest = code.partition(PAIR)
+    table = dict(composable(fn))
+    one, two = table.get(first), table.get(f"derived-{fn}-{rest}")
+    if one is None or two is None or not one.at < two.at:
+        return None
+    program = pair_program(one, two)
+    return Edit(fn, code, program, f"{one.old}; {two.old}", f"{one.new}; {two.new}", f"{one.why}; and {two.why}",
+                one.section if one.section == two.section else f"{one.section} and {two.section}",
+                what=f"your `{fn}` gives what the reference gives with {_phrase(one)}, and with {_phrase(two)}: "
+                     f"{one.why}; and {two.why}.",
+                look=f"Find the two lines of `{fn}` these name, and compare them with the reference's.")
+
+
+@lru_cache(maxsize=None)
+def _pair_model(code: str) -> Callable:
+    return _model(fn_of(code), _pair(code).program)
+
+
+def _phrase(edit: Edit) -> str:
+    return f"`{edit.new}` before its first line" if edit.old == "" else f"`{edit.new}` in place of `{edit.old}`"
+
+
 def fn_of(code: str) -> str:
     return code.split("-")[1]
 
@@ -854,13 +1276,15 @@ _FUNCTION_WORDS = {"project_qkv": "projections", "scores": "scores", "scale": "s
 def describe(code: str):
     from .diagnoses import Diagnosis
 
-    edit = _table(fn_of(code)).get(code) if is_derived(code) else None
+    edit = None if not is_derived(code) else _pair(code) if PAIR in code else _table(fn_of(code)).get(code)
     if edit is None:
         raise KeyError(code)
-    what = (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of `{edit.old}`: "
-            f"{edit.why}.")
+    what = edit.what or (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of "
+                         f"`{edit.old}`: {edit.why}.")
     stage = _stage_of(code)
-    if stage == "rows" and "-read-" in code:
+    if edit.look:
+        look = edit.look
+    elif stage == "rows" and "-read-" in code:
         look = (f"Find where `{edit.fn}` reads `rows` (a list of indices, possibly empty, or None for every row) "
                 f"and use it as given.")
     elif stage == "all" and any(f"-{family}" in code for family in FAMILIES):

@@ -123,6 +123,21 @@ def _as_shape(value, name: str) -> tuple:
     raise WrongType(f"{name} should be a tuple of ints, got {_kind(value)}")
 
 
+def loose_value(value, limit: int | None = None) -> dict | None:
+    """A value of the wrong type read as plainly as it allows: one float array (a bare array where
+    a tuple was due), or a tuple or list of them (a tuple of the wrong length); None for anything
+    else, or for more numbers than `limit`. Models that return the same wrong structure are
+    compared with it."""
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    if not parts or not all(isinstance(part, np.ndarray) and part.dtype.kind in "fiub" for part in parts):
+        return None
+    if limit is not None and sum(part.size for part in parts) > limit:
+        return None
+    if isinstance(value, np.ndarray):
+        return {"whole": value.astype(np.float64)}
+    return {f"part {n}": part.astype(np.float64) for n, part in enumerate(parts)}
+
+
 def _kind(value) -> str:
     return value.type if isinstance(value, Bad) else type(value).__name__
 
@@ -252,6 +267,8 @@ class _CallVerdict:
     """Its message, as the runner brought it back."""
     raised_in: str | None = None
     """The submission's function the exception came from, when the runner could tell."""
+    loose: dict | None = None
+    """A value of the wrong type read as plainly as it allows (see `loose_value`), for the models."""
     nonfinite: bool = False
     shape: bool = False
     arrays: list | None = None
@@ -349,8 +366,9 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         if not case.public:  # a type's name, a dtype's fields: the submission's own words, which could spell the case
             text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
                     "what it was is shown only for the chapter's example")
+        limit = 4 * sum(part.size for part in expected.values() if isinstance(part, np.ndarray))
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
-                            ["wrong-type"], raw=outcome.value)
+                            ["wrong-type"], raw=outcome.value, loose=loose_value(outcome.value, limit))
     if call.fn == "column_normalized_counterexample":
         problems = _counterexample_problems(actual["counterexample"])
         verdict = _CallVerdict(not problems, "ok" if not problems else "mismatch", "\n".join(problems), actual=actual)
@@ -527,6 +545,75 @@ def _derived(fn: str):
         yield _Candidate((code,), model, False, key=(fn, "derived", code))
 
 
+# Pairs of derived edits screened on the probe call, at most, for one function: those of
+# neighbouring stages first. What a pair gives on a call is cached for the whole class (it
+# depends on nothing else), so a class pays for each pair once per call; only the pairs that
+# reproduce the probe are built as models and weighed on every call.
+_MOST_PAIRS = 4000
+_PAIR_VALUES: dict[tuple, tuple] = {}
+
+
+def _pair_value(fn: str, first, second, call) -> tuple:
+    """(canonical value or None, (exception name, message) or None) of a pair of edits on a call."""
+    key = (fn, first.code, second.code, id(call))
+    entry = _PAIR_VALUES.get(key)
+    if entry is not None and entry[0] is call:
+        return entry[1:]
+    value = error = None
+    try:
+        with np.errstate(all="ignore"):
+            raw = derived.run(fn, derived.pair_program(first, second), call.args)
+        value = canonical(call.fn, raw)
+    except WrongType:
+        pass
+    except diagnoses.Inapplicable:
+        pass
+    except Exception as exc:
+        message = str(exc)
+        error = (type(exc).__name__, message[:300] + "…" if len(message) > 300 else message)
+    _PAIR_VALUES[key] = (call, value, error)
+    return value, error
+
+
+def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict]):
+    """Pairs of derived edits on two different stages, worth weighing on every call: those that
+    reproduce the first failing call (its wrong value, or its very exception). Of the single edits,
+    only those that change that call's value (or raise there) are paired."""
+    probe = next((i for i in indexes if verdicts[i].kind == "mismatch"), None)
+    if probe is None:
+        probe = next((i for i in indexes if verdicts[i].kind == "raised" and verdicts[i].raised_message), None)
+    if probe is None:
+        return []
+    call, want, verdict = calls[probe], expected[probe], verdicts[probe]
+    singles = dict(derived.models(fn))
+    showing = []
+    for code, edit in derived.pairable(fn):
+        value, error, differs = _model_value(_Candidate((code,), singles[code], False, key=(fn, "derived", code)),
+                                             call, want)
+        if differs or error is not None:
+            showing.append(edit)
+    by_stage: dict[int, list] = {}
+    for edit in showing:
+        by_stage.setdefault(edit.at, []).append(edit)
+    # Stages next to each other first: one line of a student's code often spans both.
+    stage_pairs = sorted(((i, j) for i in by_stage for j in by_stage if i < j), key=lambda ij: (ij[1] - ij[0], ij[0]))
+    survivors, tried = [], 0
+    for i, j in stage_pairs:
+        for first, second in itertools.product(by_stage[i], by_stage[j]):
+            if tried >= _MOST_PAIRS:
+                return survivors
+            tried += 1
+            value, error = _pair_value(fn, first, second, call)
+            if verdict.kind == "raised":
+                fits = error == (verdict.raised, verdict.raised_message)
+            else:
+                fits = value is not None and _agrees_canonical(verdict.actual, value)
+            if fits:
+                code = derived.pair_code(first.code, second.code)
+                survivors.append(_Candidate((code,), derived.model(code), False, key=(fn, "derived", code)))
+    return survivors
+
+
 _CARRIED: dict[tuple, Callable] = {}
 
 
@@ -597,6 +684,24 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     return entry[1:]
 
 
+_LOOSE_VALUES: dict[tuple, tuple] = {}
+
+
+def _model_loose(candidate: _Candidate, call) -> dict | None:
+    """The model's value on a call where it returns the wrong type, read as `loose_value` reads it."""
+    key = (candidate.key, id(call))
+    entry = _LOOSE_VALUES.get(key)
+    if entry is not None and entry[0] is call:
+        return entry[1]
+    try:
+        with np.errstate(all="ignore"):
+            value = loose_value(candidate.model(*call.args))
+    except Exception:
+        value = None
+    _LOOSE_VALUES[key] = (call, value)
+    return value
+
+
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
            agreed: dict, order: list[int]) -> None:
     """Run the model on every call of one function that returned or raised, and tally the evidence.
@@ -609,12 +714,19 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         call, verdict, want = calls[index], verdicts[index], expected[index]
         value, error, differs = _model_value(candidate, call, want)
         if verdict.kind == "wrong-type":
-            # the very object of the wrong type: a tuple for the dict, the per-row array for the bool
-            raw = _MODEL_RAW.get((candidate.key, id(call)))
-            if value is None and error is None and raw is not None and raw[0] is call \
-                    and _same_raw(verdict.raw, raw[1]):
-                candidate.explains.add(index)
-                candidate.values += 1
+            # the very object of the wrong type (a tuple for the dict, the per-row array for the bool),
+            # or the same wrong structure holding the same numbers (the output alone, not the tuple)
+            if value is None and error is None:
+                raw = _MODEL_RAW.get((candidate.key, id(call)))
+                if raw is not None and raw[0] is call and _same_raw(verdict.raw, raw[1]):
+                    candidate.explains.add(index)
+                    candidate.values += 1
+                elif verdict.loose is not None:
+                    model = _model_loose(candidate, call)
+                    if model is not None and model.keys() == verdict.loose.keys() \
+                            and _agrees_canonical(verdict.loose, model):
+                        candidate.explains.add(index)
+                        candidate.values += 1
             continue
         if verdict.kind == "raised":
             # Only the student's very exception counts: the same type and the same message, which
@@ -704,9 +816,9 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     """
     failing = [i for i, v in enumerate(verdicts) if v.kind in ("mismatch", "raised")]
     # Values of the wrong type are explained only where nothing else fails: a model must then
-    # return the very same object (a tuple for the dict, say), and "wrong-type" stays said.
-    typed = not failing
-    if typed:
+    # return the very same object (a tuple for the dict, say) or the same structure holding the same
+    # numbers, and "wrong-type" stays said.
+    if not failing:
         failing = [i for i, v in enumerate(verdicts) if v.kind == "wrong-type"]
     if not failing:
         return [], set(), []
@@ -721,17 +833,19 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             continue
         fn_calls, fn_verdicts, fn_expected = ([calls[i] for i in indexes], [verdicts[i] for i in indexes],
                                               [expected[i] for i in indexes])
-        weighed = ("ok", "mismatch", "raised") + (("wrong-type",) if typed else ())
-        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in weighed),
+        order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")
+                        or (v.kind == "wrong-type" and indexes[i] in failing)),
                        key=lambda i: fn_verdicts[i].kind != "ok")
         accepted = []
-        for depth in (1, 2, 3):
+        for depth in (1, 2, 3, 4):
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
             elif depth == 2:
                 candidates = _screened(fn, indexes, calls, verdicts, expected, set()) if own else []
-            else:
+            elif depth == 3:
                 candidates = _derived(fn) if own else []
+            else:
+                candidates = _derived_pairs(fn, indexes, calls, verdicts, expected) if own else []
             for candidate in candidates:
                 if not candidate.carried and any(c.carried for c in accepted):
                     break  # an earlier diagnosis explains every failure: no model of its own can outrank it
@@ -910,12 +1024,16 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                earlier: dict[str, StepResult], stopped: list[dict] = (),
-               mistakes: dict[str, list] | None = None) -> StepResult:
+               mistakes: dict[str, list] | None = None, raised: set | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
-    error forward; this step's are added. None grades the step on its own."""
+    error forward; this step's are added. None grades the step on its own.
+    `raised`: the earlier steps on which some call raised; this step is added when one of its calls
+    does. None when unknown (the diagnosis codes stand in for it)."""
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i]) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
+    if raised is not None and any(v.kind == "raised" for case_verdicts in verdicts for v in case_verdicts):
+        raised.add(step.id)
     passed = [all(v.ok for v in case_verdicts) for case_verdicts in verdicts]
     flat = [v for case_verdicts in verdicts for v in case_verdicts]
     total = len(cases)
@@ -935,7 +1053,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
 
     failing_uses = _failing_uses(step, status, flat, earlier)
     found = _Findings([]) if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses,
-                                                             earlier)
+                                                             earlier, raised)
     codes = found.codes
     first = _first_failure(cases, verdicts, _showing(found))
     shown, detail = (None, "")
@@ -1078,7 +1196,8 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
 
 
 def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
-              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult]) -> _Findings:
+              expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult],
+              raised: set | None = None) -> _Findings:
     """The step's diagnosis codes: what the runner saw, then the misconceptions that explain the values."""
     flat = [v for case_verdicts in verdicts for v in case_verdicts]
     codes: list[str] = []
@@ -1091,7 +1210,9 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         # The same function works on one sequence, so only the batch axis can be at fault.
         return _Findings(codes + (["batch-axes-mixed"] if wrong else []))
     if (step.id == "batch" and wrong and all(flat[i].kind == "raised" for i in wrong) and "head" in earlier
-            and earlier["head"].status in ("failed", "partial") and "crashed" not in earlier["head"].diagnoses):
+            and earlier["head"].status in ("failed", "partial")
+            # the head raised on no call of its own (a model may explain an exception it raised)
+            and ("head" not in raised if raised is not None else "crashed" not in earlier["head"].diagnoses)):
         # The head returns values on one sequence, and raises on every batch: code written for 2-D
         # arrays only. Only the head's own verified mistake, raising the very same exceptions on
         # every batch, may name it otherwise: another slip whose model happens to raise the same
@@ -1200,6 +1321,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
     """
     results: dict[str, StepResult] = {}
     mistakes: dict[str, list] | None = {} if carry_forward else None
+    raised: set[str] = set()
     if not run.imported:
         return _unimportable(run)
     for number, step in enumerate(STEPS):
@@ -1217,7 +1339,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
-                                      mistakes)
+                                      mistakes, raised)
     return list(results.values())
 
 

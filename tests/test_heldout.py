@@ -28,7 +28,12 @@ NAMED_SHARE = 0.90
 # Codes that say how the values look or what the runner saw, not which mistake made them.
 LOOKS = {"wrong-shape", "non-finite", "crashed", "hard-coded", "wrong-type", "not-implemented"}
 # Changes the contract allows: what they return is a right answer.
-ACCEPTED: dict[str, str] = {}
+ACCEPTED: dict[str, str] = {
+    "softmax_epsilon_in_denominator": (
+        "1e-9 added to a row total that is at least 1 (the shifted row's largest term is exp(0)) moves "
+        "each weight by less than 1e-9 of itself and each row sum by less than 1e-9: inside the grading "
+        "tolerance (1e-9 relative) and the contract's own 1e-9 for a row sum, so these are right weights"),
+}
 
 STEP_OF = {fn: step.id for step in reversed(STEPS) for fn in step.functions}  # a function's first step
 
