@@ -359,10 +359,13 @@ def test_a_column_normalized_softmax_fails_with_the_call_the_expected_weights_an
     assert "shape (3, 3)" in message.splitlines()[1]  # and the shape first
     assert run.steps()["scores"][0] == "passed"
     assert re.search(r"attention .*it builds on softmax", run.summary)
-    # The mistake is named as the hidden grader names it, in the same words.
+    # The mistake is named as the hidden grader names it, in the same words; attention, built on
+    # the failing softmax, names nothing and says to fix that first, in one line.
     named = "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"]))
     assert named in message
-    assert named in run.steps()["attention"][1]  # the code cites its own section, §15.3
+    attention = run.steps()["attention"][1]
+    assert attention.startswith("attention builds on softmax: fix that first.\n")
+    assert "[column-normalized]" not in attention and "known mistake" not in attention
 
 
 def test_a_check_cell_names_the_mistake_in_the_hidden_graders_words(tmp_path):
