@@ -109,7 +109,7 @@ each step against the chapter's worked example (Example 15.1: the positions red,
 | `attention_head.ipynb` | the notebook: a short lesson per step, your code, a check after each step, and a heatmap of your weights |
 | `attention_head.py` | the same functions as a plain module, for working in an editor; the written answers are the strings `ANSWER_1` to `ANSWER_5` at its end |
 | `test_attention_head.py`, `conftest.py`, `public_checks.py`, `pytest.ini` | the local self-check |
-| `chapter_example.json`, `steps.json` | the example's values, what each known mistake returns on it, and the list of steps the self-check reads |
+| `chapter_example.json`, `steps.json` | the example's values, a few more public examples per step with what each known mistake returns on them, and the list of steps the self-check reads |
 | `heatmap.py` | draws the notebook's last picture, the heatmap of your weights |
 
 Work in either the notebook or the module. Leave the self-check files as they are.
@@ -130,10 +130,14 @@ Run the setup cell first, then work down: fill in a solution cell, run the check
 
 `pytest` checks `attention_head.py`; when that file is absent, it checks the notebook's setup and
 solution cells instead. There is one test per step, named after the step id. A failing test says
-what it called, what came back, what the chapter expects and which section to reread.
+what it called, what came back, what the chapter expects and which section to reread. Where your
+numbers, on the chapter's example and on a few more public examples, are exactly what a mistake
+the hidden graders know gives, it names that mistake (or the two or three that fit equally well);
+where a step builds on an earlier one that fails, it says to fix that one first.
 
-These checks only use the chapter's example. The hidden graders go further (other shapes, large
-scores, batches, other exercise situations), so passing here is a good sign, not a grade.
+Whether a check passes depends on the chapter's example only. The hidden graders go further
+(other shapes, large scores, batches, other exercise situations), so passing here is a good sign,
+not a grade.
 
 ## The steps
 
