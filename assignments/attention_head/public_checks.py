@@ -650,15 +650,15 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
     if not found or any(len(codes) > MOST_ALTERNATIVES for codes in found):
         return ""
     explanations = table["explanations"]
-    if all(len(codes) == 1 for codes in found):
-        lines = ["On every public example of this step your code returns (or raises) what a known mistake "
-                 "does; the hidden graders call it:"]
-        lines += [explanations[codes[0]] for codes in found]
-    else:
-        named = [code for codes in found for code in codes]
-        lines = [f"On these public examples your numbers fit each of these mistakes: "
-                 f"{', '.join(named)}. They cannot tell them apart; the hidden graders call them:"]
-        lines += [explanations[code] for code in named]
+    lines = []
+    for codes in found:
+        if len(codes) == 1:
+            lines += ["On every public example of this step your code returns (or raises) what a known "
+                      "mistake does; the hidden graders call it:", explanations[codes[0]]]
+        else:
+            lines += [f"On these public examples your numbers fit each of these mistakes: {', '.join(codes)}. "
+                      f"They cannot tell them apart; the hidden graders call them:"]
+            lines += [explanations[code] for code in codes]
     return "\n".join(lines) + "\n"
 
 
