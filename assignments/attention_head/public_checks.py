@@ -1,9 +1,9 @@
 """Public checks: does your attention head reproduce the chapter's worked example?
 
 Whether a check passes depends on Example 15.1 of Chapter 15 (the three positions red, key and .)
-or one of the chapter's exercise situations, nothing else. `pytest` in this folder runs one check per graded
-step on attention_head.py, or on the setup and solution cells of attention_head.ipynb when there
-is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
+or one of the chapter's exercise situations, nothing else. `pytest` in this folder runs one check
+per graded step on attention_head.py, or on the setup and solution cells of attention_head.ipynb
+when there is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
 sign, not a grade: the hidden graders try other shapes, large scores, batches and other situations.
 
 The step list (ids, titles, chapter sections, functions) comes from steps.json and the example's
