@@ -109,7 +109,7 @@ each step against the chapter's worked example (Example 15.1: the positions red,
 | `attention_head.ipynb` | the notebook: a short lesson per step, your code, a check after each step, and a heatmap of your weights |
 | `attention_head.py` | the same functions as a plain module, for working in an editor; the written answers are the strings `ANSWER_1` to `ANSWER_5` at its end |
 | `test_attention_head.py`, `conftest.py`, `public_checks.py`, `pytest.ini` | the local self-check |
-| `chapter_example.json`, `steps.json` | the example's values, what each known mistake returns on it, and the list of steps the self-check reads |
+| `chapter_example.json`, `steps.json` | the example's values, a few more public examples per step with what each known mistake returns on them, and the list of steps the self-check reads |
 | `heatmap.py` | draws the notebook's last picture, the heatmap of your weights |
 
 Work in either the notebook or the module. Leave the self-check files as they are.
@@ -130,10 +130,14 @@ Run the setup cell first, then work down: fill in a solution cell, run the check
 
 `pytest` checks `attention_head.py`; when that file is absent, it checks the notebook's setup and
 solution cells instead. There is one test per step, named after the step id. A failing test says
-what it called, what came back, what the chapter expects and which section to reread.
+what it called, what came back, what the chapter expects and which section to reread. Where your
+numbers, on the chapter's example and on a few more public examples, are exactly what a mistake
+the hidden graders know gives, it names that mistake (or the two or three that fit equally well);
+where a step builds on an earlier one that fails, it says to fix that one first.
 
-These checks only use the chapter's example. The hidden graders go further (other shapes, large
-scores, batches, other exercise situations), so passing here is a good sign, not a grade.
+Whether a check passes depends on the chapter's example only. The hidden graders go further
+(other shapes, large scores, batches, other exercise situations), so passing here is a good sign,
+not a grade.
 
 ## The steps
 
@@ -478,6 +482,20 @@ def _json(value) -> str:
     return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def _json_lines(value, depth: int = 0, opened: int = 7) -> str:
+    """JSON with the outer `opened` levels one item a line and everything deeper on one line: the
+    self-check's tables stay small, and each outcome is still a line of its own in a diff."""
+    if depth >= opened or not isinstance(value, (dict, list)) or not value:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    pad, end = " " * (depth + 1), " " * depth
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(key, ensure_ascii=False)}: {_json_lines(item, depth + 1, opened)}"
+                 for key, item in sorted(value.items())]
+        return "{\n" + ",\n".join(items) + f"\n{end}}}" + ("\n" if depth == 0 else "")
+    items = [f"{pad}{_json_lines(item, depth + 1, opened)}" for item in value]
+    return "[\n" + ",\n".join(items) + f"\n{end}]"
+
+
 def build_release(sources: Sources | None = None) -> dict[str, bytes]:
     """Every file of assignments/attention_head/, by name."""
     sources = sources or Sources.read()
@@ -496,7 +514,7 @@ def build_release(sources: Sources | None = None) -> dict[str, bytes]:
     texts = {
         "attention_head.py": sources.stub,
         "attention_head.ipynb": notebook_text(notebook_cells("student", sources)),
-        "chapter_example.json": _json({**example, "slips": example_slips(example, step_table)}),
+        "chapter_example.json": _json_lines({**example, "mistakes": example_mistakes(example)}),
         "steps.json": _json(step_table),
         "README.md": README.format(steps=rows),
         "pytest.ini": PYTEST_INI,
@@ -506,18 +524,20 @@ def build_release(sources: Sources | None = None) -> dict[str, bytes]:
     return {name: text.encode("utf-8") for name, text in sorted(texts.items())}
 
 
-def _plain(value):
-    """A model's value as JSON data: arrays as nested lists, tuples as lists, numbers to 10 digits
-    (the self-check matches them to 1e-6)."""
+def _plain(value, digits: int | None = 10):
+    """A value as JSON data: arrays as nested lists, tuples as lists, numbers to `digits`
+    significant digits (None: every digit, as Python writes a float back exactly)."""
     if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
+        return _plain(value.tolist(), digits)
     if isinstance(value, (tuple, list)):
-        return [_plain(item) for item in value]
+        return [_plain(item, digits) for item in value]
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: _plain(item, digits) for key, item in value.items()}
     if isinstance(value, (np.bool_, bool)):
         return bool(value)
-    return float(f"{float(value):.10g}") if isinstance(value, (np.floating, float)) else value
+    if isinstance(value, (np.floating, float)):
+        return float(value) if digits is None else float(f"{float(value):.{digits}g}")
+    return int(value) if isinstance(value, np.integer) else value
 
 
 def _same(a, b) -> bool:
@@ -532,103 +552,245 @@ def _same(a, b) -> bool:
     return x.shape == y.shape and bool(np.allclose(x, y, rtol=1e-9, atol=1e-9, equal_nan=True))
 
 
-def _public_calls(example: dict, step_table: dict) -> dict[str, list[tuple[str, tuple]]]:
-    """Every call the public checks make, step by step, when the functions are the reference's."""
-    import copy
-    import importlib.util
-    import inspect
-    import tempfile
+# --- what the self-check may say: the hidden graders' models, on public calls only -------------
 
-    from solutions import attention_head as reference
+SECOND_SEED = 1515  # fixes the public probes' numbers: the same on every run, and public
+MOST_ALTERNATIVES = 3
+"""The self-check names at most this many mistakes that fit equally well, and none when more do."""
+UNNAMED_STEPS = ("batch",)
+"""Steps whose mistakes the self-check never names: where the head works on one sequence (which the
+self-check requires before it names anything on a step built on it), the hidden graders say only
+that a batch's axes are mixed."""
+NEAR = 1e-3
+"""A model whose values lie this close to the reference's must be matched to a tenth of that
+distance (as the hidden graders require), or float32 noise would pass for it."""
 
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / "chapter_example.json").write_text(_json(example), encoding="utf-8")
-        (Path(folder) / "steps.json").write_text(_json(step_table), encoding="utf-8")
-        spec = importlib.util.spec_from_file_location("qkv_release_public_checks", PUBLIC / "public_checks.py")
-        checks = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = checks  # dataclasses look their module up there
-        try:
-            spec.loader.exec_module(checks)
-        finally:
-            del sys.modules[spec.name]
-        checks.HERE = Path(folder)
-        calls: dict[str, list] = {}
 
-        def recorded(step_id, name, function):
-            def call(*args, **kwargs):
-                bound = inspect.signature(function).bind(*args, **kwargs)
-                bound.apply_defaults()
-                calls[step_id].append((name, copy.deepcopy(tuple(bound.args))))
-                return function(*args, **kwargs)
-            return call
+def _numbers(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Small numbers with two decimals, none repeated: ties and symmetries would let different
+    mistakes give the same values."""
+    return np.round(rng.uniform(-2.0, 2.0, size=shape), 2)
 
-        for step in STEPS:
-            calls[step.id] = []
-            names = {name for name, value in vars(reference).items() if inspect.isfunction(value)}
-            outcome = checks.run_step(step.id, {name: recorded(step.id, name, getattr(reference, name))
-                                                for name in names})
-            if outcome.status != "passed":
-                raise ReleaseError(f"the reference fails its own public check {step.id}: {outcome.message}")
+
+def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
+    """Every public call the self-check may use to tell mistakes apart, step by step: the calls of
+    its own check on the chapter's example, then the same functions on a second small example
+    (T=4, d_in=3, d_k=5, d_v=2), a square one (T = d_in = d_k = d_v = 3), a batch of two and
+    further situations of the exercises. Their numbers are fixed and public; none is a hidden case."""
+    from solutions import attention_head as ref
+
+    ex = {name: np.array(value, dtype=float) for key in ("inputs", "exact", "values")
+          for name, value in example[key].items()}
+    rng = np.random.default_rng(SECOND_SEED)
+    two = (_numbers(rng, 4, 3), _numbers(rng, 3, 5), _numbers(rng, 3, 5), _numbers(rng, 3, 2))
+    square = (_numbers(rng, 3, 3), _numbers(rng, 3, 3), _numbers(rng, 3, 3), _numbers(rng, 3, 3))
+    batch = (np.stack([two[0], _numbers(rng, 4, 3)]),) + two[1:]
+    one = (_numbers(rng, 1, 3),) + two[1:]  # T = 1: one position, which attends to itself alone
+    head = (ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"])
+
+    def chain(x, w_q, w_k, w_v):
+        q, k, v = ref.project_qkv(x, w_q, w_k, w_v)
+        d = ref.scores(q, k)
+        s = ref.scale(d, q.shape[-1])
+        return q, k, v, d, s, ref.softmax_rows(s)
+
+    sets = [(ex["Q"], ex["K"], ex["V"], ex["D"], ex["S"], ex["A"])] + [chain(*inputs) for inputs in (two, square, batch,
+                                                                                                       one)]
+    shift = np.array(example["exercises"]["ex3_value_shift"]["shift"], dtype=float)
+    rows = list(example["exercises"]["ex3_value_shift"]["rows"])
+    a2, v2 = sets[1][5], sets[1][2]
+    shift2 = np.array([0.5, -1.5])
+    column_stochastic = a2.T.copy()
+    negative = a2.copy()
+    negative[1, :2] += [0.5, -0.5 - negative[1, 1]]
+    negative[1] /= negative[1].sum()
+    zero = a2.copy()
+    zero[2] = [0.0, 0.25, 0.75, 0.0]
+    later = a2.copy()
+    later[3] *= 0.5
+    near, inside, outside = a2.copy(), a2.copy(), a2.copy()
+    near[2] *= 1.0 + 1e-6
+    inside[1] += 5e-10 / 4
+    outside[2] += 5e-9 / 4
+    wide = ref.softmax_rows(_numbers(rng, 4, 6))
+    facts = example["exercises"]["ex4_shapes"]
+    calls = {
+        "qkv": [("project_qkv", inputs) for inputs in (head, two, square, batch, one)],
+        "scores": [("scores", (q, k)) for q, k, *_ in sets],
+        "scale": [("scale", (d, q.shape[-1])) for q, _, _, d, _, _ in sets],
+        "softmax": [("softmax_rows", (s,)) for *_, s, _ in sets] + [  # scores in the thousands, and rows far below
+            ("softmax_rows", (sets[1][4] * 1000.0,)), ("softmax_rows", (sets[1][4] + [[0.0], [-850.0], [30.0], [-1200.0]],))],
+        "mix": [("mix", (a, v)) for _, _, v, _, _, a in sets],
+        "attention": [("attention", (q, k, v)) for q, k, v, *_ in sets] + [
+            ("attention", (40.0 * sets[1][0], 40.0 * sets[1][1], sets[1][2]))],
+        "head": [("self_attention_head", inputs) for inputs in (head, two, square, one, (40.0 * two[0],) + two[1:])],
+        "batch": [("self_attention_head", (np.stack([ex["X"], 2 * ex["X"]]),) + head[1:]),
+                  ("self_attention_head", (2 * ex["X"],) + head[1:]), ("self_attention_head", batch)],
+        "ex1_zero_query": [("zero_query_mixture", (k, v)) for _, k, v, *_ in sets[:3] + sets[4:]],
+        "ex2_row_normalization": [("is_attention_weights", (matrix,)) for matrix in (
+            ex["A"], ex["A"].T, a2, column_stochastic, negative, zero, later, near, inside, outside, wide,
+            ex["A"][None], ex["A"][0])] + [("column_normalized_counterexample", ())],
+        "ex3_value_shift": [("shifted_output", (ex["A"], ex["V"], shift, None)),
+                            ("shifted_output", (ex["A"], ex["V"], shift, rows)),
+                            ("shifted_output", (a2, v2, shift2, None)), ("shifted_output", (a2, v2, shift2, [1, 3])),
+                            ("output_change", (ex["A"], shift, None)), ("output_change", (ex["A"], shift, rows)),
+                            ("shifted_output", (sets[4][5], sets[4][2], shift2, None)),
+                            ("output_change", (a2, shift2, None)), ("output_change", (a2, shift2, [1, 3])),
+                            ("output_change", (sets[4][5], shift2, None))],
+        "ex4_shapes": [("head_facts", (facts["t"], facts["d_k"], facts["d_v"])), ("head_facts", (4, 5, 2)),
+                       ("head_facts", (7, 2, 6))],
+        "ex5_intervention": [("value_intervention", head + (np.zeros_like(ex["W_V"]),)),
+                             ("value_intervention", two + (_numbers(rng, 3, 2),)),
+                             ("value_intervention", square + (_numbers(rng, 3, 3),)),
+                             ("value_intervention", one + (_numbers(rng, 3, 2),))],
+    }
+    missing = [step.id for step in STEPS if step.id not in calls]
+    if missing:
+        raise ReleaseError(f"no public probe calls for {', '.join(missing)}")
     return calls
 
 
-def _single_slips(step: Step, name: str):
-    """The single slips a check's call of `name` can show: its own, and those of the earlier steps it
-    builds on, reached through the reference's own calls as the hidden grader carries them."""
-    from autograder import diagnoses
-    from autograder.steps import BY_ID
-
-    yield from diagnoses.MODELS.get(name, ())
-    used, seen = list(step.uses), set()
-    while used:
-        earlier = BY_ID[used.pop(0)]
-        if earlier.id in seen:
-            continue
-        seen.add(earlier.id)
-        used += earlier.uses
-        for function in earlier.functions:
-            if function != name:
-                for codes, model in diagnoses.MODELS.get(function, ()):
-                    yield codes, diagnoses.through_reference(name, function, model)
+def _argument(value):
+    """A call's argument as JSON data: an array tagged as one, so that `rows=[0]` stays a list."""
+    if isinstance(value, np.ndarray):
+        return {"array": _plain(value, None)}
+    return _plain(value, None)
 
 
-def example_slips(example: dict, step_table: dict) -> dict:
-    """For every call each public check makes, what each single slip returns (or raises) there,
-    where that differs from the reference; with each code's explanation in the hidden grader's
-    words. The self-check names a mistake by matching these, so no model ships with it."""
+def _outcome(fn: str, function, args, reference=None):
+    """What `function` gives on `args`, as JSON data: its value, or {"raises": "Type: message"};
+    None when it returns what no grader reads as the function's value. A model that cannot occur
+    on this call (diagnoses.Inapplicable) gives the reference's value."""
     import warnings
 
-    from autograder import diagnoses, feedback
+    from autograder import diagnoses, judge
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = function(*args)
+    except diagnoses.Inapplicable:
+        return reference
+    except Exception as error:
+        return {"raises": f"{type(error).__name__}: {error}"}
+    if judge.RETURNS[fn][0] == "facts":  # the facts a slip gets wrong, the reference's for the rest
+        return {**reference, **_plain(value)} if isinstance(value, dict) else None
+    try:
+        judge.canonical(fn, value)
+    except judge.WrongType:
+        return None
+    return _plain(value)
+
+
+def _effect(value, reference) -> float:
+    """The largest finite difference between a model's value and the reference's."""
+    try:
+        x, y = np.asarray(value, dtype=float), np.asarray(reference, dtype=float)
+    except (TypeError, ValueError):
+        if isinstance(value, list) and isinstance(reference, list) and len(value) == len(reference):
+            return max((_effect(p, q) for p, q in zip(value, reference)), default=0.0)
+        if isinstance(value, dict) and isinstance(reference, dict):
+            return max((_effect(value[k], reference[k]) for k in value if k in reference), default=0.0)
+        return float("inf")
+    if x.shape != y.shape:
+        return float("inf")
+    finite = np.isfinite(x) & np.isfinite(y)
+    return float(np.max(np.abs(x - y)[finite])) if finite.any() else 0.0
+
+
+def _step_models(fn: str):
+    """The hidden graders' single models of `fn`: the hand-written slips, then the derived edits."""
+    from autograder import derived, diagnoses
+
+    yield from ((tuple(codes), False, model) for codes, model in diagnoses.MODELS.get(fn, ()))
+    yield from (((code,), True, model) for code, model in derived.models(fn))
+
+
+def example_mistakes(example: dict) -> dict:
+    """What the self-check needs to name a mistake, and nothing it could grade with: for each step,
+    its public calls (the check's and the probes) with the reference's value, and for each single
+    model of the hidden graders (the slips of diagnoses.MODELS and the edits of derived.py), which
+    of the outcomes seen on each call it gives (-1: the reference's value). Models are grouped by
+    what they give and named by their codes, and kept only where some call's value tells them from
+    the reference; a derived edit that gives exactly what a slip gives on every public call is left
+    out, as the hidden graders try the slip first, and so is a group of more than three codes,
+    which the self-check would not name. A model whose values lie within NEAR of the reference's
+    on a call carries that distance ("near"), which the student's numbers must then be much closer
+    than. Each code's explanation is in the hidden graders' words."""
+    from autograder import feedback
+    from autograder.slips import SLIPS
     from solutions import attention_head as reference
 
-    found, calls = {}, _public_calls(example, step_table)
+    whole_result = sorted({slip.code for slip in SLIPS if slip.knob == "result"})
+    found = {}
+    probes = public_probes(example)
     for step in STEPS:
-        entries, codes = [], []
-        for name, args in calls[step.id]:
-            want = _plain(getattr(reference, name)(*args))
-            slips = []
-            for model_codes, model in _single_slips(step, name):
-                try:
-                    with np.errstate(all="ignore"), warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        value = model(*args)
-                except diagnoses.Inapplicable:
-                    continue
-                except Exception as error:  # the slip raises here: its exception is what to match
-                    slip = {"codes": list(model_codes), "raises": f"{type(error).__name__}: {error}"}
-                else:
-                    value = _plain({**want, **value} if isinstance(want, dict) and isinstance(value, dict) else value)
-                    if _same(value, want):
+        calls = probes[step.id]
+        wants = [_plain(getattr(reference, fn)(*args), None) for fn, args in calls]
+        values: list[list] = [[] for _ in calls]
+        keys: list[dict] = [{} for _ in calls]
+        by_vector: dict[tuple, list] = {}
+        for fn in dict.fromkeys(fn for fn, _ in calls):
+            mine = [i for i, (name, _) in enumerate(calls) if name == fn]
+            for codes, is_derived, model in _step_models(fn) if step.id not in UNNAMED_STEPS else ():
+                vector, near, differs = [], [], False
+                for i in mine:
+                    got, effect = _outcome(fn, model, calls[i][1], wants[i]), 0.0
+                    if got is None:
+                        vector.append(-2)  # nothing a grader would read as a value
+                        near.append(0.0)
                         continue
-                    slip = {"codes": list(model_codes), "value": value}
-                if not any(old["codes"] == slip["codes"] and old.get("raises") == slip.get("raises")
-                           and ("value" not in slip or _same(old.get("value"), slip["value"])) for old in slips):
-                    slips.append(slip)
-                    codes += [code for code in model_codes if code not in codes]
-            entries.append({"function": name, "slips": slips})
-        found[step.id] = {"calls": entries,
-                          "explanations": {code: "\n".join(feedback.diagnosis_lines([code], step)) for code in codes}}
-    return found
+                    if not (isinstance(got, dict) and "raises" in got):
+                        if fn != "column_normalized_counterexample" and _same(got, wants[i]):
+                            vector.append(-1)  # the reference's value here
+                            near.append(0.0)
+                            continue
+                        differs = True
+                        effect = _effect(got, wants[i])
+                    key = json.dumps(got, sort_keys=True)
+                    if key not in keys[i]:
+                        keys[i][key] = len(values[i])
+                        values[i].append(got)
+                    vector.append(keys[i][key])
+                    near.append(float(f"{effect:.3g}") if 0.0 < effect <= NEAR else 0.0)
+                if differs:
+                    by_vector.setdefault((fn, tuple(vector), tuple(near)), []).append((codes, is_derived))
+        models: dict[str, dict] = {}
+        for (fn, vector, near), members in by_vector.items():
+            slips = [codes for codes, is_derived in members if not is_derived]
+            kept = slips or [codes for codes, _ in members]  # a slip outranks an edit it cannot be told from
+            codes = list(dict.fromkeys(code for group in kept for code in group))
+            if len(codes) > MOST_ALTERNATIVES:
+                continue  # values that many mistakes give name none of them
+            entry = models.setdefault(f"{fn}:{'+'.join(codes)}", {"function": fn, "codes": codes, "ways": []})
+            entry["ways"].append(list(vector) if not any(near) else {"outcomes": list(vector), "near": list(near)})
+        # Only the outcomes some model gives, renumbered; to 8 digits, or 10 where a model is near.
+        used, precise = [set() for _ in calls], [set() for _ in calls]
+        for entry in models.values():
+            mine = [i for i, (name, _) in enumerate(calls) if name == entry["function"]]
+            for way in entry["ways"]:
+                for i, index in zip(mine, way if isinstance(way, list) else way["outcomes"]):
+                    if index >= 0:
+                        used[i].add(index)
+                        if isinstance(way, dict):
+                            precise[i].add(index)
+        renumber = [{old: new for new, old in enumerate(sorted(indexes))} for indexes in used]
+        for entry in models.values():
+            mine = [i for i, (name, _) in enumerate(calls) if name == entry["function"]]
+            for way in entry["ways"]:
+                outcomes = way if isinstance(way, list) else way["outcomes"]
+                outcomes[:] = [renumber[i][index] if index >= 0 else index for i, index in zip(mine, outcomes)]
+        codes = list(dict.fromkeys(code for entry in models.values() for code in entry["codes"]))
+        found[step.id] = {
+            "calls": [{"function": fn, "args": [_argument(arg) for arg in args],
+                       "reference": None if fn == "column_normalized_counterexample" else want,
+                       "outcomes": [_plain(values[i][old], 10 if old in precise[i] else 8)
+                                    for old in sorted(used[i])]}
+                      for i, ((fn, args), want) in enumerate(zip(calls, wants))],
+            "models": dict(sorted(models.items())),
+            "explanations": {code: "\n".join(feedback.diagnosis_lines([code], step)) for code in codes},
+        }
+    return {"steps": found, "whole_result": whole_result}
 
 
 def sample_submission(sources: Sources | None = None,

@@ -238,7 +238,8 @@ def _public_checks():
 
 def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example():
     """Wherever the hidden grader names a misconception on a step whose example case fails, the
-    student's own check of that step, on the same submission, names it in the same words."""
+    student's own check of that step, on the same submission, names it in the same words, unless
+    the step builds on an earlier one whose check fails too (then it says to fix that one first)."""
     from autograder.diagnoses import SLIPS
     from submissions.variants import everything
 
@@ -261,6 +262,8 @@ def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example(
             outcome = checks.run_step(step["id"], namespace)
             if outcome.status == "passed":
                 continue  # the self-check's calls differ from the grader's here (batch: X and 2X)
+            if f"{step['id']} builds on " in outcome.message:
+                continue  # what the step shows may be the earlier step's mistake: nothing is named
             compared += 1
             message = outcome.message
             said = {code for code in named if f"[{code}] " in message}
@@ -269,7 +272,7 @@ def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example(
                 continue
             explanation = "\n".join(feedback.diagnosis_lines(sorted(said)[:1], BY_ID[step["id"]]))
             assert explanation in message, (name, step["id"])
-    assert compared > 100
+    assert compared > 50
     assert missed == [], "\n".join(map(str, missed))
 
 

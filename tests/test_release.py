@@ -206,6 +206,22 @@ def test_nothing_released_contains_a_marker_or_a_line_of_the_solution():
             assert comment not in whole_text, f"a solution comment is released: {comment!r}"
 
 
+def test_the_self_checks_table_of_mistakes_stays_small_and_public():
+    """What the self-check names mistakes with ships to every student: under 2 MB, its calls built
+    from fixed public numbers, never from the grading key or a hidden case."""
+    text = (RELEASE / "chapter_example.json").read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) < 2_000_000
+    data = json.loads(text)
+    assert set(data) == {*release.EXAMPLE_KEYS, "mistakes"}
+    probes = release.public_probes({key: data[key] for key in release.EXAMPLE_KEYS})
+    for step in STEPS:
+        table = data["mistakes"]["steps"][step.id]
+        shipped = [(call["function"], call["args"]) for call in table["calls"]]
+        assert shipped == [(fn, [release._argument(arg) for arg in args]) for fn, args in probes[step.id]]
+        for entry in table["models"].values():
+            assert 1 <= len(entry["codes"]) <= 3 and set(entry["codes"]) <= set(table["explanations"])
+
+
 def test_the_stub_keeps_every_signature_and_docstring_and_raises_not_implemented():
     reference = ast.parse(REFERENCE.read_text(encoding="utf-8"))
     stub = ast.parse((RELEASE / "attention_head.py").read_text(encoding="utf-8"))
@@ -359,10 +375,13 @@ def test_a_column_normalized_softmax_fails_with_the_call_the_expected_weights_an
     assert "shape (3, 3)" in message.splitlines()[1]  # and the shape first
     assert run.steps()["scores"][0] == "passed"
     assert re.search(r"attention .*it builds on softmax", run.summary)
-    # The mistake is named as the hidden grader names it, in the same words.
+    # The mistake is named as the hidden grader names it, in the same words; attention, built on
+    # the failing softmax, names nothing and says to fix that first, in one line.
     named = "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"]))
     assert named in message
-    assert named in run.steps()["attention"][1]  # the code cites its own section, §15.3
+    attention = run.steps()["attention"][1]
+    assert attention.startswith("attention builds on softmax: fix that first.\n")
+    assert "[column-normalized]" not in attention and "known mistake" not in attention
 
 
 def test_a_check_cell_names_the_mistake_in_the_hidden_graders_words(tmp_path):

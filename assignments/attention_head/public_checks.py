@@ -1,15 +1,19 @@
 """Public checks: does your attention head reproduce the chapter's worked example?
 
-Every check here uses Example 15.1 of Chapter 15 (the three positions red, key and .) or one of
-the chapter's exercise situations, nothing else. `pytest` in this folder runs one check per graded
-step on attention_head.py, or on the setup and solution cells of attention_head.ipynb when there
-is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
+Whether a check passes depends on Example 15.1 of Chapter 15 (the three positions red, key and .)
+or one of the chapter's exercise situations, nothing else. `pytest` in this folder runs one check
+per graded step on attention_head.py, or on the setup and solution cells of attention_head.ipynb
+when there is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
 sign, not a grade: the hidden graders try other shapes, large scores, batches and other situations.
 
 The step list (ids, titles, chapter sections, functions) comes from steps.json and the example's
-values from chapter_example.json, both next to this file. That file also holds, for each call a
-check makes, what each known mistake returns on the example; when a wrong value matches one, the
-message names the mistake in the same words as the hidden graders.
+values from chapter_example.json, both next to this file. That file also holds, for each step, a
+few more public calls (a second small example, a square one, a batch, other exercise situations)
+and what each mistake the hidden graders know returns on each of them. When a check fails, your
+functions are called on those too, and a mistake is named, in the hidden graders' words, only
+where your numbers are that mistake's on every one of the step's public calls; where several
+mistakes fit equally well, all of them are named as possibilities, and where more than three do,
+none is. A step built on an earlier step whose check fails names nothing: fix that one first.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ than any correct function needs, so only a loop that never ends reaches it."""
 SHOWN_MISMATCHES = 5  # how many differing elements a message lists
 WRAP = 76  # a check cell's line length: nbgrader's Validate indents by 4 and cuts lines near 90
 SLIP_RTOL, SLIP_ATOL = 1e-6, 1e-8  # how closely a wrong value must match a known mistake's
+MOST_ALTERNATIVES = 3  # mistakes that fit equally well; when more do, none is named
 
 
 # --- what the checks read -----------------------------------------------------------------------
@@ -78,9 +83,10 @@ def answer_names() -> tuple[str, ...]:
 
 @functools.cache
 def known_mistakes() -> dict:
-    """For each step: per call of its check, what each known mistake returns; and their explanations."""
+    """For each step: its public calls, what each known mistake returns on each, and the mistakes'
+    explanations (see _named_mistake)."""
     data = json.loads((HERE / "chapter_example.json").read_text(encoding="utf-8"))
-    return data.get("slips", {})
+    return data.get("mistakes", {})
 
 
 @functools.cache
@@ -148,16 +154,6 @@ def _time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-@dataclass(frozen=True)
-class _Raised:
-    """Stands for a call that raised instead of returning."""
-    error: str
-    """"Type: message", as a known mistake's entry gives it."""
-
-
-_returned: list = []  # what each call of the running check returned (or raised), in order
-
-
 # --- calling the student's code -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -188,17 +184,13 @@ def _call(namespace: dict, name: str, *args: _Arg):
         with _time_limit(CALL_SECONDS):
             result = function(*positional, **keywords)
     except _TooSlow:
-        _returned.append(_Raised("a call that never returned"))
         raise _Problem(f"Called {call}; it was still running after {CALL_SECONDS} s, so it was stopped: "
                        f"look for a loop that never ends.") from None
     except NotImplementedError:
-        _returned.append(_Raised("NotImplementedError"))
         raise _NotImplemented(f"calling {call} raised NotImplementedError: {name}, or a function "
                               f"it calls, is still a stub.") from None
     except (Exception, SystemExit) as error:
-        _returned.append(_Raised(f"{type(error).__name__}: {error}"))
         raise _Problem(f"Called {call}; it raised {_error_text(error)}.") from None
-    _returned.append(result)
     for arg, value in zip(args, given):
         if not _unchanged(arg.value, value):
             raise _Problem(f"Called {call}; it changed its argument {arg.label.split('=')[0]}. "
@@ -530,65 +522,212 @@ CHECKS = {
 
 
 def run_step(step_id: str, namespace: dict) -> Outcome:
-    """Run one step's public check against the names in `namespace`."""
+    """Run one step's public check against the names in `namespace`.
+
+    When it fails, and every earlier step it builds on passes its own check with the functions in
+    `namespace`, the message names the mistakes whose values the step's functions give on every
+    public call of the step (see _named_mistake); when an earlier step fails, it says to fix that
+    one first and names nothing: what this step shows may be that step's mistake.
+    """
     step = steps()[step_id]
     reread = f"Reread {step.section} ({step.title})."
     if step_id not in CHECKS:
         return Outcome(step_id, "failed", f"{step_id}: the public checks have no check for this "
                                           f"step.")
-    _returned.clear()
-    try:
-        CHECKS[step_id](namespace, example())
-    except _NotImplemented as problem:
+    problem = _problem(step_id, namespace)
+    if problem is None:
+        return Outcome(step_id, "passed", "")
+    if isinstance(problem, _NotImplemented):
         return Outcome(step_id, problem.status,
                        f"{step_id}: not implemented yet: {problem}\n{reread}")
+    earlier = _failing_earlier_steps(step, namespace)
+    if earlier:
+        return Outcome(step_id, problem.status, f"{step_id} builds on {', '.join(earlier)}: fix that "
+                                                f"first.\n{step_id}: {problem}\n{reread}")
+    named = _named_mistake(step_id, namespace)
+    return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{named}{reread}")
+
+
+def _problem(step_id: str, namespace: dict) -> _Problem | None:
+    """What the step's check found wrong, or None when it passes."""
+    try:
+        CHECKS[step_id](namespace, example())
     except _Problem as problem:
-        named = _named_mistake(step_id)
-        return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{named}{reread}")
-    return Outcome(step_id, "passed", "")
+        return problem
+    return None
 
 
-def _named_mistake(step_id: str) -> str:
-    """The known mistakes whose value on the example the last call returned, explained; or ""."""
-    known = known_mistakes().get(step_id)
-    if not known or not _returned or len(_returned) > len(known["calls"]):
+def _all_uses(step_id: str) -> list[str]:
+    """Every earlier step `step_id` builds on, directly or through another, earliest first."""
+    found: list[str] = []
+    for used in steps()[step_id].uses:
+        for inner in _all_uses(used) + [used]:
+            if inner not in found:
+                found.append(inner)
+    return found
+
+
+def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
+    """Of the steps `step` builds on (directly or not) whose checks do not pass with the functions
+    in `namespace`, those not built on another such step: where to start fixing."""
+    failing = [used for used in _all_uses(step.id) if _problem(used, namespace) is not None]
+    return [used for used in failing if not set(_all_uses(used)) & set(failing)]
+
+
+# --- naming a mistake ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Seen:
+    """What one public call of the student's function gave."""
+    kind: str
+    """"value", "raised", or "stop" (not written, too slow, or it changed an argument)."""
+    value: object = None
+    """The value returned, or "Type: message" of the exception raised."""
+
+
+def _argument(data):
+    """A public call's argument from its JSON form: arrays are tagged, everything else is as is."""
+    if isinstance(data, dict) and "array" in data:
+        return np.array(data["array"], dtype=np.float64)
+    return copy.deepcopy(data)
+
+
+def _seen(namespace: dict, call: dict) -> _Seen:
+    function = namespace.get(call["function"])
+    if not callable(function):
+        return _Seen("stop")
+    given = [_argument(arg) for arg in call["args"]]
+    kept = [_argument(arg) for arg in call["args"]]
+    try:
+        with _time_limit(CALL_SECONDS):
+            result = function(*given)
+    except (_TooSlow, NotImplementedError):
+        return _Seen("stop")
+    except (Exception, SystemExit) as error:
+        return _Seen("raised", f"{type(error).__name__}: {error}")
+    if not all(_unchanged(old, new) for old, new in zip(kept, given)):
+        return _Seen("stop")  # it changed an argument: its values say nothing of a mistake
+    return _Seen("value", result)
+
+
+def _named_mistake(step_id: str, namespace: dict) -> str:
+    """The mistakes of the hidden graders that the step's functions reproduce on every public call
+    of the step, explained; or "".
+
+    Judged function by function, as the hidden graders judge: a mistake fits a function when, on
+    each of the step's public calls of it, the function returns what the mistake returns (the
+    reference's value where it is right, the mistake's where it is wrong, within 1e-6), or raises
+    the very exception the mistake raises; and at least one of those is a wrong value, not only an
+    exception. Hand-written slips come before edits derived from the reference, and a slip of a
+    stage before one of the whole result, as the hidden graders rank them. A function that changed
+    an argument, or did not return in time, names nothing; neither do more than three mistakes
+    that fit equally well.
+    """
+    known = known_mistakes()
+    table = known.get("steps", {}).get(step_id)
+    if not table or not table["models"]:
         return ""
-    returned = _returned[-1]
-    codes = []
-    for slip in known["calls"][len(_returned) - 1]["slips"]:
-        if isinstance(returned, _Raised):  # the same exception, message and all
-            same = slip.get("raises") == returned.error
+    calls = table["calls"]
+    seen = [_seen(namespace, call) for call in calls]
+    if any(one.kind == "stop" for one in seen):
+        return ""
+    whole_result = set(known.get("whole_result", ()))
+    found: list[list[str]] = []
+    for function in dict.fromkeys(call["function"] for call in calls):
+        mine = [i for i, call in enumerate(calls) if call["function"] == function]
+        right = {i: seen[i].kind == "value" and _right(calls[i], seen[i].value) for i in mine}
+        if all(right.values()):
+            continue
+        fits = [entry["codes"] for entry in table["models"].values() if entry["function"] == function
+                and any(_fits(way, [calls[i] for i in mine], [seen[i] for i in mine], [right[i] for i in mine])
+                        for way in entry["ways"])]
+        codes = list(dict.fromkeys(code for group in fits for code in group))
+        slips = [code for code in codes if not code.startswith("derived-")]
+        codes = slips or codes
+        codes = [code for code in codes if code not in whole_result] or codes
+        if codes:
+            found.append(codes)
+    if not found or any(len(codes) > MOST_ALTERNATIVES for codes in found):
+        return ""
+    explanations = table["explanations"]
+    lines = []
+    for codes in found:
+        if len(codes) == 1:
+            lines += ["On every public example of this step your code returns (or raises) what a known "
+                      "mistake does; the hidden graders call it:", explanations[codes[0]]]
         else:
-            same = "value" in slip and _agrees(returned, slip["value"])
-        if same:
-            codes += [code for code in slip["codes"] if code not in codes]
-    if not codes:
-        return ""
-    lines = ["This is a known mistake; the hidden graders call it:"]
-    lines += [known["explanations"][code] for code in codes]
+            lines += [f"On these public examples your numbers fit each of these mistakes: {', '.join(codes)}. "
+                      f"They cannot tell them apart; the hidden graders call them:"]
+            lines += [explanations[code] for code in codes]
     return "\n".join(lines) + "\n"
 
 
-def _agrees(returned, value) -> bool:
-    """Does what the student returned equal a known mistake's value (JSON data) closely?"""
+def _fits(way, calls: list[dict], seen: list[_Seen], right: list[bool]) -> bool:
+    """Does one way a mistake can go give what the student's function gave on every call, with at
+    least one wrong value among them (an exception alone says too little)?"""
+    outcomes, near = (way, [0.0] * len(way)) if isinstance(way, list) else (way["outcomes"], way["near"])
+    verdicts = [_fits_call(call, one, ok, index, close)
+                for call, one, ok, index, close in zip(calls, seen, right, outcomes, near)]
+    return all(verdicts) and "value" in verdicts
+
+
+def _fits_call(call: dict, one: _Seen, ok: bool, index: int, close: float) -> str:
+    """How one call fits a mistake's outcome `index` there: "same" (both the reference's value),
+    "raised" (the same exception), "value" (the same wrong value), or "" (it does not fit)."""
+    if index == -1:  # the mistake gives the reference's value here
+        return "same" if ok else ""
+    if index < 0 or ok:
+        return ""
+    outcome = call["outcomes"][index]
+    if isinstance(outcome, dict) and "raises" in outcome:
+        return "raised" if one.kind == "raised" and one.value == outcome["raises"] else ""
+    agrees = one.kind == "value" and _agrees(one.value, outcome, SLIP_RTOL, SLIP_ATOL, True, close or None)
+    return "value" if agrees else ""
+
+
+def _right(call: dict, value) -> bool:
+    """Is `value` what the chapter's reference gives on this public call, as the checks judge?"""
+    if call["function"] == "column_normalized_counterexample":
+        try:
+            c = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            c = np.zeros(0)
+        return (c.shape == (3, 3) and bool(np.isfinite(c).all() and (c >= 0).all())
+                and bool(np.allclose(c.sum(axis=0), 1.0, rtol=0.0, atol=ATOL))
+                and not math.isclose(c[0].sum(), 1.0, rel_tol=0.0, abs_tol=ATOL))
+    return _agrees(value, call["reference"], ATOL, ATOL, False)
+
+
+def _agrees(returned, value, rtol: float, atol: float, equal_nan: bool, near: float | None = None) -> bool:
+    """Does what the student returned equal `value` (JSON data) within the tolerance, read as the
+    hidden graders read it? Given `near`, the distance of a mistake's values from the reference's
+    when that is small, every number must also lie within a tenth of it."""
     if isinstance(value, dict):
-        return isinstance(returned, dict) and all(key in returned and _agrees(returned[key], item)
-                                                  for key, item in value.items())
+        return isinstance(returned, dict) and all(
+            key in returned and (_same_axis(returned[key], item) if key == "softmax_axis"
+                                 else _agrees(returned[key], item, rtol, atol, equal_nan, near))
+            for key, item in value.items())
     if isinstance(value, bool):
         return isinstance(returned, (bool, np.bool_)) and bool(returned) == value
-    numeric = not (isinstance(returned, (bool, np.bool_, str, bytes)) or returned is None)
+    numeric = not (returned is None or isinstance(returned, (bool, np.bool_, str, bytes, dict)))
     try:
         got, want = np.asarray(returned, dtype=np.float64), np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):  # parts of different shapes: compare them one by one
         return (isinstance(returned, (tuple, list)) and isinstance(value, list) and len(returned) == len(value)
-                and all(_agrees(part, item) for part, item in zip(returned, value)))
-    return numeric and got.shape == want.shape and bool(np.allclose(got, want, rtol=SLIP_RTOL, atol=SLIP_ATOL,
-                                                                    equal_nan=True))
+                and all(_agrees(part, item, rtol, atol, equal_nan, near) for part, item in zip(returned, value)))
+    with np.errstate(all="ignore"):
+        close = numeric and got.shape == want.shape and bool(np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=equal_nan))
+        if close and near is not None:
+            finite = np.isfinite(got) & np.isfinite(want)
+            close = not finite.any() or float(np.max(np.abs(got - want)[finite])) <= 0.1 * near
+    return close
 
 
-def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
-    """The steps `step` builds on whose own checks do not pass with the functions in `namespace`."""
-    return [use for use in step.uses if run_step(use, namespace).status != "passed"]
+def _same_axis(got, want: int) -> bool:
+    """On a [T, T] matrix, 1 and -1 name the same axis, as do 0 and -2."""
+    same = {1: -1, -2: 0}
+    return (isinstance(got, (int, np.integer)) and not isinstance(got, (bool, np.bool_))
+            and same.get(int(got), int(got)) == same.get(want, want))
 
 
 def empty_answers(namespace: dict) -> list[str]:
@@ -625,12 +764,8 @@ def check(step_id: str, *functions) -> None:
     if len(functions) != len(step.functions):
         raise TypeError(f"check({step_id!r}, ...) takes the step's functions, in this order: "
                         f"{', '.join(step.functions)}")
-    outcome = run_step(step_id, dict(zip(step.functions, functions)))
-    if outcome.status == "failed":
-        caller = sys._getframe(1).f_globals  # the notebook's names, when a cell calls this
-        earlier = _failing_earlier_steps(step, {**caller, **dict(zip(step.functions, functions))})
-        lead = (f"{step_id} builds on {', '.join(earlier)}: fix that first.\n" if earlier else "")
-        raise CheckFailed(lead + outcome.message) from None
+    caller = sys._getframe(1).f_globals  # the notebook's names, when a cell calls this
+    outcome = run_step(step_id, {**caller, **dict(zip(step.functions, functions))})
     if outcome.status != "passed":
         raise CheckFailed(outcome.message) from None
     verb = "matches" if len(functions) == 1 else "match"

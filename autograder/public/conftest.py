@@ -81,8 +81,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             width = max(len(step) for step in wrong)
             for step in wrong:
                 line = f"  {step:<{width}}  {steps[step].title}: reread {steps[step].section}"
-                earlier = [use for use in steps[step].uses
+                # as the step's own message says: the first failing steps it builds on, directly or not
+                failing = [use for use in public_checks._all_uses(step)
                            if outcomes.get(use, "passed") != "passed"]
+                earlier = [use for use in failing
+                           if not set(public_checks._all_uses(use)) & set(failing)]
                 if earlier:
                     line += f" (it builds on {', '.join(earlier)}: fix that first)"
                 write(line)

@@ -1,0 +1,108 @@
+"""The self-check never names a mistake the hidden graders would not name on the same code.
+
+Every submission of the test corpus (tests/submissions: the variants, the realistic and unusual
+mistakes, the unlisted ones, and the grammar's single slips with a sample of its pairs) is checked
+as a student checks it, with the released public_checks.py called on the submission's module, and
+graded by the hidden graders in one real `qkv-grade --format json` run. Wherever the self-check
+names a mistake on a step, that code must be among the codes the hidden grading gives the step
+(counting the possibilities of a "one of: ..." line).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from inprocess import runs_here
+from submissions import grammar
+from submissions.unlisted import UNLISTED
+from submissions.variants import everything
+from support import REPO, qkv_grade
+
+SEED = 7
+PAIRS = 60  # of the grammar's compositions of two slips, a fixed sample
+NAMED = re.compile(r"^\[([a-z][a-z0-9_-]*)\] ", re.M)
+ONE_OF = re.compile(r"one of: (.*)\.$", re.M)
+
+
+def _public_checks():
+    """The released self-check module, as students have it."""
+    path = REPO / "assignments" / "attention_head" / "public_checks.py"
+    spec = importlib.util.spec_from_file_location("released_public_checks_truth", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _corpus() -> dict[str, str]:
+    """Every submission that can run in this process (none that is there to hang or kill it)."""
+    found = {name: s.text() for name, s in everything().items() if runs_here(s.text(), s.status)}
+    found.update({f"unlisted-{name}": s.text() for name, s in UNLISTED.items() if runs_here(s.text())})
+    choices = grammar.singles() + grammar.sample(grammar.pairs(), PAIRS, seed=SEED)
+    found.update({f"grammar-{grammar.name(choice)}": grammar.source(choice) for choice in choices})
+    return found
+
+
+def _self_check(checks, text: str) -> dict[str, list[str]]:
+    """The codes the self-check names on each step whose check fails (none: an empty list), on
+    one submission's module."""
+    namespace = {"__name__": "attention_head"}
+    try:
+        exec(compile(text, "attention_head.py", "exec"), namespace)
+    except Exception:
+        return {}
+    named = {}
+    for step_id in checks.step_ids():
+        outcome = checks.run_step(step_id, namespace)
+        if outcome.status == "failed":
+            named[step_id] = NAMED.findall(outcome.message)
+    return named
+
+
+def _graded(folder: Path, corpus: dict[str, str]) -> dict[str, dict[str, set[str]]]:
+    """The hidden graders' codes for each submission's steps, with every "one of" possibility."""
+    (folder / "in").mkdir()
+    for name, text in corpus.items():
+        (folder / "in" / f"{name}.py").write_text(text, encoding="utf-8")
+    done = qkv_grade(str(folder / "in"), "--format", "json", "--seed", str(SEED), "--timeout", "2",
+                     "--out", str(folder / "out"), timeout=3600)
+    assert done.returncode == 0, done.stderr
+    graded = {}
+    for result in json.loads(done.stdout):
+        steps = {}
+        for step in result["steps"]:
+            codes = set(step["diagnoses"])
+            for options in ONE_OF.findall(step["feedback"]):
+                codes |= {code for option in options.split("; ") for code in option.split(" with ")}
+            steps[step["id"]] = codes
+        graded[result["submission"].removesuffix(".py")] = steps
+    return graded
+
+
+def test_the_self_check_names_only_what_the_hidden_graders_name(tmp_path, capsys):
+    corpus = _corpus()
+    checks = _public_checks()
+    graded = _graded(tmp_path, corpus)
+    shutil.rmtree(tmp_path / "in", ignore_errors=True)
+    failing, named_steps, wrong = 0, 0, []
+    for name, text in sorted(corpus.items()):
+        for step_id, codes in _self_check(checks, text).items():
+            failing += 1
+            if not codes:
+                continue
+            named_steps += 1
+            given = graded[name][step_id]
+            untrue = [code for code in codes if code not in given]
+            if untrue:
+                wrong.append(f"{name} {step_id}: self-check names {codes}, the hidden graders {sorted(given)}")
+    with capsys.disabled():
+        print(f"\nself-check: {len(corpus)} submissions, {failing} failing steps, a mistake named on "
+              f"{named_steps} of them, {len(wrong)} untrue")
+    assert named_steps > 100
+    assert wrong == [], "\n".join(wrong)
