@@ -207,10 +207,11 @@ def test_nothing_released_contains_a_marker_or_a_line_of_the_solution():
 
 
 def test_the_self_checks_table_of_mistakes_stays_small_and_public():
-    """What the self-check names mistakes with ships to every student: under 2 MB, its calls built
-    from fixed public numbers, never from the grading key or a hidden case."""
+    """What the self-check names mistakes with ships to every student: under 4 MB (read in about a
+    tenth of a second), its calls built from fixed public numbers, never from the grading key or a
+    hidden case."""
     text = (RELEASE / "chapter_example.json").read_text(encoding="utf-8")
-    assert len(text.encode("utf-8")) < 2_000_000
+    assert len(text.encode("utf-8")) < 4_000_000
     data = json.loads(text)
     assert set(data) == {*release.EXAMPLE_KEYS, "mistakes"}
     probes = release.public_probes({key: data[key] for key in release.EXAMPLE_KEYS})
