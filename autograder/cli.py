@@ -225,7 +225,8 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
         with interrupts_deferred():
             from .grading import Grader
         if todo:
-            Grader(run.seed, limits, key, args.carry_forward).grade_many(todo, progress=saver.add, workers=workers)
+            Grader(run.seed, limits, key, args.carry_forward).grade_many(todo, progress=saver.add, workers=workers,
+                                                                         keep=False)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the clean-up short
         saver.stop()  # before the workers end: the grades they were computing are cut short
@@ -243,11 +244,10 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     try:  # grading is over: write and print it whole, and let a late Ctrl-C cut nothing in half
         with interrupts_deferred():
             saver.close()
-            graded = [kept.get(name) or saver.results.get(name) for _, name in found.items]
-            graded = [result for result in graded if result is not None]
+            graded = _Graded(found.items, kept, saver.spool)
             if failure is None and saver.error is None:
                 try:
-                    run.finish(results.to_csv(graded, found.skipped), found.skipped)
+                    run.finish(results.csv_lines(graded, found.skipped), found.skipped)
                 except OSError as exc:
                     saver.error = exc
             run.close()
@@ -256,7 +256,7 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
                 from .report import write
 
                 try:
-                    page = write(graded, args.report)
+                    page = write(list(graded), args.report)  # the page lists every student
                 except OSError as exc:
                     failure = (f"{args.report}: could not write the class report ({exc.strerror}); the results "
                                f"are in {run.folder}/", EXIT_UNWRITTEN)
@@ -287,17 +287,22 @@ class _Saver:
 
     The writing (each file flushed to disk before it counts) is done by a thread of its own, so
     the threads grading go on meanwhile. The first write that fails stops the writing (the disk is
-    full, or the folder went away); grading goes on, and every grade still reaches stdout.
+    full, or the folder went away); grading goes on, and every grade still reaches stdout. No
+    result is kept in memory: each is put in the spool, from which the summary and the listing
+    are read back at the end.
     """
 
     def __init__(self, run, total: int):
         import queue
         import threading
 
-        self.run, self.results, self.error = run, {}, None
+        self.run, self.error = run, None
+        self.spool = _Spool()
         self.progress = _Progress(total)
         self.lock, self.closed = threading.Lock(), False
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        # Bounded: where the disk is slower than the grading, the grading waits for it rather than
+        # holding the texts of a whole class in memory.
+        self.queue: queue.Queue = queue.Queue(maxsize=256)
         self.writer = threading.Thread(target=self._write, daemon=True)
         self.writer.start()
 
@@ -314,7 +319,7 @@ class _Saver:
         with self.lock:
             if self.closed:  # the run was interrupted: a grade its workers' ending cut short is no grade
                 return
-            self.results[result.submission] = result
+            self.spool.put(result.submission, text, result.seconds)
             self.progress.update(result)
             self.queue.put((result.submission, text))
 
@@ -343,33 +348,101 @@ class _Saver:
         self.progress.finish()
 
 
-def _print_folder(graded, skipped, run, args, page) -> None:
-    import json
+class _Spool:
+    """The results of a run, out of the grader's memory: each one's JSON text in a temporary file
+    of the grader's own (unlinked at once, so no other process can open it by name), read back
+    one at a time for the summary and the listing. Where that file cannot be written (no room),
+    the texts are kept in memory instead, so every grade still reaches stdout."""
 
+    def __init__(self):
+        import tempfile
+
+        self.where: dict[str, tuple] = {}
+        """name -> (offset, length, seconds) in the file, or (text, seconds) in memory."""
+        try:
+            self.file = tempfile.TemporaryFile()
+        except OSError:
+            self.file = None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.where
+
+    def put(self, name: str, text: str, seconds: float) -> None:
+        data = text.encode("utf-8")
+        if self.file is not None:
+            try:
+                offset = self.file.seek(0, 2)
+                self.file.write(data)
+                self.where[name] = (offset, len(data), seconds)
+                return
+            except OSError:
+                self.file = None  # no room: this text and the later ones are kept in memory
+        self.where[name] = (data, seconds)
+
+    def get(self, name: str):
+        import json
+
+        from . import results
+
+        place = self.where.get(name)
+        if place is None:
+            return None
+        if len(place) == 3:
+            offset, length, seconds = place
+            self.file.flush()
+            self.file.seek(offset)
+            data = self.file.read(length)
+        else:
+            data, seconds = place
+        result = results.from_dict(json.loads(data))
+        result.seconds = seconds
+        return result
+
+
+class _Graded:
+    """The graded results in the order the submissions were found, read one at a time (from the
+    results a resumed run kept, or from the spool)."""
+
+    def __init__(self, items, kept: dict, spool: _Spool):
+        self.names = [name for _, name in items if name in kept or name in spool]
+        self.kept, self.spool = kept, spool
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self):
+        for name in self.names:
+            yield self.kept.get(name) or self.spool.get(name)
+
+
+def _print_folder(graded: _Graded, skipped, run, args, page) -> None:
     from . import results
 
+    write = sys.stdout.write
     if args.format == "json":
-        sys.stdout.write(results.to_json(graded, single=False))
+        for piece in results.json_lines(graded):
+            write(piece)
     elif args.format == "gradescope":
-        sys.stdout.write(json.dumps([results.to_gradescope(r) for r in graded], indent=2, ensure_ascii=False) + "\n")
+        for piece in results.gradescope_lines(graded):
+            write(piece)
     if args.format != "text":  # stdout is the JSON alone: what was found and not graded goes to stderr
         for name, reason in skipped:
             sys.stderr.write(f"qkv-grade: not graded: {results.printable(name, one_line=True)}: "
                              f"{results.printable(reason, one_line=True)}\n")
     else:
-        names = {name: results.printable(name, one_line=True)
-                 for name in [r.submission for r in graded] + [n for n, _ in skipped]}
-        width = max([len(shown) for shown in names.values()] + [1])
+        width = max([len(results.printable(name, one_line=True)) for name in graded.names]
+                    + [len(results.printable(name, one_line=True)) for name, _ in skipped] + [1])
         for result in graded:
             flags = sorted({code for step in result.steps for code in step.diagnoses})
-            sys.stdout.write(f"{names[result.submission]:<{width}}  {result.score:>6g} / {result.max_score:g}"
-                             + (f"  {', '.join(flags)}" if flags else "") + "\n")
+            write(f"{results.printable(result.submission, one_line=True):<{width}}  {result.score:>6g} / "
+                  f"{result.max_score:g}" + (f"  {', '.join(flags)}" if flags else "") + "\n")
         for name, reason in skipped:
-            sys.stdout.write(f"{names[name]:<{width}}  not graded: {results.printable(reason, one_line=True)}\n")
+            write(f"{results.printable(name, one_line=True):<{width}}  not graded: "
+                  f"{results.printable(reason, one_line=True)}\n")
         where = (f"results in {run.folder}/ (one JSON each, summary.csv)" if run.finished
                  else f"results not complete in {run.folder}/")
-        sys.stdout.write(f"\n{len(graded)} submission{'' if len(graded) == 1 else 's'} graded with seed {run.seed}; {where}"
-                         + (f"; class report in {page}" if page is not None else "") + ".\n")
+        write(f"\n{len(graded)} submission{'' if len(graded) == 1 else 's'} graded with seed {run.seed}; {where}"
+              + (f"; class report in {page}" if page is not None else "") + ".\n")
     sys.stdout.flush()
 
 

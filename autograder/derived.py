@@ -1099,26 +1099,28 @@ def _probes(fn: str) -> tuple[tuple, ...] | None:
 _REFERENCE_ON_PROBES: dict[str, tuple] = {}
 
 
+def _parts(value) -> list:
+    return list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, tuple) else [value]
+
+
+def _same(a, b) -> bool:
+    return np.shape(a) == np.shape(b) and np.allclose(a, b, equal_nan=True)
+
+
 def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
     """Does the edited program give the same value whatever its inputs (`s - s`, say)? Such an edit
     describes no computation, only a constant: a guess, which it must not explain away."""
-    def parts(value):
-        return list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, tuple) else [value]
-
-    def same(a, b):
-        return np.shape(a) == np.shape(b) and np.allclose(a, b, equal_nan=True)
-
     try:
         with np.errstate(all="ignore"):
-            values = [parts(_run(fn, program, args)) for args in probes]
+            values = [_parts(_run(fn, program, args)) for args in probes]
             if fn not in _REFERENCE_ON_PROBES:  # the same for every edit of fn
-                _REFERENCE_ON_PROBES[fn] = [parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes]
+                _REFERENCE_ON_PROBES[fn] = [_parts(_run(fn, tuple(PROGRAMS[fn][1]), args)) for args in probes]
             refs = _REFERENCE_ON_PROBES[fn]
     except Exception:
         return False
     # a part that stays put although the reference's moves (the reference's own zero-query weights never do)
-    return any(all(same(value[n], values[0][n]) for value in values[1:])
-               and not all(same(ref[n], refs[0][n]) for ref in refs[1:])
+    return any(all(_same(value[n], values[0][n]) for value in values[1:])
+               and not all(_same(ref[n], refs[0][n]) for ref in refs[1:])
                for n in range(min(len(values[0]), len(refs[0]))))
 
 

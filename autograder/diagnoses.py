@@ -252,7 +252,7 @@ MODELS: dict[str, tuple[tuple[tuple[str, ...], Model], ...]] = {
 """The single slips of each function, as (codes, model): what a composite step carries forward."""
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=2048)  # one per earlier mistake met and function it reaches: bounded, as their number is not
 def through_reference(fn: str, replaced: str, model: Model) -> Model:
     """The reference's `fn` with its calls of `replaced` (direct or nested) going to `model`.
 
@@ -262,7 +262,7 @@ def through_reference(fn: str, replaced: str, model: Model) -> Model:
     return through_references(fn, ((replaced, model),))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=2048)  # one per combination of earlier mistakes met: bounded, as their number is not
 def through_references(fn: str, replacements: tuple[tuple[str, Model], ...]) -> Model:
     """The reference's `fn` with each (name, model) in `replacements` standing in for that function.
 

@@ -160,11 +160,14 @@ class Grader:
     def grade_many(self, items: Iterable[tuple[Path, str]], jobs: int | None = None,
                    progress: Callable[[SubmissionResult], None] | None = None,
                    workers: list[Worker] | None = None,
-                   loader: Callable[[Path, str], Submission] = load) -> list[SubmissionResult]:
+                   loader: Callable[[Path, str], Submission] = load,
+                   keep: bool = True) -> list[SubmissionResult]:
         """Grade every (path, name) in parallel, one worker per job; results keep the input order.
 
         `workers`, when given, are started workers to use (and close): one job each. `loader`
         reads a submission (from the worker threads), raising SubmissionError for one it cannot.
+        `keep=False` hands each result to `progress` alone and returns no list (every entry None),
+        so that the grader's memory does not grow with the class.
         """
         items = list(items)
         started = list(workers or ())
@@ -173,6 +176,7 @@ class Grader:
         for index, item in enumerate(items):
             todo.put((index, item))
         results: list[SubmissionResult | None] = [None] * len(items)
+        done = bytearray(len(items))  # 1 where a submission has its result
         lock = threading.Lock()
         failures: list[BaseException] = []
         held: list = []  # (index, submission): loaded, and waiting for a worker with nothing to do
@@ -180,7 +184,9 @@ class Grader:
         retried: set = set()  # index, or (index, "again"): run once more after its worker was lost
 
         def record(index: int, result: SubmissionResult) -> None:
-            results[index] = result
+            done[index] = 1
+            if keep:
+                results[index] = result
             if progress:
                 with lock:
                     progress(result)
@@ -283,7 +289,7 @@ class Grader:
             thread.start()
         for thread in threads:
             thread.join()
-        if failures and any(result is None for result in results):
+        if failures and not all(done):
             raise failures[0]
         return results  # type: ignore[return-value]
 

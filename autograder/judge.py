@@ -27,6 +27,7 @@ import inspect
 import itertools
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -183,22 +184,22 @@ def canonical(fn: str, value, expected: dict | None = None) -> dict:
             "output_shape": _as_shape(value["output_shape"], "output_shape"), "softmax_axis": axis}
 
 
-def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False) -> bool:
+def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False,
+             keep: bool = True) -> bool:
     """np.allclose for same-shaped float arrays, without its overhead (it runs thousands of times).
 
     `want` is an array kept for the whole class (a reference value, a model's value): the
     tolerance of each of its elements is worked out once. As in numpy, a finite number is never
     close to an infinity, equal infinities are, and NaN is only given `equal_nan`. Grading runs
-    under np.errstate(all="ignore"), so infinities cost no warning here.
+    under np.errstate(all="ignore"), so infinities cost no warning here. `keep=False`: `want` is
+    one student's, so its tolerance is not kept.
     """
-    known = _TOLERANCES.get(id(want))
-    if known is None or known[0] is not want or known[1] != rtol or known[2] != atol:
-        if len(_TOLERANCES) > 200_000:
+    known = _TOLERANCES.get(id(want)) if keep else (want, rtol, atol, _tolerance(want, rtol, atol))
+    if keep and (known is None or known[0] is not want or known[1] != rtol or known[2] != atol):
+        if len(_TOLERANCES) > _MOST_KEPT:
             _TOLERANCES.clear()
-        # only equality, below, is close to an infinity; a 0-d array gives a 0-d array too
-        tolerance = np.where(np.isfinite(want), np.abs(want) * rtol + atol, -1.0)
         want.flags.writeable = False  # its tolerance stays true to it: nothing may write into it
-        known = (want, rtol, atol, tolerance)
+        known = (want, rtol, atol, _tolerance(want, rtol, atol))
         _TOLERANCES[id(want)] = known
     ok = np.abs(got - want) <= known[3]
     if _count(ok) == ok.size:  # ok.all(), at a third of the cost
@@ -209,11 +210,28 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
     return _count(ok) == ok.size
 
 
+def _tolerance(want: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    # only equality, in allclose, is close to an infinity; a 0-d array gives a 0-d array too
+    return np.where(np.isfinite(want), np.abs(want) * rtol + atol, -1.0)
+
+
 _count = np.count_nonzero
 
 # The tolerance of each element of a kept array: id -> (array, rtol, atol, tolerances). The array
 # is held, so its id stays its own while it is here.
 _TOLERANCES: dict[int, tuple] = {}
+
+# The judge's caches of model values (below) are kept for the whole class: they grow with the
+# distinct mistakes a class shows, never with the number of its submissions. A class showing so
+# many that the values reach this many starts them afresh, so the memory they take is bounded
+# (some 40-50 MiB at most); nothing a submission is graded on depends on what they hold.
+_MOST_KEPT = 32_768
+
+
+def forget() -> None:
+    """Empty the class-wide caches of model values (each is filled again as it is needed)."""
+    for cache in (_MODEL_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS, _DIFFERS, _PRUNED, _RAISING, _CARRIED):
+        cache.clear()
 
 
 def isclose(got: float, want: float, rtol: float, atol: float) -> bool:
@@ -508,6 +526,24 @@ class _Candidate:
 _UNMODELLED_VALUES = {"wrong-shape", "non-finite", "hard-coded"}
 
 
+@lru_cache(maxsize=None)
+def _pairs_by_codes(fn: str) -> dict[frozenset, list[tuple]]:
+    """The compositions of two slips on `fn`, as (number, codes, model), by the set of their codes."""
+    found: dict[frozenset, list[tuple]] = {}
+    for n, (codes, _, model) in enumerate(diagnoses.models(fn, 2)):
+        found.setdefault(frozenset(codes), []).append((n, codes, model))
+    return found
+
+
+def _pairs_within(fn: str, named: frozenset) -> list[tuple]:
+    """The compositions of two slips on `fn` whose codes are all in `named`, as (number, codes,
+    model), in the order of `diagnoses.models(fn, 2)`: found by the subsets of `named` (a
+    composition has one code or two), not by reading every composition."""
+    by_codes = _pairs_by_codes(fn)
+    subsets = [frozenset((code,)) for code in named] + [frozenset(pair) for pair in itertools.combinations(named, 2)]
+    return sorted((entry for subset in subsets for entry in by_codes.get(subset, ())), key=lambda entry: entry[0])
+
+
 def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -> list[_Candidate]:
     """Earlier steps' diagnoses, passed through the reference's own calls to `fn`."""
     found = []
@@ -518,7 +554,7 @@ def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -
             pool = [(codes, model) for code in named for codes, model in diagnoses.MODELS.get(used_fn, ())
                     if codes == (code,)]
             if len(named) > 1 and used_fn in diagnoses.PIPELINES:
-                pool += [(codes, model) for codes, _, model in diagnoses.models(used_fn, 2) if set(codes) <= set(named)]
+                pool += [(codes, model) for _, codes, model in _pairs_within(used_fn, frozenset(named))]
             pool += [((code,), derived.model(code)) for code in named
                      if derived.is_derived(code) and derived.fn_of(code) == used_fn]
             found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
@@ -641,11 +677,12 @@ _SHARED_VALUES: dict[tuple, dict] = {}
 
 
 def _shared(value: dict) -> dict:
-    """`value`, or an equal model value seen before (equal element for element, type for type)."""
+    """`value`, or a model value seen before with the same content (the same bytes, shape and
+    dtype for an array; the same type and repr otherwise)."""
     key = tuple((name, part.shape, part.dtype.str, hash(part.tobytes())) if isinstance(part, np.ndarray)
                 else (name, type(part).__name__, repr(part)) for name, part in value.items())
     known = _SHARED_VALUES.setdefault(key, value)
-    if known is value or all(np.array_equal(part, known[name]) if isinstance(part, np.ndarray)
+    if known is value or all(part.tobytes() == known[name].tobytes() if isinstance(part, np.ndarray)
                              else repr(part) == repr(known[name]) for name, part in value.items()):
         return known
     return value  # a hash collision: kept apart
@@ -656,9 +693,10 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     entry = _MODEL_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
-    try:
-        with np.errstate(all="ignore"):
-            raw, error = candidate.model(*call.args), None
+    if len(_MODEL_VALUES) >= _MOST_KEPT:
+        forget()
+    try:  # under np.errstate(all="ignore"): see grade_step
+        raw, error = candidate.model(*call.args), None
     except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
         _MODEL_VALUES[key] = (call, want, None, False)
         return want, None, False
@@ -677,9 +715,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
                 _MODEL_RAW[key] = (call, raw)
         if value is not None:
             value = _shared(value)
-    # Differs as grading sees it: a slip whose effect is below the model tolerance still fails.
-    differs = value is not None and bool(differences(value, want, False, describe=False))
-    entry = (call, value, error, differs)
+    entry = (call, value, error, value is not None and _differs(value, want))
     _MODEL_VALUES[key] = entry  # one assignment: grading threads share this cache
     return entry[1:]
 
@@ -702,13 +738,31 @@ def _model_loose(candidate: _Candidate, call) -> dict | None:
     return value
 
 
+def _differs(value: dict, want: dict) -> bool:
+    """Does a model's value differ from the reference's as grading sees it? (A slip whose effect is
+    below the model tolerance still fails.) Many models share one value, so this is worked out once
+    per value and reference value, both kept for the class."""
+    key = (id(value), id(want))
+    known = _DIFFERS.get(key)
+    if known is None or known[0] is not value or known[1] is not want:
+        known = _DIFFERS[key] = (value, want, bool(differences(value, want, False, describe=False)))
+    return known[2]
+
+
+_DIFFERS: dict[tuple, tuple] = {}
+
+
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
            agreed: dict, order: list[int]) -> None:
-    """Run the model on every call of one function that returned or raised, and tally the evidence.
+    """Run the model on the calls of one function that returned or raised, and tally the evidence.
 
-    `order` lists those calls, passing calls first: one the model gets wrong rejects it, and ends
-    the weighing. `agreed` remembers, for one step, whether a student's value and a model value
-    agree, by their ids.
+    `order` lists those calls, failing calls first. A model is accepted only when it reproduces
+    every failing call and contradicts no passing one, so the failing calls are weighed first,
+    until one the model does not reproduce: that ends the weighing (most models are rejected by
+    the first, a call that fails for most students, whose value is then computed once for the
+    class); then the passing calls, until one the model gets wrong. `explains` is complete only
+    for a model that reproduced every failing call. `agreed` remembers, for one step, whether a
+    student's value and a model value agree, by their ids.
     """
     for index in order:
         call, verdict, want = calls[index], verdicts[index], expected[index]
@@ -734,20 +788,24 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             if error is not None and error == (verdict.raised, verdict.raised_message):
                 candidate.explains.add(index)
                 candidate.values += 1
-            continue
+                continue
+            return
         if verdict.kind == "ok":  # the student matched the reference: the model must too
             if differs or error is not None:
                 candidate.contradicted = True
                 return
             continue
         if not differs:  # the reference's value here: it cannot reproduce a wrong one
-            continue
+            return
         pair = (id(verdict.actual), id(value))
-        if pair not in agreed:
-            agreed[pair] = _agrees_canonical(verdict.actual, value) and _accounts_for(verdict.actual, value, want)
-        if agreed[pair]:
-            candidate.explains.add(index)
-            candidate.values += 1
+        known = agreed.get(pair)
+        if known is None or known[0] is not value:  # the value is held, so its id stays its own
+            known = agreed[pair] = (value, _agrees_canonical(verdict.actual, value)
+                                    and _accounts_for(verdict.actual, value, want))
+        if not known[1]:
+            return
+        candidate.explains.add(index)
+        candidate.values += 1
 
 
 _WHOLE_RESULT = frozenset(slip.code for slip in diagnoses.SLIPS if slip.knob == "result")
@@ -835,7 +893,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                                               [expected[i] for i in indexes])
         order = sorted((i for i, v in enumerate(fn_verdicts) if v.kind in ("ok", "mismatch", "raised")
                         or (v.kind == "wrong-type" and indexes[i] in failing)),
-                       key=lambda i: fn_verdicts[i].kind != "ok")
+                       key=lambda i: fn_verdicts[i].kind == "ok")
         accepted = []
         for depth in (1, 2, 3, 4):
             if depth == 1:
@@ -904,21 +962,45 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
     slip alone gives them (or their transpose). When every wrong value is explained and only
     exceptions are left, the probe is the first of those, and a composition is run only when one
     of its slips alone raises the student's very exception there (`_screened_by_exception`).
-    Single slips' values on the probe come from the depth-1 pass, and every value is cached per
-    call.
+    What the pruning keeps depends only on the probe and the student's shapes, so it is worked out
+    once per class (`_pruned`); each student's values are then compared with each distinct model
+    value once.
     """
     probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
     if probe is None:
         return _screened_by_exception(fn, indexes, calls, verdicts, expected, covered)
-    call, want, got = calls[probe], expected[probe], verdicts[probe].actual
-    reference, student = _shapes(want), _shapes(got)
+    call, got = calls[probe], verdicts[probe].actual
+    agrees: dict[int, bool] = {}
+    survivors = []
+    for n, codes, model, value in _pruned(fn, call, expected[probe], _shapes(got)):
+        if id(value) not in agrees:
+            agrees[id(value)] = _agrees_canonical(got, value)
+        if agrees[id(value)]:
+            survivors.append(_Candidate(codes, model, False, key=(fn, 2, n)))
+    return survivors
+
+
+# (fn, id(call), the student's shapes) -> (call, [(number, codes, model, value), ...]): the
+# compositions the pruning of `_screened` keeps on that probe, with their values there, for those
+# that return a value differing from the reference's. Bounded: a class whose students return ever
+# new shapes starts it afresh.
+_PRUNED: dict[tuple, tuple] = {}
+_MOST_PRUNED = 512
+
+
+def _pruned(fn: str, call, want: dict, student: tuple | None) -> list[tuple]:
+    key = (fn, id(call), student)
+    entry = _PRUNED.get(key)
+    if entry is not None and entry[0] is call:
+        return entry[1]
+    reference = _shapes(want)
     choice_shape, shows = {}, set()
     for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
         value, error, differs = _model_value(candidate, call, want)
         choice_shape[choice[0]] = _shapes(value) if error is None else None
         if differs or error is not None:
             shows.add(choice[0])
-    survivors = []
+    kept = []
     for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
         if not shows.intersection(choice):
             continue  # neither slip changes this call alone: together they would not either
@@ -932,11 +1014,13 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
         if None not in shapes and student != reference \
                 and student not in changed + [_transposed(shape) for shape in changed]:
             continue
-        candidate = _Candidate(codes, model, False, key=(fn, 2, n))
-        value, error, differs = _model_value(candidate, call, want)
-        if error is None and value is not None and differs and _agrees_canonical(got, value):
-            survivors.append(candidate)
-    return survivors
+        value, error, differs = _model_value(_Candidate(codes, model, False, key=(fn, 2, n)), call, want)
+        if error is None and value is not None and differs:
+            kept.append((n, codes, model, value))
+    if len(_PRUNED) >= _MOST_PRUNED:
+        _PRUNED.clear()
+    _PRUNED[key] = (call, kept)  # one assignment: grading threads share this cache
+    return kept
 
 
 def _may_drop(choice: tuple, shapes: list, reference: tuple) -> bool:
@@ -954,6 +1038,7 @@ def _screened_by_exception(fn: str, indexes: list[int], calls: list, verdicts: l
     whose other slip makes that call right (a shift whose value the normalization then ignores).
     The exception, message and all, is the screen: the shapes in a broadcast error name the
     operation that failed, so only compositions holding a slip that raises it alone are run.
+    Which do depends only on the probe and the exception, so it is worked out once per class.
     """
     probe = next((i for i in indexes if verdicts[i].kind == "raised" and verdicts[i].raised_message
                   and i not in covered), None)
@@ -961,18 +1046,28 @@ def _screened_by_exception(fn: str, indexes: list[int], calls: list, verdicts: l
         return []
     call, want = calls[probe], expected[probe]
     raised = (verdicts[probe].raised, verdicts[probe].raised_message)
-    sources = set()
-    for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
-        if _model_value(candidate, call, want)[1] == raised:
-            sources.add(choice[0])
-    survivors = []
-    if sources:
-        for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
-            if sources.intersection(choice):
-                candidate = _Candidate(codes, model, False, key=(fn, 2, n))
-                if _model_value(candidate, call, want)[1] == raised:
-                    survivors.append(candidate)
-    return survivors
+    key = (fn, id(call), raised)
+    entry = _RAISING.get(key)
+    if entry is None or entry[0] is not call:
+        sources = set()
+        for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
+            if _model_value(candidate, call, want)[1] == raised:
+                sources.add(choice[0])
+        kept = []
+        if sources:
+            for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
+                if sources.intersection(choice):
+                    if _model_value(_Candidate(codes, model, False, key=(fn, 2, n)), call, want)[1] == raised:
+                        kept.append((n, codes, model))
+        if len(_RAISING) >= _MOST_PRUNED:
+            _RAISING.clear()
+        entry = _RAISING[key] = (call, kept)
+    return [_Candidate(codes, model, False, key=(fn, 2, n)) for n, codes, model in entry[1]]
+
+
+# (fn, id(call), (exception, message)) -> (call, [(number, codes, model), ...]): the compositions
+# that raise that very exception on that probe.
+_RAISING: dict[tuple, tuple] = {}
 
 
 def _counterexample_problems(matrix: np.ndarray) -> list[str]:
@@ -1029,7 +1124,17 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
-    does. None when unknown (the diagnosis codes stand in for it)."""
+    does. None when unknown (the diagnosis codes stand in for it).
+
+    Models run here as the student's code ran: an overflow gives infinity or NaN, never an
+    exception or a warning (one np.errstate for the step, not one per model run)."""
+    with np.errstate(all="ignore"):
+        return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised)
+
+
+def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
+                earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
+                raised: set | None) -> StepResult:
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i]) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
     if raised is not None and any(v.kind == "raised" for case_verdicts in verdicts for v in case_verdicts):
@@ -1100,8 +1205,11 @@ def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[
     fn, named = step.functions[0], set(codes)
     found = []
     for depth in (1, 2) if len(named) > 1 else (1,):
-        for n, (slip_codes, _, model) in enumerate(diagnoses.models(fn, depth)):
-            if set(slip_codes) <= named and _reproduces(model, (fn, depth, n), calls, flat, wants):
+        within = (_pairs_within(fn, frozenset(named)) if depth == 2 else
+                  [(n, slip_codes, model) for n, (slip_codes, _, model) in enumerate(diagnoses.models(fn, 1))
+                   if set(slip_codes) <= named])
+        for n, slip_codes, model in within:
+            if _reproduces(model, (fn, depth, n), calls, flat, wants):
                 found.append((fn, model))
         if found:
             break  # the fewest slips that do
@@ -1148,14 +1256,15 @@ def _reproduces(model: Callable, key: tuple, calls: list, flat: list[_CallVerdic
     return True
 
 
-def _same_value(actual: dict, model: dict) -> bool:
+def _same_value(actual: dict, model: dict, keep: bool = True) -> bool:
     """Grading's comparison (1e-9), where NaN in the model's value is matched by NaN in the student's:
-    an overflow the earlier mistake causes gives the same NaN downstream."""
+    an overflow the earlier mistake causes gives the same NaN downstream. `keep=False`: `model` is
+    another of the student's own values (see `allclose`)."""
     for name, part in model.items():
         got = actual.get(name)
         if isinstance(part, np.ndarray):
             if not isinstance(got, np.ndarray) or got.shape != part.shape \
-                    or not allclose(got, part, RTOL, ATOL, equal_nan=True):
+                    or not allclose(got, part, RTOL, ATOL, equal_nan=True, keep=keep):
                 return False
         elif differences({name: got}, {name: part}, False, describe=False):
             return False
@@ -1276,7 +1385,7 @@ def _copied(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong:
     for c in hidden_wrong:
         for verdict, shown in zip(verdicts[c], example):
             if verdict.kind == "mismatch":
-                if shown.actual is None or not _same_value(verdict.actual, shown.actual):
+                if shown.actual is None or not _same_value(verdict.actual, shown.actual, keep=False):
                     return False
     return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .steps import BY_ID, STEPS
 
@@ -97,8 +98,26 @@ def to_json(results: list[SubmissionResult], single: bool) -> str:
     times slower, and a class's list is read by programs, or a line at a time)."""
     if single:
         return json.dumps(results[0].to_dict(), indent=2, ensure_ascii=False) + "\n"
-    lines = ",\n".join(json.dumps(result.to_dict(), ensure_ascii=False) for result in results)
-    return "[\n" + lines + "\n]\n" if results else "[]\n"
+    return "".join(json_lines(results))
+
+
+def json_lines(results: Iterable[SubmissionResult]) -> Iterator[str]:
+    """`to_json` of a list, in pieces: a class's list is written as its results are read."""
+    first = True
+    for result in results:
+        yield ("[\n" if first else ",\n") + json.dumps(result.to_dict(), ensure_ascii=False)
+        first = False
+    yield "[]\n" if first else "\n]\n"
+
+
+def gradescope_lines(results: Iterable[SubmissionResult]) -> Iterator[str]:
+    """`json.dumps([to_gradescope(r) for r in results], indent=2)` and a newline, in pieces."""
+    first = True
+    for result in results:
+        text = json.dumps(to_gradescope(result), indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        yield ("[\n  " if first else ",\n  ") + text
+        first = False
+    yield "[]\n" if first else "\n]\n"
 
 
 def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict:
@@ -163,24 +182,33 @@ def spreadsheet_csv(rows: list[list[str]]) -> str:
     """Rows of text as CSV that any spreadsheet reads cell for cell: a cell holding a separator,
     a quote or a line break is quoted whole (csv's own quoting misses a carriage return when lines
     end in a newline, and every semicolon), so a student's file name stays one cell."""
+    return "".join(_csv_line(row) for row in rows)
+
+
+def _csv_line(row: list[str]) -> str:
     def cell(text: str) -> str:
         return '"' + text.replace('"', '""') + '"' if any(mark in text for mark in _SPLITS) else text
 
-    return "".join(",".join(cell(text) for text in row) + "\n" for row in rows)
+    return ",".join(cell(text) for text in row) + "\n"
 
 
-def to_csv(results: list[SubmissionResult], skipped: list[tuple[str, str]] = ()) -> str:
+def to_csv(results: Iterable[SubmissionResult], skipped: list[tuple[str, str]] = ()) -> str:
     """One row per graded submission, then one per file found and not graded (empty scores, the
     reason in `skipped`)."""
-    rows = [["submission", "score", "max_score"] + [step.id for step in STEPS] + ["diagnoses", "error", "skipped"]]
+    return "".join(csv_lines(results, skipped))
+
+
+def csv_lines(results: Iterable[SubmissionResult], skipped: list[tuple[str, str]] = ()) -> Iterator[str]:
+    """`to_csv`, a line at a time: a class's summary is written as its results are read."""
+    yield _csv_line(["submission", "score", "max_score"] + [step.id for step in STEPS]
+                    + ["diagnoses", "error", "skipped"])
     for result in results:
         codes = sorted({code for step in result.steps for code in step.diagnoses})
-        rows.append([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
-                    + [f"{step.score:g}" for step in result.steps]
-                    + [" ".join(codes), spreadsheet_cell(result.error or ""), ""])
+        yield _csv_line([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
+                        + [f"{step.score:g}" for step in result.steps]
+                        + [" ".join(codes), spreadsheet_cell(result.error or ""), ""])
     for name, reason in skipped:
-        rows.append([spreadsheet_cell(name), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
-    return spreadsheet_csv(rows)
+        yield _csv_line([spreadsheet_cell(name), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
 
 
 _COLOURS = {"passed": "32", "partial": "33", "failed": "31", "not_implemented": "90", "error": "35", "timeout": "35"}

@@ -28,6 +28,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 INCOMPLETE = ".incomplete"
 MANIFEST = "run.json"
@@ -36,21 +37,22 @@ LATEST = "latest"
 _MAX_NAME = 200  # below every common file system's 255-byte limit, with room for the suffixes
 
 
-def write_atomically(target: Path, data: bytes | str) -> None:
+def write_atomically(target: Path, data: bytes | str | Iterable[str]) -> None:
     """Write `target` whole or not at all: a temporary file beside it, flushed, then a rename.
 
+    `data` may be pieces of text, written as they come (a class's summary, row by row).
     A failure (a full disk, say) removes the temporary file and raises; `target` is untouched.
     Renaming replaces a symbolic link at `target` instead of writing through it.
     """
-    if isinstance(data, str):
-        data = data.encode("utf-8")
+    pieces = [data] if isinstance(data, (bytes, str)) else data
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(descriptor, view):]
+            for piece in pieces:
+                view = memoryview(piece.encode("utf-8") if isinstance(piece, str) else piece)
+                while view:
+                    view = view[os.write(descriptor, view):]
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
@@ -253,10 +255,10 @@ class Run:
         except OSError:
             pass
 
-    def finish(self, summary: str, skipped: list[tuple[str, str]]) -> None:
-        """Write the summary, then give the folder its final name and point `latest` at it. A result
-        saved before an interruption for a submission no longer there is removed: a finished run
-        holds exactly the results its summary lists."""
+    def finish(self, summary: str | Iterable[str], skipped: list[tuple[str, str]]) -> None:
+        """Write the summary (its text, or its lines as they come), then give the folder its final
+        name and point `latest` at it. A result saved before an interruption for a submission no
+        longer there is removed: a finished run holds exactly the results its summary lists."""
         kept = {result_file(name) for name in self.saved} | {MANIFEST, SUMMARY}
         for path in self.folder.iterdir():
             if path.name.endswith(".json") and path.name not in kept:

@@ -55,54 +55,54 @@ SUBMISSIONS = {
 # Mistakes no model reproduces, so the judge cannot compute what a step built on them should give:
 # the steps built on them are called again with the chapter's computation in place of the wrong one.
 REF_SCORES = "    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n"
-COSINE = ("    d = (q @ k_t) / (np.linalg.norm(q, axis=-1)[..., :, None]\n"
-          "                     * np.linalg.norm(k, axis=-1)[..., None, :])  # cosine similarity\n")
+# scores squashed into (-1, 1) by a tanh: a mistake no model of the grader's gives
+SQUASHED = "    d = np.tanh(q @ k_t)  # squashed scores\n"
 REF_ATTENTION_A = "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n"
-COSINE_SCORES = variant([(REF_SCORES, COSINE)])
+SQUASHED_SCORES = variant([(REF_SCORES, SQUASHED)])
 BUILT_ON_SCORES = ("attention", "head", "batch", "ex5_intervention")
 
 
-def _on_cosine(new_attention_a: str, append: str = "") -> str:
-    """The cosine-similarity scores, with attention's line that computes the weights replaced."""
-    return variant([(REF_SCORES, COSINE), (REF_ATTENTION_A, new_attention_a)], append)
+def _on_squashed(new_attention_a: str, append: str = "") -> str:
+    """The squashed scores, with attention's line that computes the weights replaced."""
+    return variant([(REF_SCORES, SQUASHED), (REF_ATTENTION_A, new_attention_a)], append)
 
 
 SUBMISSIONS.update({
-    "scores_cosine": COSINE_SCORES,
-    # mix sums the products over the receiving positions instead of the keys, inside a broadcast
-    "mix_summed_over_receivers": variant([(
+    "scores_squashed": SQUASHED_SCORES,
+    # mix sorts each value column before mixing: a mistake no model of the grader's gives
+    "mix_sorted_values": variant([(
         "    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions\n",
-        "    o = (a[..., :, :, None] * v[..., None, :, :]).sum(axis=-3)  # [T, d_v]\n")]),
+        "    o = a @ np.sort(v, axis=-2)  # [T, d_v]\n")]),
     # a second, independent mistake in attention: it forgets the divisor
-    "scores_cosine_attention_unscaled": _on_cosine("    a = softmax_rows(scores(q, k))  # [T, T]\n"),
+    "scores_squashed_attention_unscaled": _on_squashed("    a = softmax_rows(scores(q, k))  # [T, T]\n"),
     # attention right, written in ways that call the scores more than once or keep them
-    "scores_cosine_attention_calls_twice": _on_cosine(
+    "scores_squashed_attention_calls_twice": _on_squashed(
         "    a = softmax_rows(scale((scores(q, k) + scores(q, k)) / 2, d_k))  # [T, T]\n"),
-    "scores_cosine_attention_caches": _on_cosine(
+    "scores_squashed_attention_caches": _on_squashed(
         "    key = (q.tobytes(), k.tobytes(), q.shape, k.shape)\n"
         "    if key not in _SEEN:\n"
         "        _SEEN[key] = scores(q, k)\n"
         "    a = softmax_rows(scale(_SEEN[key], d_k))  # [T, T]\n",
         "\n_SEEN = {}\n"),
-    "scores_cosine_attention_keeps_the_function": _on_cosine(
+    "scores_squashed_attention_keeps_the_function": _on_squashed(
         "    a = softmax_rows(scale(_SCORES(q, k), d_k))  # [T, T]\n", "\n_SCORES = scores\n"),
     # attention that looks whether `scores` is still its own, and does the honest work only when
     # it is not: credited exactly as the honest one
-    "scores_cosine_attention_detects": _on_cosine(
+    "scores_squashed_attention_detects": _on_squashed(
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n"
         "    if scores is _OWN['scores']:\n"
         "        a = np.zeros_like(a)  # its own run: wrong on purpose\n",
         "\n_OWN = {'scores': scores}\n"),
     # attention that keeps whatever stands in for its `scores`, and a `scores` that would use it
-    "scores_cosine_attention_steals": _on_cosine(
+    "scores_squashed_attention_steals": _on_squashed(
         "    if scores is not _OWN['scores']:\n"
         "        _KEPT.append(scores)\n"
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
-        "\n_KEPT = []\n_cosine = scores\n\n\n"
-        "def scores(q, k):\n    return _KEPT[-1](q, k) if _KEPT else _cosine(q, k)\n\n\n"
+        "\n_KEPT = []\n_squashed = scores\n\n\n"
+        "def scores(q, k):\n    return _KEPT[-1](q, k) if _KEPT else _squashed(q, k)\n\n\n"
         "_OWN = {'scores': scores}\n"),
     # attention that spoils the stand-in it is handed: nothing is verified
-    "scores_cosine_attention_spoils": _on_cosine(
+    "scores_squashed_attention_spoils": _on_squashed(
         "    if scores is not _OWN['scores']:\n"
         "        scores.__globals__['np'] = None\n"
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
@@ -226,11 +226,11 @@ def test_the_text_view_and_gradescope_follow_the_carried_scores(tmp_path):
 # ------------------------------------------------------------------ called again ----------------
 
 @pytest.mark.parametrize("name,home,built_on", [
-    ("scores_cosine", "scores", BUILT_ON_SCORES),
-    ("mix_summed_over_receivers", "mix", BUILT_ON_SCORES),
-    ("scores_cosine_attention_calls_twice", "scores", BUILT_ON_SCORES),
-    ("scores_cosine_attention_caches", "scores", BUILT_ON_SCORES),
-    ("scores_cosine_attention_keeps_the_function", "scores", BUILT_ON_SCORES),
+    ("scores_squashed", "scores", BUILT_ON_SCORES),
+    ("mix_sorted_values", "mix", BUILT_ON_SCORES),
+    ("scores_squashed_attention_calls_twice", "scores", BUILT_ON_SCORES),
+    ("scores_squashed_attention_caches", "scores", BUILT_ON_SCORES),
+    ("scores_squashed_attention_keeps_the_function", "scores", BUILT_ON_SCORES),
 ])
 def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_own, name, home, built_on):
     """No model reproduces the mistake, so nothing names it; the steps built on it are called again
@@ -249,26 +249,26 @@ def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_
 
 
 def test_a_later_step_with_a_mistake_of_its_own_still_loses_its_points(carried, on_its_own):
-    result = carried["scores_cosine_attention_unscaled"]
+    result = carried["scores_squashed_attention_unscaled"]
     steps = _steps(result)
     assert set(_lost(result)) == {"scores", "attention"}
     assert steps["attention"]["carried_from"] is None
-    assert steps["attention"]["score"] == _steps(on_its_own["scores_cosine_attention_unscaled"])["attention"]["score"]
+    assert steps["attention"]["score"] == _steps(on_its_own["scores_squashed_attention_unscaled"])["attention"]["score"]
     assert "`scores`" in steps["attention"]["feedback"]  # the earlier step is still named first
     for sid in ("head", "batch", "ex5_intervention"):  # right on top of both: both are named
         assert steps[sid]["carried_from"] == "scores" and "`scores`, `attention`" in steps[sid]["feedback"]
 
 
 def test_a_step_that_looks_for_the_stand_in_gets_nothing_more_than_honest_work(carried):
-    honest = carried["scores_cosine"]
-    detects = carried["scores_cosine_attention_detects"]
+    honest = carried["scores_squashed"]
+    detects = carried["scores_squashed_attention_detects"]
     # right only when its earlier step is the chapter's: exactly what honest work on top of it earns
     assert detects["score"] == honest["score"] and list(_lost(detects)) == ["scores"]
     # keeping the stand-in reaches no other call: `scores` is still graded as the student wrote it
-    steals = carried["scores_cosine_attention_steals"]
+    steals = carried["scores_squashed_attention_steals"]
     assert steals["score"] == honest["score"] and _steps(steals)["scores"]["score"] == _steps(honest)["scores"]["score"]
     # spoiling it only spoils that call: not verified, graded on its own
-    spoils = _steps(carried["scores_cosine_attention_spoils"])
+    spoils = _steps(carried["scores_squashed_attention_spoils"])
     assert spoils["attention"]["carried_from"] is None and spoils["attention"]["score"] < 8.0
     assert spoils["head"]["carried_from"] == "scores"  # a fresh stand-in for every step called again
 

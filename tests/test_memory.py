@@ -1,0 +1,82 @@
+"""The grader's memory does not grow with the class.
+
+A folder run writes each result out as it is graded and holds none of them: the listing and the
+summary read them back one at a time. The judge's class-wide caches of model values grow with the
+distinct mistakes a class shows, and are bounded; emptying them changes no verdict. Both are
+checked by counting, never by timing or by the machine's memory figures, so neither is noisy.
+(benchmarks/bench_grade.py prints the grader's peak memory for classes of 200 and 5 000.)
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from submissions.realistic import MISTAKES
+from submissions.variants import CORRECT
+from support import REPO, reference_source
+
+# Runs qkv-grade in this process; when the listing of the class begins (every result graded and
+# written), counts the results still alive, then reports them and the largest number of model
+# values the judge ever held. argv[1] bounds those caches ("default" keeps the grader's own bound).
+_COUNTING = """
+import gc, json, sys
+from autograder import cli, judge, results
+
+if sys.argv[1] != "default":
+    judge._MOST_KEPT = int(sys.argv[1])
+seen = {"live": [], "most_kept": 0}
+listing = results.json_lines
+def counting(graded):
+    gc.collect()
+    seen["live"].append(sum(isinstance(o, (results.SubmissionResult, results.StepResult)) for o in gc.get_objects()))
+    return listing(graded)
+results.json_lines = counting
+model_value = judge._model_value
+def watched(*args):
+    seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES))
+    return model_value(*args)
+judge._model_value = watched
+code = cli.main(sys.argv[2:])
+sys.stdout.flush()
+sys.stderr.write("counted " + json.dumps(seen) + "\\n")
+sys.exit(code)
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Forty submissions, four in five with a mistake."""
+    root = tmp_path_factory.mktemp("memory")
+    mistakes = [submission.text() for _, submission in sorted(MISTAKES.items())]
+    correct = [reference_source()] + [submission.text() for _, submission in sorted(CORRECT.items())]
+    for index in range(40):
+        text = correct[index // 5 % len(correct)] if index % 5 == 4 else mistakes[index * 7 % len(mistakes)]
+        (root / "in").mkdir(exist_ok=True)
+        (root / "in" / f"student{index:02d}.py").write_text(text)
+    return root
+
+
+def _run(folder, bound: str) -> tuple[list, dict]:
+    done = subprocess.run([sys.executable, "-c", _COUNTING, bound, str(folder / "in"), "--format", "json",
+                           "--seed", "3", "--out", str(folder / f"out-{bound}")],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    counted = json.loads(done.stderr.rpartition("counted ")[2])
+    return json.loads(done.stdout), counted
+
+
+def test_a_folder_run_holds_no_result_once_written(folder):
+    graded, counted = _run(folder, "default")
+    assert len(graded) == 40
+    # when the listing begins, all forty are graded and written: none is held in memory
+    assert counted["live"] == [0]
+
+
+def test_bounded_caches_change_no_verdict(folder):
+    graded, _ = _run(folder, "default")
+    small, counted = _run(folder, "150")  # emptied every few submissions
+    assert counted["most_kept"] <= 150
+    assert small == graded
