@@ -10,19 +10,19 @@ course's seed, and then, through nbgrader's own API:
   grader's manual override is kept and flagged for review, as nbgrader does), so formgrader,
   manual grading of the written answers, `nbgrader export` and `nbgrader generate_feedback` all
   use these scores;
-- puts each step's feedback in the output of its check cell in
-  `autograded/<student>/<assignment>/attention_head.ipynb` and clears every other output the
-  kernel left there (student code that ran in it could have printed anything, hidden cases
-  included); when `nbgrader autograde` never produced that notebook (not run, or its kernel died)
-  it writes one from the submission with nbgrader's own sanitizing steps, so feedback can still be
-  generated;
+- makes `autograded/<student>/<assignment>/` what autograde's copy steps would make of the
+  submission graded (its files, timestamp.txt included, then the source's), with the notebook
+  made from it by nbgrader's own sanitizing steps and each step's feedback in the output of its
+  check cell, and no other output (student code that ran in autograde's kernel could have printed
+  anything, hidden cases included), whether autograde ran or not, so the feedback describes the
+  submission the gradebook scores, after any resubmission;
 - reports every notebook whose in-kernel result differs from the trusted one, and every notebook
   with no in-kernel result.
 
 What a student hands in is read as their work and nothing else. nbgrader's copy steps put every
 file of `submitted/<student>/<assignment>/` into `autograded/`, and a notebook's metadata and
 outputs are the student's too, so none of them is ever taken as a result: the grader keeps its own
-state (pending notebooks, and what it recorded for each student) in STATE_FOLDER of the course,
+state (folders being built, and what it recorded for each student) in STATE_FOLDER of the course,
 which no nbgrader step copies into or out of; the in-kernel scores compared are the ones
 `nbgrader autograde` wrote into the gradebook; each autograded notebook is rebuilt from the
 submission by nbgrader's own sanitizing steps, with only this grader's feedback and the heatmap's
@@ -63,9 +63,11 @@ READ_ONLY = 0o444  # what nbgrader autograde leaves on an autograded notebook
 LOCK_FILE = ".qkv-grade.lock"
 # The grader's own state, in the course folder: nbgrader copies source/ to release/, exchange to
 # submitted/ and submitted/ to autograded/, never this folder, so nothing a student hands in
-# lands here. Per assignment: pending/<key>.ipynb and pending/<key>.json (a run's notebook and
-# record, until its gradebook commit), and <key>.json (each student's last recorded run), where
-# <key> is a digest of the student id (any id makes a file name of the same length).
+# lands here. Per assignment: pending/<key>/ and pending/<key>.json (a student's whole autograded
+# folder, built by a run, and its record, until it is put in place after the gradebook's commit),
+# and <key>.json (each student's last recorded run), where <key> is a digest of the student id
+# (any id makes a file name of the same length). The state folder must be on the file system of
+# autograded/, so that a built folder is put in place by a rename.
 STATE_FOLDER = ".qkv-grade"
 
 
