@@ -686,19 +686,30 @@ def _place(coursedir, assignment: str, student: str) -> None:
     once the gradebook holds its scores, then its record in place of the student's last one, then
     remove the old folder. Where both exist, the folders are swapped in one step, so autograded/
     never lacks the student's folder; where they cannot be, the old one is first moved aside into
-    the state folder (a kill then leaves no folder for a moment, and the next run finishes)."""
+    the state folder (a kill then leaves no folder for a moment, and the next run finishes).
+    Where nothing was built (the submission made no notebook), the old folder is removed: it
+    describes an earlier submission."""
     built = _pending(coursedir, assignment, student)
     aside = built.with_name(built.name + ".old")
+    record = built.with_name(built.name + ".json")
     target = _autograded_folder(coursedir, assignment, student)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not os.path.lexists(target):
-        os.rename(built, target)
-    elif not _exchange(built, target):
-        _remove(aside)
-        os.rename(target, aside)
-        os.rename(built, target)
-    _sync_folder(target.parent)
-    os.replace(built.with_name(built.name + ".json"), built.parent.parent / f"{built.name}.json")
+    if os.path.lexists(built):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(target):
+            os.rename(built, target)
+        elif not _exchange(built, target):
+            _remove(aside)
+            os.rename(target, aside)
+            os.rename(built, target)
+        _sync_folder(target.parent)
+        os.replace(record, built.parent.parent / record.name)
+    else:
+        if os.path.lexists(target):
+            _remove(aside)
+            os.rename(target, aside)
+            _sync_folder(target.parent)
+        _remove(built.parent.parent / record.name)
+        os.unlink(record)
     _remove(built)  # the old folder, after a swap
     _remove(aside)
 
@@ -721,8 +732,8 @@ def settle_pending(coursedir, assignment: str, step_ids: dict[str, str] | None =
             record, key = _read_record(path), path.stem
             built, aside = folder / key, folder / f"{key}.old"
             student = record["student"] if record is not None else None
-            valid = (student is not None and _key(student) == key and isinstance(record.get("files"), dict)
-                     and "gradebook" in record)
+            valid = (student is not None and _key(student) == key and "gradebook" in record
+                     and (record.get("files") is None or isinstance(record.get("files"), dict)))
             target = _autograded_folder(coursedir, assignment, student) if valid else None
             committed = valid and _gradebook_view(gradebook, assignment, student) == record["gradebook"]
             if committed and _contents(built) == record["files"]:
@@ -1043,13 +1054,19 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
                 if notebook is not None:
                     written.append(one)
                 writer.record(one, notebook)
-            views = writer.views([one.student for one in written])
-            for one in written:
+            # A student whose submission made no notebook keeps no folder of an earlier one.
+            withdrawn = [one for one in graded if one not in written
+                         and os.path.lexists(_autograded_folder(coursedir, assignment, one.student))]
+            views = writer.views([one.student for one in written + withdrawn])
+            for one in written + withdrawn:
+                built = one.built if one in written else {"sha256": "", "trusted_scores": {}, "files": None}
                 pending = _pending(coursedir, assignment, one.student)
+                pending.parent.mkdir(parents=True, exist_ok=True)
                 write_atomically(pending.with_name(pending.name + ".json"), json.dumps(
-                    {"student": one.student, "sha256": one.built["sha256"],
-                     "trusted_scores": one.built["trusted_scores"], "in_kernel": one.in_kernel,
-                     "files": one.built["files"], "gradebook": views[one.student]}, indent=1))
+                    {"student": one.student, "sha256": built["sha256"],
+                     "trusted_scores": built["trusted_scores"], "in_kernel": one.in_kernel,
+                     "files": built["files"], "gradebook": views[one.student]}, indent=1))
+            written += withdrawn
             if written:
                 _sync_folder(state / "pending")
             with interrupts_deferred():  # Ctrl-C lands once the run is whole
