@@ -10,19 +10,19 @@ course's seed, and then, through nbgrader's own API:
   grader's manual override is kept and flagged for review, as nbgrader does), so formgrader,
   manual grading of the written answers, `nbgrader export` and `nbgrader generate_feedback` all
   use these scores;
-- puts each step's feedback in the output of its check cell in
-  `autograded/<student>/<assignment>/attention_head.ipynb` and clears every other output the
-  kernel left there (student code that ran in it could have printed anything, hidden cases
-  included); when `nbgrader autograde` never produced that notebook (not run, or its kernel died)
-  it writes one from the submission with nbgrader's own sanitizing steps, so feedback can still be
-  generated;
+- makes `autograded/<student>/<assignment>/` what autograde's copy steps would make of the
+  submission graded (its files, timestamp.txt included, then the source's), with the notebook
+  made from it by nbgrader's own sanitizing steps and each step's feedback in the output of its
+  check cell, and no other output (student code that ran in autograde's kernel could have printed
+  anything, hidden cases included), whether autograde ran or not, so the feedback describes the
+  submission the gradebook scores, after any resubmission;
 - reports every notebook whose in-kernel result differs from the trusted one, and every notebook
   with no in-kernel result.
 
 What a student hands in is read as their work and nothing else. nbgrader's copy steps put every
 file of `submitted/<student>/<assignment>/` into `autograded/`, and a notebook's metadata and
 outputs are the student's too, so none of them is ever taken as a result: the grader keeps its own
-state (pending notebooks, and what it recorded for each student) in STATE_FOLDER of the course,
+state (folders being built, and what it recorded for each student) in STATE_FOLDER of the course,
 which no nbgrader step copies into or out of; the in-kernel scores compared are the ones
 `nbgrader autograde` wrote into the gradebook; each autograded notebook is rebuilt from the
 submission by nbgrader's own sanitizing steps, with only this grader's feedback and the heatmap's
@@ -63,9 +63,11 @@ READ_ONLY = 0o444  # what nbgrader autograde leaves on an autograded notebook
 LOCK_FILE = ".qkv-grade.lock"
 # The grader's own state, in the course folder: nbgrader copies source/ to release/, exchange to
 # submitted/ and submitted/ to autograded/, never this folder, so nothing a student hands in
-# lands here. Per assignment: pending/<key>.ipynb and pending/<key>.json (a run's notebook and
-# record, until its gradebook commit), and <key>.json (each student's last recorded run), where
-# <key> is a digest of the student id (any id makes a file name of the same length).
+# lands here. Per assignment: pending/<key>/ and pending/<key>.json (a student's whole autograded
+# folder, built by a run, and its record, until it is put in place after the gradebook's commit),
+# and <key>.json (each student's last recorded run), where <key> is a digest of the student id
+# (any id makes a file name of the same length). The state folder must be on the file system of
+# autograded/, so that a built folder is put in place by a rename.
 STATE_FOLDER = ".qkv-grade"
 
 
@@ -86,6 +88,8 @@ class Graded:
     """One line each on the student's files that could not be read (graded all the same)."""
     notebook: object = None
     """The submission as it was graded: made as autograde makes it (see `_as_autograde_runs`)."""
+    built: dict | None = None
+    """What its autograded folder, built aside, holds (see `update_autograded`)."""
 
     @property
     def differences(self) -> list[str]:
@@ -217,14 +221,15 @@ def _digest(path: Path) -> str | None:
 
 
 def in_kernel_results(coursedir, assignment: str, step_ids: dict[str, str],
-                      students: list[str]) -> dict[str, dict[str, float] | None]:
+                      students: list[str], sanitized: dict | None = None) -> dict[str, dict[str, float] | None]:
     """Student -> what `nbgrader autograde` gave each step, or None when it has no result.
 
     Read from the gradebook, where autograde saved it, never from a notebook (whose metadata and
     outputs are the student's). Once this grader has recorded a student, the gradebook holds the
     trusted scores: while the autograded notebook is still the one it wrote (same digest), the
     in-kernel scores are those it kept then; a notebook it did not write is autograde's since,
-    whose scores the gradebook holds now. No autograded notebook: no in-kernel result.
+    whose scores the gradebook holds now. No autograded notebook, or one of other code than the
+    submission's (`sanitized`, by student: the student handed in again since): no in-kernel result.
     """
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -234,7 +239,8 @@ def in_kernel_results(coursedir, assignment: str, step_ids: dict[str, str],
         for student in students:
             digest = _digest(_autograded_path(coursedir, assignment, student))
             record = _read_record(state / f"{_key(student)}.json")
-            if digest is None:
+            if digest is None or (sanitized is not None and
+                                  _autograded_cells(coursedir, assignment, student, sanitized.get(student)) is None):
                 found[student] = None
             elif record is not None and record["student"] == student and record["sha256"] == digest:
                 kept = record.get("in_kernel")
@@ -249,6 +255,41 @@ def in_kernel_results(coursedir, assignment: str, step_ids: dict[str, str],
                 found[student] = ({step: float(score or 0.0) for step, score in scores.items()}
                                   if any(score is not None for score in scores.values()) else None)
     return found
+
+
+def _code(cells) -> list[tuple[str, str]] | None:
+    """What a notebook's cells say, as a person reads them: each cell's type and source (a check
+    cell's hidden lines, which only the gradebook's copy holds, left out); None if unreadable."""
+    from .nbgrader_feedback import HIDDEN
+
+    try:
+        code = []
+        for cell in cells:
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            code.append((cell.get("cell_type"), HIDDEN.sub("", source)))
+        return code
+    except (AttributeError, TypeError):
+        return None
+
+
+def _autograded_cells(coursedir, assignment: str, student: str, notebook) -> list | None:
+    """The cells of the student's autograded notebook, read as JSON (never through nbformat, never
+    through a link, within the intake's budgets), if it holds the same code as `notebook`, the
+    submission as graded now; None if it does not (it was made from an earlier submission) or
+    cannot be read."""
+    from .submission import SubmissionError
+
+    if notebook is None:
+        return None
+    path = _autograded_path(coursedir, assignment, student)
+    try:
+        cells = _document(path, f"{student}/{path.parent.name}/{path.name}").get("cells")
+        cells = [cell for cell in cells if isinstance(cell, dict)]
+    except (SubmissionError, ValueError, AttributeError, TypeError, OSError):
+        return None
+    code = _code(cells)
+    return cells if code is not None and code == _code(notebook.cells) else None
 
 
 def _quiet_log() -> logging.Logger:
@@ -377,18 +418,18 @@ def _check_outputs(step) -> list:
     return [from_dict({"output_type": "stream", "name": "stdout", "text": text})]
 
 
-def _pictures(coursedir, assignment: str, student: str) -> list:
+def _pictures(coursedir, assignment: str, student: str, notebook) -> list:
     """The heatmap's pictures as autograde's kernel drew them, each checked to be a PNG and kept
-    alone (no text, HTML or script beside it); none without an autograded notebook."""
+    alone (no text, HTML or script beside it); none without an autograded notebook of the same
+    code as `notebook` (the submission as graded now), so no picture of an earlier submission's
+    code is shown beside a later one."""
     from .nbgrader_feedback import PLOT_CELL, pictures
-    from .submission import SubmissionError
 
-    path = _autograded_path(coursedir, assignment, student)
-    try:  # only the picture is read: none of the rest goes through nbformat
-        cells = _document(path, f"{student}/{path.parent.name}/{path.name}").get("cells")
-        cell = next((cell for cell in cells if isinstance(cell, dict) and cell.get("id") == PLOT_CELL), None)
+    cells = _autograded_cells(coursedir, assignment, student, notebook)
+    cell = next((cell for cell in cells or [] if cell.get("id") == PLOT_CELL), None)
+    try:
         return pictures(cell.get("outputs")) if cell is not None and cell.get("cell_type") == "code" else []
-    except (SubmissionError, ValueError, AttributeError, TypeError, OSError):
+    except (ValueError, AttributeError, TypeError):
         return []
 
 
@@ -447,38 +488,38 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
 
 def update_autograded(graded: Graded, coursedir, config, assignment: str, step_ids: dict[str, str],
                       seed: int):
-    """Build the student's autograded notebook from their submission, with the trusted feedback,
-    and leave it, with its record, pending in the grader's state folder; returns the notebook
-    (None when none was built, the reason in `graded.feedback_notebook`).
+    """Build the student's whole autograded folder from their submission, aside, in the grader's
+    state folder (`_pending`): what autograde's copy steps put there (the submission's files,
+    timestamp.txt included, then the source's) and the notebook with the trusted feedback. Returns
+    the notebook (None when none was built, the reason in `graded.feedback_notebook`); what the
+    folder holds is left in `graded.built`, for its record.
 
     The notebook is the submission as nbgrader's sanitizing steps make it, whether or not autograde
     ran: nothing of the student's notebook or of autograde's copy of it is kept but the source of
-    its cells and, from autograde's run, the heatmap's checked pictures.
+    its cells and, from an autograde run on the same code, the heatmap's checked pictures.
     """
     import nbformat
 
     from .nbgrader_feedback import PLOT_CELL, forget_reader_marks, reader_view
 
-    folder = Path(coursedir.format_path(coursedir.autograded_directory, graded.student, assignment))
-    target = folder / NOTEBOOK
     if graded.result.error:
         graded.feedback_notebook = f"not written: {graded.result.error}"
         return None
     notebook = graded.notebook or _sanitized(graded.path, coursedir, config, assignment, graded.student)
     forget_reader_marks(notebook)
-    if os.path.lexists(target):
-        graded.feedback_notebook = "updated"
-    else:
-        graded.feedback_notebook = "written"
-        folder.mkdir(parents=True, exist_ok=True)
-        source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
-        left_out = _copy_files(graded.path.parent, source, folder)
-        if left_out:
-            graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
-                            f"autograded/ (at most {COPIED_FILES} files and {COPIED_BYTES >> 20} MiB, no hard links)"]
+    pictures = _pictures(coursedir, assignment, graded.student, notebook)
+    graded.feedback_notebook = ("updated" if os.path.lexists(_autograded_path(coursedir, assignment, graded.student))
+                                else "written")
+    folder = _pending(coursedir, assignment, graded.student)
+    _remove(folder)
+    folder.mkdir(parents=True)
+    source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
+    left_out = _copy_files(graded.path.parent, source, folder)
+    if left_out:
+        graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
+                        f"autograded/ (at most {COPIED_FILES} files and {COPIED_BYTES >> 20} MiB, no hard links)"]
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
-    pictures = _pictures(coursedir, assignment, graded.student)
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
@@ -491,14 +532,61 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     notebook.metadata["qkv"] = {"in_kernel": graded.in_kernel, "trusted_seed": seed,
                                 "trusted_scores": trusted_scores}
     text = nbformat.writes(notebook).encode("utf-8")
-    pending = _pending(coursedir, assignment, graded.student)
-    pending.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(pending, text)
-    os.chmod(pending, READ_ONLY)
-    write_atomically(pending.with_suffix(".json"), json.dumps(
-        {"student": graded.student, "sha256": hashlib.sha256(text).hexdigest(),
-         "trusted_scores": trusted_scores, "in_kernel": graded.in_kernel}, indent=1))
+    if os.path.lexists(folder / NOTEBOOK):  # a student's folder named like the notebook
+        _remove(folder / NOTEBOOK)
+    write_atomically(folder / NOTEBOOK, text)
+    os.chmod(folder / NOTEBOOK, READ_ONLY)
+    graded.built = {"sha256": hashlib.sha256(text).hexdigest(), "trusted_scores": trusted_scores,
+                    "files": _contents(folder)}
+    _sync_tree(folder)
     return notebook
+
+
+def _contents(folder: Path) -> dict[str, str] | None:
+    """Relative path -> SHA-256 of every file below `folder` (folders as "/"), never through a
+    link (a link is listed by its target's name, "->target"); None if `folder` is not a folder."""
+    if os.path.islink(folder) or not folder.is_dir():
+        return None
+    found: dict[str, str] = {}
+    for here, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(here) / name
+            relative = path.relative_to(folder).as_posix()
+            if os.path.islink(path):
+                found[relative] = "->" + os.readlink(path)
+            elif name in folders:
+                found[relative] = "/"
+            else:
+                found[relative] = _digest(path) or "?"
+    return found
+
+
+def _sync_tree(folder: Path) -> None:
+    """Flush every folder below `folder` (its files were flushed as they were written), so the
+    folder's record never outlives what it describes."""
+    for here, _, _ in os.walk(folder):
+        descriptor = os.open(here, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _remove(path: Path) -> None:
+    """Remove whatever is at `path` (a folder and all below it, a file, a link), if anything."""
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        def writable(function, name, _):  # a read-only folder in it, made by a kernel's code
+            os.chmod(os.path.dirname(name), 0o700)
+            function(name)
+
+        shutil.rmtree(path, onerror=writable)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 MAX_TIMESTAMP_BYTES = 200  # `nbgrader collect` writes some thirty
@@ -533,45 +621,135 @@ def _timestamp(graded: Graded):
 
 
 def _pending(coursedir, assignment: str, student: str) -> Path:
-    """Where a run leaves a student's autograded notebook until the gradebook holds its scores
-    (its record beside it, `.json` for `.ipynb`)."""
-    return state_folder(coursedir, assignment) / "pending" / f"{_key(student)}.ipynb"
+    """Where a run builds a student's whole autograded folder, until the gradebook holds its scores
+    and it is put in place (its record beside it: the same name and `.json`)."""
+    return state_folder(coursedir, assignment) / "pending" / _key(student)
 
 
-def settle_pending(coursedir, assignment: str, step_ids: dict[str, str]) -> list[str]:
-    """Finish what a killed run left in the state folder: each pending autograded notebook
-    replaces the student's if the gradebook holds its record's scores (the run committed), and is
-    removed if not. Returns the students whose notebook was put in place. Nothing outside the
-    state folder is looked at: a file in autograded/ named like anything here is the student's."""
-    from nbgrader.api import Gradebook, MissingEntry
+def _autograded_folder(coursedir, assignment: str, student: str) -> Path:
+    return Path(coursedir.format_path(coursedir.autograded_directory, student, assignment))
+
+
+def _gradebook_view(gradebook, assignment: str, student: str) -> dict | None:
+    """What a run writes into the gradebook for one student, as the gradebook holds it now: the
+    submission's time, every cell's auto score and auto comment, the late penalty. (A grader's
+    manual scores and comments are not in it: formgrader changes them at any time.)"""
+    from nbgrader.api import MissingEntry
+
+    try:
+        row = gradebook.find_submission_notebook(NOTEBOOK_ID, assignment, student)
+    except MissingEntry:
+        return None
+    when = row.assignment.timestamp
+    if when is not None and when.tzinfo is not None:
+        from datetime import timezone
+
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return {"timestamp": when.isoformat() if when is not None else None,
+            "late": row.late_submission_penalty,
+            "grades": {grade.name: grade.auto_score for grade in row.grades},
+            "comments": {comment.name: comment.auto_comment for comment in row.comments}}
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux's renameat2 with RENAME_EXCHANGE); False where the system
+    or the file system cannot, so the caller moves the old one aside instead."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(number, os.strerror(number), str(first), None, str(second))
+
+
+def _sync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _place(coursedir, assignment: str, student: str) -> None:
+    """Put a student's built folder (see `update_autograded`) in place of their autograded folder,
+    once the gradebook holds its scores, then its record in place of the student's last one, then
+    remove the old folder. Where both exist, the folders are swapped in one step, so autograded/
+    never lacks the student's folder; where they cannot be, the old one is first moved aside into
+    the state folder (a kill then leaves no folder for a moment, and the next run finishes).
+    Where nothing was built (the submission made no notebook), the old folder is removed: it
+    describes an earlier submission."""
+    built = _pending(coursedir, assignment, student)
+    aside = built.with_name(built.name + ".old")
+    record = built.with_name(built.name + ".json")
+    target = _autograded_folder(coursedir, assignment, student)
+    if os.path.lexists(built):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(target):
+            os.rename(built, target)
+        elif not _exchange(built, target):
+            _remove(aside)
+            os.rename(target, aside)
+            os.rename(built, target)
+        _sync_folder(target.parent)
+        os.replace(record, built.parent.parent / record.name)
+    else:
+        if os.path.lexists(target):
+            _remove(aside)
+            os.rename(target, aside)
+            _sync_folder(target.parent)
+        _remove(built.parent.parent / record.name)
+        os.unlink(record)
+    _remove(built)  # the old folder, after a swap
+    _remove(aside)
+
+
+def settle_pending(coursedir, assignment: str, step_ids: dict[str, str] | None = None) -> list[str]:
+    """Finish what a killed run left in the state folder: each built folder whose record says what
+    the gradebook holds now (the run committed) is put in place of the student's autograded folder
+    (or, where the swap was done, only the old folder removed); every other one, and everything in
+    the pending folder no record describes, is removed (a folder moved aside is put back first).
+    Returns the students whose folder was put in place. Nothing outside the state folder is taken
+    from: a file in autograded/ named like anything here is the student's."""
+    from nbgrader.api import Gradebook
 
     folder = state_folder(coursedir, assignment) / "pending"
-    found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
     settled = []
     with Gradebook(coursedir.db_url) as gradebook:
-        for path in found:
-            record, notebook = _read_record(path), path.with_suffix(".ipynb")
+        for path in sorted(folder.glob("*.json")):
+            record, key = _read_record(path), path.stem
+            built, aside = folder / key, folder / f"{key}.old"
             student = record["student"] if record is not None else None
-            try:
-                recorded = {step: gradebook.find_grade(grade_id, NOTEBOOK_ID, assignment, student).auto_score
-                            for step, grade_id in step_ids.items()} if student is not None else None
-            except MissingEntry:
-                recorded = None
-            wanted = record["trusted_scores"] if record is not None else {}
-            if (recorded is not None and path.stem == _key(student) and _digest(notebook) == record["sha256"]
-                    and all(recorded[step] is not None and isinstance(wanted.get(step), (int, float))
-                            and abs(recorded[step] - wanted[step]) <= TOLERANCE for step in step_ids)):
-                target = _autograded_path(coursedir, assignment, student)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(notebook, target)
-                os.replace(path, path.parent.parent / path.name)
+            valid = (student is not None and _key(student) == key and "gradebook" in record
+                     and (record.get("files") is None or isinstance(record.get("files"), dict)))
+            target = _autograded_folder(coursedir, assignment, student) if valid else None
+            committed = valid and _gradebook_view(gradebook, assignment, student) == record["gradebook"]
+            if committed and _contents(built) == record["files"]:
+                _place(coursedir, assignment, student)
                 settled.append(student)
-            else:
-                for leftover in (notebook, path):
-                    try:
-                        os.unlink(leftover)
-                    except FileNotFoundError:
-                        pass
+            elif committed and _contents(target) == record["files"]:  # swapped; the rest was left
+                os.replace(path, folder.parent / path.name)
+                _remove(built)
+                _remove(aside)
+            else:  # not committed: the old grade stands, and so does the old folder
+                if target is not None and os.path.lexists(aside) and not os.path.lexists(target):
+                    os.rename(aside, target)
+                for leftover in (built, aside, path):
+                    _remove(leftover)
+        for leftover in folder.iterdir():  # a folder no record describes: a run killed building it
+            _remove(leftover)
     return settled
 
 
@@ -729,6 +907,13 @@ class GradebookWriter:
             if penalty is not None:  # kept between 0 and the score, by nbgrader's own check
                 row.late_submission_penalty = self.late_penalties._check_late_penalty(row, penalty)
 
+    def views(self, students: list[str]) -> dict[str, dict | None]:
+        """Student -> what the gradebook will hold for them once committed (`_gradebook_view`),
+        read back from the database inside this run's transaction."""
+        self.gradebook.db.flush()
+        self.gradebook.db.expire_all()
+        return {student: _gradebook_view(self.gradebook, self.assignment, student) for student in students}
+
     def commit(self) -> None:
         self.gradebook.db.commit()
 
@@ -775,13 +960,16 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     loader = _as_autograde_runs(coursedir, config, assignment, {path: student for path, student in items}, sanitized)
     results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}") for path, student in items],
                                 jobs=jobs, progress=progress, loader=loader)
-    in_kernel = in_kernel_results(coursedir, assignment, step_ids, [student for _, student in items])
+    in_kernel = in_kernel_results(coursedir, assignment, step_ids, [student for _, student in items], sanitized)
     graded = [Graded(student, path, result, in_kernel[student], "", notebook=sanitized.get(student))
               for (path, student), result in zip(items, results)]
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         record(graded, coursedir, config, assignment, step_ids, seed)
+    except NotPlaced as error:
+        error.graded, error.seed, error.missing = graded, seed, missing
+        raise
     except OSError as error:
         raise NotRecorded(graded, seed, f"{error.filename or course}: {error.strerror}") from None
     except SQLAlchemyError as error:
@@ -838,18 +1026,22 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
            seed: int) -> None:
     """Write the run into the course as one transaction.
 
-    Each new autograded notebook is written beside the old one under a pending name; then the
-    gradebook's single commit makes every student's new grade count at once; then the pending
-    notebooks replace the old ones. A kill before the commit changes no grade (the next run
-    removes the pending notebooks); a kill after it leaves notebooks the next run puts in place
-    (`settle_pending`). Ctrl-C or SIGTERM during the commit and the renames takes effect after them.
+    Each student's new autograded folder is built whole in the grader's state folder, with a
+    record of what it holds and of what the gradebook will hold for that student; then the
+    gradebook's single commit makes every student's new grade count at once; then each built
+    folder is swapped into place. A kill before the commit changes no grade and no folder (the
+    next run removes what was built); a kill after it leaves folders the next run puts in place
+    (`settle_pending`). Ctrl-C or SIGTERM during the commit and the swaps takes effect after them.
+    Raises NotPlaced when, after the commit, a folder could not be put in place.
     """
     from .console import interrupts_deferred
 
-    written, committed = [], False
+    committed = False
+    state = state_folder(coursedir, assignment)
     try:
         with GradebookWriter(coursedir, config, assignment, step_ids) as writer:
             writer.prepare(graded)
+            written = []
             for one in graded:
                 try:
                     notebook = update_autograded(one, coursedir, config, assignment, step_ids, seed)
@@ -857,28 +1049,57 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
                     raise
                 except Exception as error:  # nbgrader refuses the notebook: the scores still count
                     one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
+                    _remove(_pending(coursedir, assignment, one.student))
                     notebook = None
                 if notebook is not None:
-                    written.append(one.student)
+                    written.append(one)
                 writer.record(one, notebook)
+            # A student whose submission made no notebook keeps no folder of an earlier one.
+            withdrawn = [one for one in graded if one not in written
+                         and os.path.lexists(_autograded_folder(coursedir, assignment, one.student))]
+            views = writer.views([one.student for one in written + withdrawn])
+            for one in written + withdrawn:
+                built = one.built if one in written else {"sha256": "", "trusted_scores": {}, "files": None}
+                pending = _pending(coursedir, assignment, one.student)
+                pending.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(pending.with_name(pending.name + ".json"), json.dumps(
+                    {"student": one.student, "sha256": built["sha256"],
+                     "trusted_scores": built["trusted_scores"], "in_kernel": one.in_kernel,
+                     "files": built["files"], "gradebook": views[one.student]}, indent=1))
+            written += withdrawn
+            if written:
+                _sync_folder(state / "pending")
             with interrupts_deferred():  # Ctrl-C lands once the run is whole
                 writer.commit()
                 committed = True
-                state = state_folder(coursedir, assignment)
-                for student in written:
-                    pending = _pending(coursedir, assignment, student)
-                    os.replace(pending, _autograded_path(coursedir, assignment, student))
-                    os.replace(pending.with_suffix(".json"), state / f"{_key(student)}.json")
-    except BaseException:
-        if not committed:  # the old grades stand: so do the old notebooks
-            for student in written:
-                pending = _pending(coursedir, assignment, student)
-                for leftover in (pending, pending.with_suffix(".json")):
+                failed = []
+                for one in written:
                     try:
-                        os.unlink(leftover)
+                        _place(coursedir, assignment, one.student)
+                    except OSError as error:
+                        failed.append(f"{error.filename or one.student}: {error.strerror}")
+                if failed:
+                    raise NotPlaced(len(failed), failed[0])
+    except BaseException:
+        if not committed:  # the old grades stand: so do the old folders
+            for one in graded:
+                pending = _pending(coursedir, assignment, one.student)
+                for leftover in (pending, pending.with_name(pending.name + ".json")):
+                    try:
+                        _remove(leftover)
                     except OSError:
                         pass
-        raise  # committed, with renames left undone: the next run's settle_pending does them
+        raise  # committed, with folders left unplaced: the next run's settle_pending places them
+
+
+class NotPlaced(Exception):
+    """The gradebook holds the run's grades, but some autograded folders could not be put in
+    place; the next run does it."""
+
+    def __init__(self, count: int, reason: str):
+        super().__init__(reason)
+        self.count, self.reason = count, reason
+        self.graded, self.seed = [], None
 
 
 def _autograded_path(coursedir, assignment: str, student: str) -> Path:
@@ -996,6 +1217,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(report(error.graded, args.assignment, error.seed, time.perf_counter() - started,
                                 recorded=False))
         return _fail(f"could not write the course: {error}; no grade changed", EXIT_UNWRITTEN)
+    except NotPlaced as error:
+        sys.stdout.write(report(error.graded, args.assignment, error.seed, time.perf_counter() - started,
+                                missing=error.missing))
+        return _fail(f"the gradebook holds these grades, but {error.count} autograded "
+                     f"folder{'' if error.count == 1 else 's'} could not be put in place ({error.reason}); "
+                     f"the next run puts {'it' if error.count == 1 else 'them'} in place", EXIT_UNWRITTEN)
     except OSError as error:
         return _fail(f"could not write the course: {error.filename or args.course}: {error.strerror}",
                      EXIT_UNWRITTEN)

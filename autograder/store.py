@@ -94,7 +94,32 @@ class NothingToResume(Exception):
 def point_latest(out: Path) -> None:
     """Point `latest` at the newest finished run in `out` (by when it finished), and remove the
     link a run killed while switching it left behind. Every run does this as it starts, resumes
-    and finishes, so a kill between a run's last rename and its switch is mended by the next run."""
+    and finishes, so a kill between a run's last rename and its switch is mended by the next run.
+
+    Runs finishing at once take turns here (a lock on `out` itself, so no lock file sits among the
+    runs): each looks for the newest run and switches the link in one turn, so a run that looked
+    before another finished can never point `latest` back at an older run after it. Under the
+    lock, every temporary link is a killed run's, and is removed."""
+    with _latest_lock(out):
+        _point_latest(out)
+
+
+@contextlib.contextmanager
+def _latest_lock(out: Path):
+    """Hold the lock on `out` under which `latest` is switched (none where `out` cannot be opened)."""
+    try:
+        descriptor = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # and the lock with it
+
+
+def _point_latest(out: Path) -> None:
     newest = None
     for folder in out.glob("run-*"):
         if folder.name.endswith(INCOMPLETE) or not folder.is_dir() or folder.is_symlink():
@@ -107,9 +132,6 @@ def point_latest(out: Path) -> None:
         if newest is None or (finished, folder.name) > newest:
             newest = (finished, folder.name)
     for stale in out.glob(f".{LATEST}.*.tmp"):
-        pid = stale.name[len(LATEST) + 2:-len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
-            continue  # another run switching it right now
         with contextlib.suppress(OSError):
             os.unlink(stale)
     if newest is None:
@@ -126,16 +148,6 @@ def point_latest(out: Path) -> None:
     except OSError:  # no symbolic links here, or no room: the runs themselves are complete
         with contextlib.suppress(OSError):
             os.unlink(link)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 @dataclass
@@ -269,19 +281,20 @@ class Run:
                              skipped=[{"submission": name, "reason": reason} for name, reason in skipped])
         self._write_manifest()
         final = self.folder.with_name(self.folder.name[:-len(INCOMPLETE)])
-        for number in range(1, 1000):
-            target = final if number == 1 else final.with_name(f"{final.name}-{number}")
-            if target.exists():
-                continue
-            try:
-                os.rename(self.folder, target)
-            except OSError as error:
+        with _latest_lock(self.out):  # no other run switches `latest` between the rename and the switch
+            for number in range(1, 1000):
+                target = final if number == 1 else final.with_name(f"{final.name}-{number}")
                 if target.exists():
-                    continue  # another run took the name in between
-                raise error
-            break
-        self.folder = target
-        point_latest(self.out)
+                    continue
+                try:
+                    os.rename(self.folder, target)
+                except OSError as error:
+                    if target.exists():
+                        continue  # another run took the name in between
+                    raise error
+                break
+            self.folder = target
+            _point_latest(self.out)
 
     def discard(self) -> None:
         """Remove a run that saved nothing, and its folder with it."""

@@ -256,7 +256,7 @@ def check_course(course: Path, previous: dict, new: dict, settled: bool) -> None
         assert None not in got.values(), student
         folder = course / "autograded" / student / ASSIGNMENT
         shown = notebook_scores(folder / NOTEBOOK) if (folder / NOTEBOOK).exists() else None
-        pending = course / STATE_FOLDER / ASSIGNMENT / "pending" / f"{_key(student)}.ipynb"
+        pending = course / STATE_FOLDER / ASSIGNMENT / "pending" / _key(student) / NOTEBOOK
         if settled:
             assert shown == got and not pending.exists(), student
         else:
@@ -264,7 +264,7 @@ def check_course(course: Path, previous: dict, new: dict, settled: bool) -> None
 
 
 def course_instant(course: Path, name: str):
-    pending = f"{STATE_FOLDER}/{ASSIGNMENT}/pending/*.ipynb"
+    pending = f"{STATE_FOLDER}/{ASSIGNMENT}/pending/*/{NOTEBOOK}"
     return {
         "starting": after(0.3),
         "grading": after(1.2),

@@ -68,11 +68,11 @@ def test_two_runs_at_once_on_a_fresh_gradebook_take_turns(course):
     assert scores["ann"] != scores["bo"]
 
 
-def test_a_pending_notebook_replaces_the_old_one_only_if_the_gradebook_holds_its_scores(course):
-    import hashlib
+def test_a_built_folder_replaces_the_old_one_only_if_the_gradebook_holds_what_its_record_says(course):
     import json
 
     import nbformat
+    from nbgrader.api import Gradebook
 
     from autograder import nbgrader_trusted as trusted
 
@@ -82,21 +82,25 @@ def test_a_pending_notebook_replaces_the_old_one_only_if_the_gradebook_holds_its
     before = agree(path)
     coursedir, _ = trusted.course_directory(path)
     pending = {}
-    for student, shift in (("ann", 0.0), ("bo", 1.0)):  # ann's matches the gradebook, bo's does not
-        target = path / "autograded" / student / ASSIGNMENT / NOTEBOOK
-        notebook = nbformat.read(target, as_version=nbformat.NO_CONVERT)
-        notebook.metadata["qkv"]["trusted_scores"]["scale"] += shift
-        notebook.metadata["qkv"]["marker"] = student
-        text = nbformat.writes(notebook)
+    with Gradebook(coursedir.db_url) as gradebook:
+        views = {student: trusted._gradebook_view(gradebook, ASSIGNMENT, student) for student in ("ann", "bo")}
+    views["bo"]["grades"]["check-scale"] = 99.0  # ann's record says what the gradebook holds, bo's does not
+    for student in ("ann", "bo"):
         pending[student] = trusted._pending(coursedir, ASSIGNMENT, student)
-        pending[student].parent.mkdir(parents=True, exist_ok=True)
-        pending[student].write_text(text, encoding="utf-8")
-        pending[student].with_suffix(".json").write_text(json.dumps(
-            {"student": student, "sha256": hashlib.sha256(text.encode()).hexdigest(),
-             "trusted_scores": notebook.metadata["qkv"]["trusted_scores"], "in_kernel": None}))
+        shutil.copytree(path / "autograded" / student / ASSIGNMENT, pending[student])
+        target = pending[student] / NOTEBOOK
+        notebook = nbformat.read(target, as_version=nbformat.NO_CONVERT)
+        notebook.metadata["qkv"]["marker"] = student
+        target.chmod(0o644)
+        nbformat.write(notebook, target)
+        (pending[student].parent / f"{pending[student].name}.json").write_text(json.dumps(
+            {"student": student, "sha256": trusted._digest(target), "in_kernel": None,
+             "trusted_scores": notebook.metadata["qkv"]["trusted_scores"],
+             "files": trusted._contents(pending[student]), "gradebook": views[student]}))
+    (pending["ann"].parent / "leftover").mkdir()  # a folder a killed run was building: no record
     settled = trusted.settle_pending(coursedir, ASSIGNMENT, trusted.step_cells(coursedir, ASSIGNMENT))
     assert settled == ["ann"]
-    assert not [file for name in pending.values() for file in (name, name.with_suffix(".json")) if file.exists()]
+    assert not list(pending["ann"].parent.iterdir())
     shown = {student: nbformat.read(path / "autograded" / student / ASSIGNMENT / NOTEBOOK, as_version=4)
              for student in ("ann", "bo")}
     assert shown["ann"].metadata["qkv"]["marker"] == "ann" and "marker" not in shown["bo"].metadata["qkv"]
