@@ -10,6 +10,8 @@ it was not built for.
 - At least 90% of them are named where they live: the step of the function the change is in (or,
   for a change that shows only on a batch or through a later step, the first step it fails)
   carries the code of a mistake, not only a description of how the values look (LOOKS).
+- One mistake costs once: graded for real, each loses points only in the steps that call the
+  function it changed; a step built on those keeps its own, its work verified.
 - Whatever is said of them is true: they are part of the claims test's corpus
   (tests/test_feedback_claims.py).
 """
@@ -22,6 +24,7 @@ import pytest
 from autograder.steps import STEPS
 from inprocess import grade
 from submissions.heldout import HELDOUT
+from support import grade_json
 
 SEED = 7
 NAMED_SHARE = 0.90
@@ -78,3 +81,28 @@ def test_at_least_nine_in_ten_held_out_mistakes_are_named_where_they_live():
     print(f"named {len(wrong) - len(missed)} of {len(wrong)} ({share:.1%}); unnamed:\n{report}")
     assert len(wrong) >= 60
     assert share >= NAMED_SHARE, f"{share:.1%} named; unnamed:\n{report}"
+
+
+@pytest.fixture(scope="module")
+def graded_for_real(tmp_path_factory):
+    """The whole set graded in one real `qkv-grade FOLDER` run: the sandboxed worker, and the
+    second calls that verify a step built on an earlier failing one."""
+    folder = tmp_path_factory.mktemp("heldout")
+    (folder / "in").mkdir()
+    for name, entry in HELDOUT.items():
+        (folder / "in" / f"{name}.py").write_text(entry.source)
+    results = grade_json(folder / "in", "--seed", str(SEED), "--out", str(folder / "out"))
+    return {result["submission"].removesuffix(".py"): result for result in results}
+
+
+def test_each_held_out_mistake_costs_points_only_in_the_steps_that_call_its_function(graded_for_real):
+    assert len(graded_for_real) == len(HELDOUT)
+    spread = []
+    for name, entry in sorted(HELDOUT.items()):
+        lost = {step["id"] for step in graded_for_real[name]["steps"] if step["score"] < step["max_score"]}
+        calling = {step.id for step in STEPS if entry.function in step.functions}
+        # The contract asks only the head (and softmax_rows) to take a batch: a slip that shows on
+        # batches alone is the batch step's to answer for, wherever its line is.
+        if lost - calling and lost != {"batch"}:
+            spread.append(f"{name}: lost points in {sorted(lost - calling)} too ({entry.mistake})")
+    assert not spread, "\n".join(spread)
