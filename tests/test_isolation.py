@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import threading
@@ -256,7 +257,7 @@ def test_a_submission_has_no_network(tmp_path):
 
 def test_a_submission_cannot_start_processes_so_none_outlive_it(tmp_path):
     require_sandbox()
-    seconds = f"{300 + os.getpid() % 1000}.{int(time.time()) % 1000}"
+    seconds = f"{300 + secrets.randbelow(1000)}.{secrets.randbelow(10 ** 6):06d}"  # a command line no one else runs
     probe = f'''    import os, subprocess
     tried = []
     try:
