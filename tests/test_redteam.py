@@ -30,11 +30,24 @@ import subprocess
 
 import pytest
 
-from redteam import (SECRETS, MODES, Entry, Outcome, attack_source, attacker, baseline, grade, graded_view, require,
-                     runtime, verdict, victim)
+from redteam import (SECRETS, MODES, VARIANTS, Entry, Outcome, attack_source, attacker, baseline, grade, graded_view,
+                     require, runtime, verdict, victim)
 from support import steps_by_id
 
-per_mode = pytest.mark.parametrize("mode", MODES)
+
+def in_worker_of(mode: str) -> pytest.MarkDecorator:
+    """Under pytest-xdist, the tests of one mode run in one worker, which builds its runtime and grades
+    its baselines once. Every mode run as the normal user shares one worker: a run looks for what
+    that user left in /tmp, and would count another worker's run as its own leftovers. `none` goes
+    with them, since the one test that needs it needs `none-user` too."""
+    return pytest.mark.xdist_group("redteam-as-user" if VARIANTS[mode][1] or mode == "none" else f"redteam-{mode}")
+
+
+def modes(*names: str) -> pytest.MarkDecorator:
+    return pytest.mark.parametrize("mode", [pytest.param(name, marks=in_worker_of(name)) for name in names])
+
+
+per_mode = modes(*MODES)
 
 
 def _between_classmates(*attacks: Entry) -> list[Entry]:
@@ -572,6 +585,7 @@ def test_a_file_name_cannot_become_a_spreadsheet_formula_in_the_summary(mode):
 
 # ------------------------------------------------------------------ the suite itself ----------
 
+@in_worker_of("none-user")
 def test_the_harmless_attacks_succeed_without_a_sandbox():
     """The attacks have teeth: with --no-sandbox's mode, those that only read, connect and leave
     files get what they are after, and those aimed only at this run's own processes (a renice, a
@@ -619,7 +633,7 @@ def test_control_characters_from_a_submission_never_reach_the_instructors_termin
         assert not controls, f"[{mode}] --format {fmt} printed control characters {controls}"
 
 
-@pytest.mark.parametrize("mode", MODES + ("none",))
+@modes(*MODES, "none")
 def test_a_correct_submission_importing_the_standard_library_gets_full_marks(mode):
     require(mode)
     outcome = grade(mode, [Entry("attention_head.py", "stdlib")], "stdlib", single=True)
@@ -631,6 +645,7 @@ def test_a_correct_submission_importing_the_standard_library_gets_full_marks(mod
 
 
 @pytest.mark.parametrize("mode", ["bwrap"])
+@in_worker_of("landlock-user")  # what it runs as
 def test_a_forced_mode_that_is_unavailable_exits_2_with_one_line(mode):
     """bubblewrap as root, asked for by a normal user: refused, not downgraded."""
     require("landlock-user")
