@@ -27,6 +27,9 @@ import pytest
 
 from support import FEEDBACK_COURSE_SEED, IN_CI, REPO, SAMPLE_NOTEBOOK, jupyter_env
 
+# Under pytest-xdist, one worker runs the module: its Chromium, JupyterLab servers and course start once.
+pytestmark = pytest.mark.xdist_group("browser")
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
