@@ -294,7 +294,9 @@ def test_filling_the_scratch_folder_ends_that_call_and_nothing_is_left(tmp_path)
             for _ in range(15):
                 handle.write(block)
 '''
-    result = grade_source(tmp_path, in_facts(probe))
+    # The quota must be what ends the call, not its time: 64 MiB written while another worker
+    # writes too can take longer than FAST's 0.5 s, so the call gets 5 s (any other ending fails).
+    result = grade_source(tmp_path, in_facts(probe), "attention_head.py", "--timeout", "5")
     steps = steps_by_id(result)
     assert steps["ex4_shapes"]["status"] == "error", steps["ex4_shapes"]["feedback"]
     assert "outgrew its quota" in steps["ex4_shapes"]["feedback"]
