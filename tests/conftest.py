@@ -5,3 +5,14 @@ itself (test_keys.py) set their own."""
 import os
 
 os.environ.setdefault("QKV_CASE_KEY", "5eed" * 16)
+
+
+def pytest_addoption(parser, pluginmanager):
+    """With pytest-xdist blocked (`-p no:xdist`), the suite runs serially: the parallel options in
+    pyproject.toml's addopts are still accepted, and do nothing."""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist", "pytest-xdist is not loaded: these do nothing")
+    # `_addoption`, as pytest-xdist itself declares `-n`: pytest keeps lowercase short options for plugins.
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="ignored without pytest-xdist")
+    group.addoption("--dist", dest="dist", default="no", help="ignored without pytest-xdist")

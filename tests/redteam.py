@@ -259,12 +259,20 @@ def _user_python() -> str | None:
 
 
 def _ensure_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                       check=True, capture_output=True)
-        return pwd.getpwnam(USER)
+    """The normal user, made on first use. Another worker of this suite may be making it at the same
+    moment: useradd then finds it exists, or /etc/passwd locked, and the next look finds it."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return pwd.getpwnam(USER)
+        except KeyError:
+            pass
+        done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"useradd {USER} failed: {done.stderr.strip()}")
+            time.sleep(0.2)
 
 
 @functools.lru_cache(maxsize=None)

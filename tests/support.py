@@ -1,7 +1,9 @@
 """Shared helpers for the test suite: the reference's source, submissions made from it, qkv-grade runs."""
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
 import os
 import re
@@ -9,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -172,15 +175,28 @@ def filled_notebook(release_notebook: Path, source: str, extra: dict[str, str] |
     return notebook
 
 
-def build_course(root: Path, students: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    """A course in root/course after `nbgrader generate_assignment`, each student's notebook the
-    release filled from their source, nothing graded; returns it and its Jupyter environment."""
+@functools.lru_cache(maxsize=1)
+def _generated_course() -> Path:
+    """`qkv-course --seed 5` and `nbgrader generate_assignment`, run once per test process, in a
+    folder of its own removed at exit: the course every build_course starts from. Nothing in it
+    names where it lies (nbgrader_config.py finds its root beside itself), so a copy works anywhere."""
+    root = Path(tempfile.mkdtemp(prefix="qkv-course-"))
+    atexit.register(shutil.rmtree, root, True)
     env = jupyter_env(root)
     path = root / "course"
     for argv, cwd in (([sys.executable, "-m", "autograder.nbgrader_course", str(path), "--seed", "5"], root),
                       ([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT], path)):
         done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
+    return path
+
+
+def build_course(root: Path, students: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A course in root/course after `nbgrader generate_assignment`, each student's notebook the
+    release filled from their source, nothing graded; returns it and its Jupyter environment."""
+    env = jupyter_env(root)
+    path = root / "course"
+    shutil.copytree(_generated_course(), path, symlinks=True)
     released = path / "release" / ASSIGNMENT / NOTEBOOK
     for student, source in students.items():
         submit_notebook(path, student, filled_notebook(released, source))

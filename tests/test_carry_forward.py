@@ -21,6 +21,9 @@ from autograder import slips
 from autograder.steps import BY_ID, STEP_IDS
 from support import REPO, qkv_grade, reference_source, variant
 
+# Under pytest-xdist, one worker runs the module: its submissions are graded once each way.
+pytestmark = pytest.mark.xdist_group("carry-forward")
+
 SEED = 7
 SAMPLE = (REPO / "data" / "sample-submission" / "attention_head.py").read_text()
 SCHEMA = jsonschema.Draft202012Validator(json.loads((REPO / "data" / "results.schema.json").read_text()))

@@ -14,6 +14,9 @@ from support import REPO, STUB, grade_json, qkv_grade, reference_source, steps_b
 
 from autograder.steps import STEP_IDS
 
+# Under pytest-xdist, one worker runs the module: its class is graded once.
+pytestmark = pytest.mark.xdist_group("cli")
+
 SCHEMA = json.loads((REPO / "data" / "results.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 FAST = ("--timeout", "0.5")

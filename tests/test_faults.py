@@ -33,6 +33,9 @@ from support import (ASSIGNMENT, IN_CI, NOTEBOOK, build_course, copy_sample_clas
 from autograder.nbgrader_trusted import STATE_FOLDER, _key
 from autograder.store import INCOMPLETE, LATEST, MANIFEST, SUMMARY, result_file
 
+# Under pytest-xdist, one worker runs the module: its class and its courses are graded once.
+pytestmark = pytest.mark.xdist_group("faults")
+
 SEED = 21
 COPIES = 10  # of the sample class less its looping submission: 60 submissions, plus two colliding names
 

@@ -20,6 +20,9 @@ except ImportError:
         raise
     pytest.skip("nbgrader is not installed (pip install -e '.[nbgrader]')", allow_module_level=True)
 
+# Under pytest-xdist, one worker runs the module: its course is built once.
+pytestmark = pytest.mark.xdist_group("gradebook")
+
 NO_SCALING = [("s = d / np.sqrt(d_k)  # [T, T]", "s = d  # [T, T]")]
 STUDENTS = {"ann": [], "bo": NO_SCALING, "cy": [], "di": NO_SCALING}
 

@@ -27,6 +27,9 @@ from support import REPO, REFERENCE, nested, qkv_grade, reference_source, requir
 
 from autograder.steps import BY_ID, STEP_IDS
 
+# Under pytest-xdist, one worker runs the module: the bundle is built once.
+pytestmark = pytest.mark.xdist_group("gradescope")
+
 SCHEMA = json.loads((REPO / "data" / "gradescope-results.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 SEED, TIMEOUT = 11, 0.5

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import threading
@@ -256,7 +257,7 @@ def test_a_submission_has_no_network(tmp_path):
 
 def test_a_submission_cannot_start_processes_so_none_outlive_it(tmp_path):
     require_sandbox()
-    seconds = f"{300 + os.getpid() % 1000}.{int(time.time()) % 1000}"
+    seconds = f"{300 + secrets.randbelow(1000)}.{secrets.randbelow(10 ** 6):06d}"  # a command line no one else runs
     probe = f'''    import os, subprocess
     tried = []
     try:
@@ -293,7 +294,9 @@ def test_filling_the_scratch_folder_ends_that_call_and_nothing_is_left(tmp_path)
             for _ in range(15):
                 handle.write(block)
 '''
-    result = grade_source(tmp_path, in_facts(probe))
+    # The quota must be what ends the call, not its time: 64 MiB written while another worker
+    # writes too can take longer than FAST's 0.5 s, so the call gets 5 s (any other ending fails).
+    result = grade_source(tmp_path, in_facts(probe), "attention_head.py", "--timeout", "5")
     steps = steps_by_id(result)
     assert steps["ex4_shapes"]["status"] == "error", steps["ex4_shapes"]["feedback"]
     assert "outgrew its quota" in steps["ex4_shapes"]["feedback"]

@@ -33,7 +33,8 @@ def test_the_verdict_tests_pass_unchanged_in_every_mode(mode):
         pytest.skip(f"{mode}: {problem}")
     env = {**os.environ, "QKV_SANDBOX": mode}
     env.pop("PYTEST_ADDOPTS", None)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *VERDICT_TESTS],
+    # Serially (`-n 0`): this test is already one of the suite's workers.
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *VERDICT_TESTS],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:]
     assert done.returncode == 0, f"{mode}: {summary}\n{done.stdout[-4000:]}"

@@ -44,6 +44,9 @@ from nbgrader.api import Gradebook  # noqa: E402
 
 from autograder.nbgrader_feedback import WRAP_CSS  # noqa: E402
 
+# Under pytest-xdist, one worker runs the module: its course goes through nbgrader once.
+pytestmark = pytest.mark.xdist_group("nbgrader-course")
+
 SEED = 11
 ASSIGNMENT = "ps1"
 NOTEBOOK_ID = Path(NOTEBOOK).stem

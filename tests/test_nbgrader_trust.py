@@ -43,6 +43,9 @@ except ImportError:
 
 from nbgrader.api import Gradebook  # noqa: E402
 
+# Under pytest-xdist, one worker runs the module: its course goes through nbgrader once.
+pytestmark = pytest.mark.xdist_group("nbgrader-trust")
+
 SEED = 13
 NOTEBOOK_ID = Path(NOTEBOOK).stem
 POINTS = {step.id: step.points for step in STEPS}

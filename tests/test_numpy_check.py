@@ -10,6 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Under pytest-xdist, one worker runs the module: qkv-check runs once.
+pytestmark = pytest.mark.xdist_group("numpy-check")
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "part-iv" / "attention.json"
 COMPARED = ["Q", "K", "V", "D", "S", "A", "O", "ex1 weights", "ex1 output", "ex3 whole shift",

@@ -17,6 +17,9 @@ from support import qkv_grade, reference_source, require_sandbox
 
 from autograder.submission import MAGIC_WORK, MAX_CELLS, NO_IPYTHON, SubmissionError, notebook_cells, python_source
 
+# Under pytest-xdist, one worker runs the module: its folder is graded once.
+pytestmark = pytest.mark.xdist_group("odd-notebooks")
+
 SEED = 3
 
 

@@ -27,6 +27,9 @@ from support import REPO, jupyter_env, readme_figures, require_readme_shows, req
 from autograder import release
 from autograder.steps import ANSWERS, MAX_SCORE, STEPS
 
+# Under pytest-xdist, one worker runs the module: the README's nbgrader route runs once.
+pytestmark = pytest.mark.xdist_group("readme")
+
 README = (REPO / "README.md").read_text()
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MARK = "::readme-line"  # what the shell prints between two of the README's commands
