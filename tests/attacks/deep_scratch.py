@@ -4,6 +4,7 @@
 # itself where it removes the worker's folders) or leaves the tree behind. The base is the stub.
 def _nest():
     top = _os.getcwd()
+    print("note: scratch at %s" % top)  # so the test looks for this folder, not for any on the machine
     try:
         for _ in range(995):
             _os.mkdir("a")
