@@ -17,9 +17,13 @@ grows with the cases and the edits, never with the class.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -1128,12 +1132,67 @@ def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
 def _table(fn: str) -> dict[str, Edit]:
     if fn not in PROGRAMS:
         return {}
+    edits = list(_edits(fn))
+    stored = _stored(fn)
+    if stored is not None:
+        return {edits[index].code: edits[index] for index in stored["kept"]}
+    return {edits[index].code: edits[index] for index in _kept(fn, edits)}
+
+
+def _kept(fn: str, edits: list) -> list[int]:
+    """Which of `edits` the table holds, by position: the first edit of each code that does not
+    give one constant value whatever its inputs."""
     probes = _probes(fn)
-    table: dict[str, Edit] = {}
-    for edit in _edits(fn):
-        if edit.code not in table and not (probes and _ignores_inputs(fn, edit.program, probes)):
-            table[edit.code] = edit
-    return table
+    codes, kept = set(), []
+    for index, edit in enumerate(edits):
+        if edit.code not in codes and not (probes and _ignores_inputs(fn, edit.program, probes)):
+            codes.add(edit.code)
+            kept.append(index)
+    return kept
+
+
+# Screening every edit on the probes (`_kept`) and grouping the composable ones (`_pairable`) is
+# the same work in every grading run: a second of CPU, more than grading a class of fifty takes.
+# It depends on nothing but this file and the chapter's example, so it is stored, computed once, in
+# data/derived-edits.json under a digest of both; a file that does not match is ignored and the
+# work done afresh. Write it again after changing this file: `python -m autograder.derived --write`
+# (tests/test_diagnoses.py checks that it equals a fresh computation).
+SCREENS = Path(__file__).resolve().parents[1] / "data" / "derived-edits.json"
+
+
+def screens_digest() -> str:
+    from .cases import DATA
+
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(DATA.read_bytes())
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def _screens() -> dict:
+    try:
+        stored = json.loads(SCREENS.read_text(encoding="utf-8"))
+        if stored.get("digest") == screens_digest() and isinstance(stored.get("functions"), dict):
+            return stored["functions"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {}
+
+
+def _stored(fn: str) -> dict | None:
+    entry = _screens().get(fn)
+    return entry if isinstance(entry, dict) and "kept" in entry and "pairable" in entry else None
+
+
+def compute_screens() -> dict:
+    """What data/derived-edits.json holds, computed afresh."""
+    functions = {}
+    for fn in PROGRAMS:
+        edits = list(_edits(fn))
+        kept = _kept(fn, edits)
+        table = {edits[index].code: edits[index] for index in kept}
+        functions[fn] = {"kept": kept, "pairable": sorted(_pairable(fn, _composable(table)))}
+    return {"digest": screens_digest(), "functions": functions}
 
 
 @lru_cache(maxsize=None)
@@ -1183,7 +1242,11 @@ def composable(fn: str) -> tuple[tuple[str, Edit], ...]:
     """The edits of `fn` that replace one stage and can be told as one line beside another."""
     if fn not in PROGRAMS:
         return ()
-    return tuple((code, edit) for code, edit in _table(fn).items() if edit.at >= 0 and (not edit.what or edit.old == ""))
+    return _composable(_table(fn))
+
+
+def _composable(table: dict[str, Edit]) -> tuple[tuple[str, Edit], ...]:
+    return tuple((code, edit) for code, edit in table.items() if edit.at >= 0 and (not edit.what or edit.old == ""))
 
 
 @lru_cache(maxsize=None)
@@ -1192,15 +1255,22 @@ def pairable(fn: str) -> tuple[tuple[str, Edit], ...]:
     give the same values on the probes (`k_t = k`, `k_t = (kᵀ)ᵀ`), the one of fewest lines."""
     if fn not in PROGRAMS:
         return ()
+    stored = _stored(fn)
+    chosen = set(stored["pairable"]) if stored is not None else _pairable(fn, composable(fn))
+    return tuple(item for item in composable(fn) if item[0] in chosen)
+
+
+def _pairable(fn: str, composable_edits: tuple) -> set[str]:
+    """The codes `pairable` keeps of the composable edits."""
     probes = _probes(fn)
     if probes is None:
-        return composable(fn)
+        return {code for code, _ in composable_edits}
     inputs, stages = PROGRAMS[fn]
     # and numbers in the thousands, where `log(e / z)` and `shifted - log(z)` part ways
     probes = probes + (tuple(arg * 1000.0 if isinstance(arg, np.ndarray) and name != "a" else arg
                              for (name, _), arg in zip(inputs, probes[0])),)
     kept: dict[tuple, tuple[str, Edit]] = {}
-    for code, edit in sorted(composable(fn), key=lambda item: len(item[1].rep)):
+    for code, edit in sorted(composable_edits, key=lambda item: len(item[1].rep)):
         # what the changed stage leaves behind for the stages after it, on each probe
         shown = []
         for args in probes:
@@ -1216,8 +1286,7 @@ def pairable(fn: str) -> tuple[tuple[str, Edit], ...]:
                 shown = code  # raised where the stage runs: kept apart, as its own change
                 break
         kept.setdefault((edit.at, repr(shown)), (code, edit))
-    chosen = {code for code, _ in kept.values()}
-    return tuple(item for item in composable(fn) if item[0] in chosen)
+    return {code for code, _ in kept.values()}
 
 
 def pair_code(first: str, second: str) -> str:
@@ -1233,6 +1302,39 @@ def pair_program(first: Edit, second: Edit) -> tuple:
 def run(fn: str, program: tuple, args: tuple):
     """What an edited program returns on `args` (or the exception it raises)."""
     return _run(fn, program, args)
+
+
+def run_pair(fn: str, first: Edit, second: Edit, args: tuple, prefixes: dict):
+    """What `pair_program(first, second)` returns on `args`, as `run` would.
+
+    The pairs of one `first` share every stage before `second`'s: those run once, and their
+    values wait in `prefixes` (the caller's, emptied whenever another prefix is needed) for the
+    next pair of the same `first` and stage. A prefix that stops or raises is not shared: each of
+    its pairs then runs whole."""
+    inputs, stages = PROGRAMS[fn]
+    known = prefixes.get("prefix")
+    if known is None or known[0] is not first or known[1] != second.at or known[2] is not args:
+        env = dict(zip((n for n, _ in inputs), args))
+        if fn == "is_attention_weights":
+            env["a"] = np.asarray(env["a"], dtype=float)
+        try:
+            for name, op, stage_args, params in (tuple(stages[:first.at]) + first.rep
+                                                 + tuple(stages[first.at + 1:second.at])):
+                env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+        except Exception:  # a predicate's early return, another branch, an error: run whole
+            env = None
+        known = prefixes["prefix"] = (first, second.at, args, env)
+    if known[3] is None:
+        return _run(fn, pair_program(first, second), args)
+    env = dict(known[3])
+    try:
+        for name, op, stage_args, params in second.rep + tuple(stages[second.at + 1:]):
+            env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+    except _Stop:
+        return False
+    except _Reference:
+        return _run(fn, tuple(stages), args)
+    return env["return"]
 
 
 @lru_cache(maxsize=None)
@@ -1302,3 +1404,26 @@ def _stage_of(code: str) -> str:
 
 
 assert all(re.fullmatch(r"[a-z_]+", fn) for fn in PROGRAMS)
+
+
+def main(argv: list[str]) -> int:
+    """`--write` data/derived-edits.json afresh; `--check` that it is current (exit status 1 if not)."""
+    if argv not in (["--write"], ["--check"]):
+        print("usage: python -m autograder.derived --write | --check", file=sys.stderr)
+        return 2
+    screens = compute_screens()
+    # a line for each function: a readable diff when an edit comes or goes
+    fresh = "".join(["{\n", f' "digest": {json.dumps(screens["digest"])},\n', ' "functions": {\n',
+                     ",\n".join(f"  {json.dumps(fn)}: {json.dumps(entry, sort_keys=True)}"
+                                 for fn, entry in sorted(screens["functions"].items())), "\n }\n}\n"])
+    if argv == ["--check"]:
+        current = SCREENS.exists() and SCREENS.read_text(encoding="utf-8") == fresh
+        print(f"{SCREENS.name} is {'current' if current else 'out of date: run python -m autograder.derived --write'}.")
+        return 0 if current else 1
+    SCREENS.write_text(fresh, encoding="utf-8")
+    print(f"wrote {SCREENS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

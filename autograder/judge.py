@@ -223,15 +223,41 @@ _TOLERANCES: dict[int, tuple] = {}
 
 # The judge's caches of model values (below) are kept for the whole class: they grow with the
 # distinct mistakes a class shows, never with the number of its submissions. A class showing so
-# many that the values reach this many starts them afresh, so the memory they take is bounded
-# (some 40-50 MiB at most); nothing a submission is graded on depends on what they hold.
-_MOST_KEPT = 32_768
+# many that the values of single models and of pairs of edits together reach this many starts every
+# cache afresh, so the memory they take is bounded (some 70 MiB at most; a class of 200 with four
+# mistakes in five fills some 55 MiB of it); nothing a submission is graded on depends on what
+# they hold.
+_MOST_KEPT = 65_536
+
+
+def _full() -> bool:
+    return len(_MODEL_VALUES) + len(_PAIR_VALUES) >= _MOST_KEPT
 
 
 def forget() -> None:
     """Empty the class-wide caches of model values (each is filled again as it is needed)."""
-    for cache in (_MODEL_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS, _DIFFERS, _PRUNED, _RAISING, _CARRIED):
+    for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS,
+                  _DIFFERS, _PRUNED, _RAISING, _CARRIED):
         cache.clear()
+    _give_back()
+
+
+_TRIM: list = []
+
+
+def _give_back() -> None:
+    """Return the pages the emptied caches held to the system (glibc's malloc_trim), so that filling
+    them again takes fresh pages in their place rather than beside them: without it, a large class
+    that empties its caches twenty times ends up holding some 50 MiB more than a class of 200."""
+    if not _TRIM:
+        try:
+            import ctypes
+
+            _TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):  # not glibc: its allocator is left as it is
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
 
 
 def isclose(got: float, want: float, rtol: float, atol: float) -> bool:
@@ -589,17 +615,20 @@ _MOST_PAIRS = 4000
 _PAIR_VALUES: dict[tuple, tuple] = {}
 
 
-def _pair_value(fn: str, first, second, call) -> tuple:
-    """(canonical value or None, (exception name, message) or None) of a pair of edits on a call."""
+def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
+    """(canonical value or None, (exception name, message) or None) of a pair of edits on a call.
+    `prefixes`: the stages pairs share, kept by `derived.run_pair` across one loop over pairs."""
     key = (fn, first.code, second.code, id(call))
     entry = _PAIR_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
+    if _full():
+        forget()
     value = error = None
     try:
         with np.errstate(all="ignore"):
-            raw = derived.run(fn, derived.pair_program(first, second), call.args)
-        value = canonical(call.fn, raw)
+            raw = derived.run_pair(fn, first, second, call.args, prefixes)
+        value = _shared(canonical(call.fn, raw))  # many pairs come to the same value: held once
     except WrongType:
         pass
     except diagnoses.Inapplicable:
@@ -634,16 +663,23 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
     # Stages next to each other first: one line of a student's code often spans both.
     stage_pairs = sorted(((i, j) for i in by_stage for j in by_stage if i < j), key=lambda ij: (ij[1] - ij[0], ij[0]))
     survivors, tried = [], 0
+    agrees: dict[int, tuple] = {}  # id(value) -> (value, does the student's agree with it?)
+    prefixes: dict = {}
     for i, j in stage_pairs:
         for first, second in itertools.product(by_stage[i], by_stage[j]):
             if tried >= _MOST_PAIRS:
                 return survivors
             tried += 1
-            value, error = _pair_value(fn, first, second, call)
+            value, error = _pair_value(fn, first, second, call, prefixes)
             if verdict.kind == "raised":
                 fits = error == (verdict.raised, verdict.raised_message)
+            elif value is None:
+                fits = False
             else:
-                fits = value is not None and _agrees_canonical(verdict.actual, value)
+                known = agrees.get(id(value))
+                if known is None or known[0] is not value:
+                    known = agrees[id(value)] = (value, _agrees_canonical(verdict.actual, value))
+                fits = known[1]
             if fits:
                 code = derived.pair_code(first.code, second.code)
                 survivors.append(_Candidate((code,), derived.model(code), False, key=(fn, "derived", code)))
@@ -693,7 +729,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     entry = _MODEL_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
-    if len(_MODEL_VALUES) >= _MOST_KEPT:
+    if _full():
         forget()
     try:  # under np.errstate(all="ignore"): see grade_step
         raw, error = candidate.model(*call.args), None

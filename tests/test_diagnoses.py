@@ -232,3 +232,86 @@ def test_a_model_value_shared_by_two_calls_is_measured_against_each_calls_refere
     assert judge._effect(model, near) == pytest.approx(1e-6)
     assert judge._effect(model, far) == pytest.approx(3.0)
     assert judge._effect(model, near) == pytest.approx(1e-6)
+
+
+def _forget_derived_tables() -> None:
+    for cached in (derived._screens, derived._table, derived.models, derived.composable, derived.pairable,
+                   derived._pair, derived._pair_model):
+        cached.cache_clear()
+
+
+def test_the_stored_screens_of_the_derived_edits_equal_a_fresh_computation():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "autograder.derived", "--check"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "is current" in done.stdout
+
+
+@pytest.mark.parametrize("stored", ["another digest", "not json", "missing"])
+def test_a_screens_file_that_does_not_match_is_ignored_and_the_same_edits_are_found(tmp_path, monkeypatch, stored):
+    import json
+
+    _forget_derived_tables()
+    with_file = {fn: ([code for code, _ in derived.models(fn)], [code for code, _ in derived.pairable(fn)])
+                 for fn in ("softmax_rows", "attention", "is_attention_weights")}
+    assert derived._screens(), "the committed data/derived-edits.json should match this checkout"
+    screens = tmp_path / "derived-edits.json"
+    if stored == "another digest":
+        whole = json.loads(derived.SCREENS.read_text())
+        # a file that would drop every edit, were it believed
+        screens.write_text(json.dumps({"digest": "0" * 64, "functions": {
+            fn: {"kept": [], "pairable": []} for fn in whole["functions"]}}))
+    elif stored == "not json":
+        screens.write_text("{\"digest\": ")
+    monkeypatch.setattr(derived, "SCREENS", screens)
+    _forget_derived_tables()
+    try:
+        assert not derived._screens()
+        afresh = {fn: ([code for code, _ in derived.models(fn)], [code for code, _ in derived.pairable(fn)])
+                  for fn in with_file}
+    finally:
+        monkeypatch.undo()
+        _forget_derived_tables()
+    assert afresh == with_file
+    assert all(models and pairs for models, pairs in afresh.values())
+
+
+def _outcome(run):
+    import numpy as np
+
+    try:
+        with np.errstate(all="ignore"):
+            return "returned", [np.asarray(part) for part in derived._parts(run())]
+    except Exception as exc:
+        return "raised", (type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("fn", [fn for fn in derived.PROGRAMS if derived._probes(fn) is not None])
+def test_a_pair_of_edits_run_on_shared_stages_gives_what_it_gives_run_whole(fn):
+    import itertools
+
+    import numpy as np
+
+    by_stage: dict[int, list] = {}
+    for _, edit in derived.pairable(fn):
+        by_stage.setdefault(edit.at, []).append(edit)
+    stages = sorted(by_stage)
+    tried = 0
+    for args in derived._probes(fn)[:2]:
+        prefixes: dict = {}  # shared across the loop, as the judge shares it
+        for i, j in itertools.combinations(stages, 2):
+            for first, second in list(itertools.product(by_stage[i], by_stage[j]))[:40]:
+                shared = _outcome(lambda: derived.run_pair(fn, first, second, args, prefixes))
+                whole = _outcome(lambda: derived.run(fn, derived.pair_program(first, second), args))
+                assert shared[0] == whole[0], (first.code, second.code)
+                if shared[0] == "raised":
+                    assert shared[1] == whole[1]
+                else:
+                    assert len(shared[1]) == len(whole[1])
+                    for mine, theirs in zip(shared[1], whole[1]):
+                        assert mine.shape == theirs.shape and np.array_equal(mine, theirs, equal_nan=True)
+                tried += 1
+    assert tried > 0

@@ -20,7 +20,8 @@ from support import REPO, reference_source
 
 # Runs qkv-grade in this process; when the listing of the class begins (every result graded and
 # written), counts the results still alive, then reports them and the largest number of model
-# values the judge ever held. argv[1] bounds those caches ("default" keeps the grader's own bound).
+# values (of single models and of pairs of edits together) the judge ever held. argv[1] bounds
+# those caches ("default" keeps the grader's own bound).
 _COUNTING = """
 import gc, json, sys
 from autograder import cli, judge, results
@@ -36,9 +37,14 @@ def counting(graded):
 results.json_lines = counting
 model_value = judge._model_value
 def watched(*args):
-    seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES))
+    seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES) + len(judge._PAIR_VALUES))
     return model_value(*args)
 judge._model_value = watched
+pair_value = judge._pair_value
+def watched_pair(*args):
+    seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES) + len(judge._PAIR_VALUES))
+    return pair_value(*args)
+judge._pair_value = watched_pair
 code = cli.main(sys.argv[2:])
 sys.stdout.flush()
 sys.stderr.write("counted " + json.dumps(seen) + "\\n")
