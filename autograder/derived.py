@@ -1153,18 +1153,24 @@ def _kept(fn: str, edits: list) -> list[int]:
 
 # Screening every edit on the probes (`_kept`) and grouping the composable ones (`_pairable`) is
 # the same work in every grading run: a second of CPU, more than grading a class of fifty takes.
-# It depends on nothing but this file and the chapter's example, so it is stored, computed once, in
-# data/derived-edits.json under a digest of both; a file that does not match is ignored and the
-# work done afresh. Write it again after changing this file: `python -m autograder.derived --write`
+# It depends on nothing but this file, the reference and the chapter's example (and numpy), so it is
+# stored, computed once, in data/derived-edits.json under a digest of those files; a file that
+# does not match is ignored and the work done afresh (the test also recomputes it under the numpy
+# installed). Write it again after changing this file: `python -m autograder.derived --write`
 # (tests/test_diagnoses.py checks that it equals a fresh computation).
 SCREENS = Path(__file__).resolve().parents[1] / "data" / "derived-edits.json"
 
 
 def screens_digest() -> str:
-    from .cases import DATA
+    """Of everything the screening reads: this file, the reference (which the exercises' programs
+    call), the cases module and the chapter's data (which make the probes)."""
+    from solutions import attention_head as reference
 
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(DATA.read_bytes())
+    from . import cases
+
+    digest = hashlib.sha256()
+    for path in (Path(__file__), Path(reference.__file__), Path(cases.__file__), cases.DATA):
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

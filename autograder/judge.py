@@ -26,6 +26,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
@@ -234,6 +236,40 @@ def _full() -> bool:
     return len(_MODEL_VALUES) + len(_PAIR_VALUES) >= _MOST_KEPT
 
 
+# A step being graded reads back what it put in the caches (a model's value, the object of the wrong
+# type it returned), so the caches are never emptied under it, in this thread or another: a full
+# cache only asks for it (`_ASKED`), a step does not begin while it is asked, and the last step to
+# end empties them. So between two steps the caches hold at most the bound, and a step adds to
+# them only what it computes itself.
+_STEPS = threading.Condition()
+_RUNNING = [0]
+_ASKED = [False]
+
+
+@contextmanager
+def _step_running():
+    with _STEPS:
+        _ASKED[0] = _ASKED[0] or _full()
+        while _ASKED[0] and _RUNNING[0]:
+            _STEPS.wait()
+        if _ASKED[0]:
+            _forget_asked()
+        _RUNNING[0] += 1
+    try:
+        yield
+    finally:
+        with _STEPS:
+            _RUNNING[0] -= 1
+            if (_ASKED[0] or _full()) and not _RUNNING[0]:
+                _forget_asked()
+
+
+def _forget_asked() -> None:
+    forget()
+    _ASKED[0] = False
+    _STEPS.notify_all()
+
+
 def forget() -> None:
     """Empty the class-wide caches of model values (each is filled again as it is needed)."""
     for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS,
@@ -254,7 +290,7 @@ def _give_back() -> None:
             import ctypes
 
             _TRIM.append(ctypes.CDLL(None).malloc_trim)
-        except (OSError, AttributeError):  # not glibc: its allocator is left as it is
+        except (OSError, AttributeError, TypeError):  # not glibc: its allocator is left as it is
             _TRIM.append(None)
     if _TRIM[0] is not None:
         _TRIM[0](0)
@@ -623,7 +659,7 @@ def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     if entry is not None and entry[0] is call:
         return entry[1:]
     if _full():
-        forget()
+        _ASKED[0] = True
     value = error = None
     try:
         with np.errstate(all="ignore"):
@@ -730,7 +766,7 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     if entry is not None and entry[0] is call:
         return entry[1:]
     if _full():
-        forget()
+        _ASKED[0] = True
     try:  # under np.errstate(all="ignore"): see grade_step
         raw, error = candidate.model(*call.args), None
     except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
@@ -1164,7 +1200,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
 
     Models run here as the student's code ran: an overflow gives infinity or NaN, never an
     exception or a warning (one np.errstate for the step, not one per model run)."""
-    with np.errstate(all="ignore"):
+    with _step_running(), np.errstate(all="ignore"):
         return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised)
 
 

@@ -20,8 +20,8 @@ from support import REPO, reference_source
 
 # Runs qkv-grade in this process; when the listing of the class begins (every result graded and
 # written), counts the results still alive, then reports them and the largest number of model
-# values (of single models and of pairs of edits together) the judge ever held. argv[1] bounds
-# those caches ("default" keeps the grader's own bound).
+# values (of single models and of pairs of edits together) the judge held as a step began. argv[1]
+# bounds those caches ("default" keeps the grader's own bound).
 _COUNTING = """
 import gc, json, sys
 from autograder import cli, judge, results
@@ -35,16 +35,12 @@ def counting(graded):
     seen["live"].append(sum(isinstance(o, (results.SubmissionResult, results.StepResult)) for o in gc.get_objects()))
     return listing(graded)
 results.json_lines = counting
-model_value = judge._model_value
+grade_step = judge._grade_step
 def watched(*args):
+    # as a step begins: the caches are emptied between steps, never under one (see judge._step_running)
     seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES) + len(judge._PAIR_VALUES))
-    return model_value(*args)
-judge._model_value = watched
-pair_value = judge._pair_value
-def watched_pair(*args):
-    seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES) + len(judge._PAIR_VALUES))
-    return pair_value(*args)
-judge._pair_value = watched_pair
+    return grade_step(*args)
+judge._grade_step = watched
 code = cli.main(sys.argv[2:])
 sys.stdout.flush()
 sys.stderr.write("counted " + json.dumps(seen) + "\\n")
@@ -86,3 +82,40 @@ def test_bounded_caches_change_no_verdict(folder):
     small, counted = _run(folder, "150")  # emptied every few submissions
     assert counted["most_kept"] <= 150
     assert small == graded
+
+
+def test_the_caches_are_never_emptied_under_a_step_being_graded(monkeypatch):
+    """A full cache asks for them to be emptied; that waits until no step is being graded, in this
+    thread or another, and a step asked to begin meanwhile waits for it."""
+    import threading
+
+    from autograder import judge
+
+    events = []
+    monkeypatch.setattr(judge, "forget", lambda: events.append("emptied"))
+    first_in, first_may_end = threading.Event(), threading.Event()
+
+    def first():
+        with judge._step_running():
+            events.append("first begins")
+            first_in.set()
+            first_may_end.wait(10)
+            events.append("first ends")
+
+    def second():
+        with judge._step_running():
+            events.append("second begins")
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert first_in.wait(10)
+    judge._ASKED[0] = True  # as a model value computed in the first step finds the caches full
+    two = threading.Thread(target=second)
+    two.start()
+    two.join(0.5)
+    assert two.is_alive() and events == ["first begins"]  # the second waits; nothing emptied yet
+    first_may_end.set()
+    one.join(10)
+    two.join(10)
+    assert events == ["first begins", "first ends", "emptied", "second begins"]
+    assert judge._ASKED == [False] and judge._RUNNING == [0]
