@@ -159,26 +159,6 @@ def test_each_order_of_commands_leaves_every_file_on_the_latest_submission(cours
     feedback(path, env)
     agree(path, "sam", sam[-1], sam[:-1], MAX_SCORE)
     agree(path, "tia", tia[-1], tia[:-1], MAX_SCORE)
-
-
-def test_a_resubmission_that_makes_no_notebook_leaves_no_folder_of_the_one_before(course):
-    from nbgrader import utils
-    from nbgrader.api import Gradebook
-
-    path, env = course
-    hand_in(path, "uma", 1, [], 1)
-    qkv_grade(path, env)
-    assert (path / "autograded" / "uma" / ASSIGNMENT / NOTEBOOK).exists()
-    (path / "submitted" / "uma" / ASSIGNMENT / NOTEBOOK).write_text("{ not a notebook")
-    (path / "submitted" / "uma" / ASSIGNMENT / "timestamp.txt").write_text("2026-12-09 12:00:00.000000 UTC")
-    report = qkv_grade(path, env)
-    assert "uma" in report
-    assert not (path / "autograded" / "uma" / ASSIGNMENT).exists()
-    assert sum(gradebook_scores(path)["uma"].values()) == 0
-    with Gradebook(f"sqlite:///{path / 'gradebook.db'}") as gradebook:
-        when = gradebook.find_submission(ASSIGNMENT, "uma").timestamp
-    assert utils.parse_utc(when) == utils.parse_utc("2026-12-09 12:00:00.000000 UTC")
-    nothing_temporary(path)
     assert heatmap(path, "sam") == 0  # no picture of the first submission's code beside the second's
     assert "differ" not in report and "nbgrader autograde has not run on these" in report  # nor its in-kernel scores
 
