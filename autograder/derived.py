@@ -1064,13 +1064,26 @@ def _parallel(fn, stages, kinds, add) -> None:
 
 
 def _run(fn: str, program: tuple, args: tuple):
-    inputs, _ = PROGRAMS[fn]
-    env = dict(zip((n for n, _ in inputs), args))
+    return _finish(fn, _inputs(fn, args), program, args)
+
+
+def _inputs(fn: str, args: tuple) -> dict:
+    """The names a program starts from: its function's arguments."""
+    env = dict(zip((name for name, _ in PROGRAMS[fn][0]), args))
     if fn == "is_attention_weights":
         env["a"] = np.asarray(env["a"], dtype=float)
+    return env
+
+
+def _execute(env: dict, stages) -> None:
+    for name, op, stage_args, params in stages:
+        env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+
+
+def _finish(fn: str, env: dict, stages, args: tuple):
+    """What a program returns once `stages` have run on `env` (the rest of it, or all of it)."""
     try:
-        for name, op, stage_args, params in program:
-            env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+        _execute(env, stages)
     except _Stop:
         return False
     except _Reference:  # an edit of the other branch: this call runs as the reference
@@ -1280,11 +1293,10 @@ def _pairable(fn: str, composable_edits: tuple) -> set[str]:
         # what the changed stage leaves behind for the stages after it, on each probe
         shown = []
         for args in probes:
-            env = dict(zip((n for n, _ in inputs), args))
+            env = _inputs(fn, args)
             try:
                 with np.errstate(all="ignore"):
-                    for name, op, stage_args, params in list(stages[:edit.at]) + list(edit.rep):
-                        env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+                    _execute(env, list(stages[:edit.at]) + list(edit.rep))
                     shown.append([(name, np.round(np.asarray(env[name], dtype=float), 9).tobytes())
                                   for name in dict.fromkeys(stage[0] for stage in edit.rep)
                                   if not any(mark in name for mark in "'~²")])
@@ -1317,30 +1329,18 @@ def run_pair(fn: str, first: Edit, second: Edit, args: tuple, prefixes: dict):
     values wait in `prefixes` (the caller's, emptied whenever another prefix is needed) for the
     next pair of the same `first` and stage. A prefix that stops or raises is not shared: each of
     its pairs then runs whole."""
-    inputs, stages = PROGRAMS[fn]
+    stages = PROGRAMS[fn][1]
     known = prefixes.get("prefix")
     if known is None or known[0] is not first or known[1] != second.at or known[2] is not args:
-        env = dict(zip((n for n, _ in inputs), args))
-        if fn == "is_attention_weights":
-            env["a"] = np.asarray(env["a"], dtype=float)
+        env = _inputs(fn, args)
         try:
-            for name, op, stage_args, params in (tuple(stages[:first.at]) + first.rep
-                                                 + tuple(stages[first.at + 1:second.at])):
-                env[name] = OPS[op][0]([env[a] for a in stage_args], params)
+            _execute(env, tuple(stages[:first.at]) + first.rep + tuple(stages[first.at + 1:second.at]))
         except Exception:  # a predicate's early return, another branch, an error: run whole
             env = None
         known = prefixes["prefix"] = (first, second.at, args, env)
     if known[3] is None:
         return _run(fn, pair_program(first, second), args)
-    env = dict(known[3])
-    try:
-        for name, op, stage_args, params in second.rep + tuple(stages[second.at + 1:]):
-            env[name] = OPS[op][0]([env[a] for a in stage_args], params)
-    except _Stop:
-        return False
-    except _Reference:
-        return _run(fn, tuple(stages), args)
-    return env["return"]
+    return _finish(fn, dict(known[3]), second.rep + tuple(stages[second.at + 1:]), args)
 
 
 @lru_cache(maxsize=None)

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import derived, diagnoses, feedback
 from .cases import Case
-from .protocol import Bad
+from .protocol import Bad, plain_text
 from .results import StepResult
 from .runner import EXACT, Outcome, Run
 from .steps import BY_ID, STEPS, Step
@@ -237,37 +237,30 @@ def _full() -> bool:
 
 
 # A step being graded reads back what it put in the caches (a model's value, the object of the wrong
-# type it returned), so the caches are never emptied under it, in this thread or another: a full
-# cache only asks for it (`_ASKED`), a step does not begin while it is asked, and the last step to
-# end empties them. So between two steps the caches hold at most the bound, and a step adds to
-# them only what it computes itself.
+# type it returned), so the caches are never emptied under it, in this thread or another: while
+# they are full, a step does not begin until none is being graded, and the last step to end
+# empties them. So as a step begins the caches hold less than the bound, and a step adds to them
+# only what it computes itself.
 _STEPS = threading.Condition()
 _RUNNING = [0]
-_ASKED = [False]
 
 
 @contextmanager
 def _step_running():
     with _STEPS:
-        _ASKED[0] = _ASKED[0] or _full()
-        while _ASKED[0] and _RUNNING[0]:
+        while _full() and _RUNNING[0]:
             _STEPS.wait()
-        if _ASKED[0]:
-            _forget_asked()
+        if _full():
+            forget()
         _RUNNING[0] += 1
     try:
         yield
     finally:
         with _STEPS:
             _RUNNING[0] -= 1
-            if (_ASKED[0] or _full()) and not _RUNNING[0]:
-                _forget_asked()
-
-
-def _forget_asked() -> None:
-    forget()
-    _ASKED[0] = False
-    _STEPS.notify_all()
+            if _full() and not _RUNNING[0]:
+                forget()
+                _STEPS.notify_all()
 
 
 def forget() -> None:
@@ -658,8 +651,6 @@ def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     entry = _PAIR_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
-    if _full():
-        _ASKED[0] = True
     value = error = None
     try:
         with np.errstate(all="ignore"):
@@ -670,8 +661,7 @@ def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     except diagnoses.Inapplicable:
         pass
     except Exception as exc:
-        message = str(exc)
-        error = (type(exc).__name__, message[:300] + "…" if len(message) > 300 else message)
+        error = _error_of(exc)
     _PAIR_VALUES[key] = (call, value, error)
     return value, error
 
@@ -765,16 +755,13 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     entry = _MODEL_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
-    if _full():
-        _ASKED[0] = True
     try:  # under np.errstate(all="ignore"): see grade_step
         raw, error = candidate.model(*call.args), None
     except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
         _MODEL_VALUES[key] = (call, want, None, False)
         return want, None, False
     except Exception as exc:  # the model fails where the misconception would: evidence too
-        message = str(exc)
-        raw, error = None, (type(exc).__name__, message[:300] + "…" if len(message) > 300 else message)
+        raw, error = None, _error_of(exc)
     value = None
     if error is None:
         if RETURNS[call.fn][0] == "facts":  # the facts a slip gets wrong, the reference's for the rest
@@ -790,6 +777,12 @@ def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
     entry = (call, value, error, value is not None and _differs(value, want))
     _MODEL_VALUES[key] = entry  # one assignment: grading threads share this cache
     return entry[1:]
+
+
+def _error_of(exc: Exception) -> tuple[str, str]:
+    """(exception name, message) of a model's exception, cut as the sealed child cuts the student's
+    (inside._raised), so that the two compare equal whenever the exceptions are."""
+    return type(exc).__name__, plain_text(str(exc), 301)
 
 
 _LOOSE_VALUES: dict[tuple, tuple] = {}

@@ -103,19 +103,20 @@ def to_json(results: list[SubmissionResult], single: bool) -> str:
 
 def json_lines(results: Iterable[SubmissionResult]) -> Iterator[str]:
     """`to_json` of a list, in pieces: a class's list is written as its results are read."""
-    first = True
-    for result in results:
-        yield ("[\n" if first else ",\n") + json.dumps(result.to_dict(), ensure_ascii=False)
-        first = False
-    yield "[]\n" if first else "\n]\n"
+    return _array_lines(json.dumps(result.to_dict(), ensure_ascii=False) for result in results)
 
 
 def gradescope_lines(results: Iterable[SubmissionResult]) -> Iterator[str]:
     """`json.dumps([to_gradescope(r) for r in results], indent=2)` and a newline, in pieces."""
+    return _array_lines((json.dumps(to_gradescope(result), indent=2, ensure_ascii=False).replace("\n", "\n  ")
+                         for result in results), indent="  ")
+
+
+def _array_lines(items: Iterable[str], indent: str = "") -> Iterator[str]:
+    """A JSON array of items already written as JSON, each item as it comes."""
     first = True
-    for result in results:
-        text = json.dumps(to_gradescope(result), indent=2, ensure_ascii=False).replace("\n", "\n  ")
-        yield ("[\n  " if first else ",\n  ") + text
+    for text in items:
+        yield ("[\n" if first else ",\n") + indent + text
         first = False
     yield "[]\n" if first else "\n]\n"
 

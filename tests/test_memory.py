@@ -85,14 +85,20 @@ def test_bounded_caches_change_no_verdict(folder):
 
 
 def test_the_caches_are_never_emptied_under_a_step_being_graded(monkeypatch):
-    """A full cache asks for them to be emptied; that waits until no step is being graded, in this
-    thread or another, and a step asked to begin meanwhile waits for it."""
+    """Caches found full wait until no step is being graded, in this thread or another, to be
+    emptied, and a step asked to begin meanwhile waits for it."""
     import threading
 
     from autograder import judge
 
-    events = []
-    monkeypatch.setattr(judge, "forget", lambda: events.append("emptied"))
+    events, full = [], [False]
+    monkeypatch.setattr(judge, "_full", lambda: full[0])
+
+    def emptied():
+        events.append("emptied")
+        full[0] = False
+
+    monkeypatch.setattr(judge, "forget", emptied)
     first_in, first_may_end = threading.Event(), threading.Event()
 
     def first():
@@ -109,7 +115,7 @@ def test_the_caches_are_never_emptied_under_a_step_being_graded(monkeypatch):
     one = threading.Thread(target=first)
     one.start()
     assert first_in.wait(10)
-    judge._ASKED[0] = True  # as a model value computed in the first step finds the caches full
+    full[0] = True  # as the first step's model values fill the caches
     two = threading.Thread(target=second)
     two.start()
     two.join(0.5)
@@ -118,4 +124,4 @@ def test_the_caches_are_never_emptied_under_a_step_being_graded(monkeypatch):
     one.join(10)
     two.join(10)
     assert events == ["first begins", "first ends", "emptied", "second begins"]
-    assert judge._ASKED == [False] and judge._RUNNING == [0]
+    assert full == [False] and judge._RUNNING == [0]
