@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from . import feedback, judge
 from .cases import Case
-from .inside import CHAPTER_NAMES
 from .results import StepResult
 from .runner import Outcome, Run
 from .steps import BY_ID, STEPS, Step
@@ -68,26 +67,17 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
 
 
 def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:
-    """The earlier steps this one builds on that do not pass; for a step that is not implemented,
-    only those its NotImplementedError came from (its own stub is no earlier step's fault)."""
-    failing = [used for used in judge._all_uses(step) if used in by_id and by_id[used].status != "passed"]
-    if result.status == "not_implemented":
-        raised_in = set()
-        for outcome in outcomes:
-            where = (outcome.raised or {}).get("where") if outcome is not None else None
-            found = judge._RAISED_IN.search(where or "")
-            if found:
-                raised_in.add(found.group(1))
-        raised_in -= set(step.functions)
-        failing = [used for used in failing if raised_in & set(BY_ID[used].functions)]
-    return failing
+    """The earlier steps this one builds on that do not pass (for a step that is not implemented,
+    only those its NotImplementedError came from), as the judge finds them."""
+    came_from = {judge.raised_in((outcome.raised or {}).get("where")) for outcome in outcomes if outcome is not None}
+    return judge._failing_uses(step, result.status, came_from - {None}, by_id)
 
 
 def _replaced(step: Step, failing: list[str]) -> list[str]:
-    """The functions of the failing earlier steps that the chapter's computation can stand in for,
-    never the step's own (`batch` is the head's function, called on a batch)."""
-    names = [fn for used in failing for fn in BY_ID[used].functions
-             if fn not in step.functions and fn in CHAPTER_NAMES]
+    """The functions of the failing earlier steps, for the chapter's computation to stand in for (it
+    has every function another step builds on: inside.CHAPTER_NAMES), never the step's own (`batch`
+    is the head's function, called on a batch)."""
+    names = [fn for used in failing for fn in BY_ID[used].functions if fn not in step.functions]
     return list(dict.fromkeys(names))
 
 

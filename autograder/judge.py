@@ -371,6 +371,12 @@ class _CallVerdict:
 
 
 _RAISED_IN = re.compile(r", in (\w+)$")
+
+
+def raised_in(where: str | None) -> str | None:
+    """The submission's function an exception came from, read off the line the runner reports."""
+    found = _RAISED_IN.search(where or "")
+    return found.group(1) if found else None
 _EXPECTED_KIND = {"array": "a plain numpy array", "tuple": "a tuple", "dict": "a dict", "bool": "True or False",
                   "facts": "a dict of facts"}
 
@@ -415,20 +421,19 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
     if outcome.raised:
         kind = outcome.raised.get("type", "Exception")
         where = outcome.raised.get("where")
-        found = _RAISED_IN.search(where or "")
-        raised_in = found.group(1) if found else None
+        came_from = raised_in(where)
         if kind in NOT_IMPLEMENTED:
-            return _CallVerdict(False, "not-implemented", "", ["not-implemented"], raised=kind, raised_in=raised_in)
+            return _CallVerdict(False, "not-implemented", "", ["not-implemented"], raised=kind, raised_in=came_from)
         if kind == "ValueError" and "read-only" in outcome.raised.get("message", ""):
             # Arguments arrive read-only, so an in-place write fails right where it happens.
             return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({where})" if where else "")
                                 + ": arguments are read-only; work on a copy or build a new array.",
-                                ["mutates-input"], raised=kind, raised_in=raised_in)
+                                ["mutates-input"], raised=kind, raised_in=came_from)
         if case.public:
             message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
         else:  # the submission's own words: on a hidden case they could carry the case out
-            message = _hidden_raise(kind, raised_in)
-        return _CallVerdict(False, "raised", message, raised=kind, raised_in=raised_in,
+            message = _hidden_raise(kind, came_from)
+        return _CallVerdict(False, "raised", message, raised=kind, raised_in=came_from,
                             raised_message=outcome.raised.get("message", ""))
     if outcome.value is EXACT:  # it returned exactly what the reference returns
         return _CallVerdict(True, "ok", actual=expected)
@@ -1221,7 +1226,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     else:
         status = "partial" if any(passed) else "failed"
 
-    failing_uses = _failing_uses(step, status, flat, earlier)
+    failing_uses = _failing_uses(step, status, {v.raised_in for v in flat if v.raised_in}, earlier)
     found = _Findings([]) if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses,
                                                              earlier, raised)
     codes = found.codes
@@ -1336,13 +1341,14 @@ def _same_value(actual: dict, model: dict, keep: bool = True) -> bool:
     return True
 
 
-def _failing_uses(step: Step, status: str, flat: list[_CallVerdict], earlier: dict[str, StepResult]) -> list[str]:
-    """Earlier steps this one builds on that do not pass: their mistakes may be what this step shows."""
+def _failing_uses(step: Step, status: str, came_from: set, earlier: dict[str, StepResult]) -> list[str]:
+    """Earlier steps this one builds on that do not pass: their mistakes may be what this step shows.
+    `came_from`: the submission's functions the step's exceptions came from (see `raised_in`)."""
     if status == "passed":
         return []
     failing = [used for used in _all_uses(step) if used in earlier and earlier[used].status != "passed"]
     if status == "not_implemented":  # blame an earlier step only if the NotImplementedError came from it
-        sources = {v.raised_in for v in flat if v.raised_in} - set(step.functions)
+        sources = came_from - set(step.functions)
         return [used for used in failing if sources & set(BY_ID[used].functions)]
     return failing
 

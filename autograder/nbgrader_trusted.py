@@ -714,7 +714,7 @@ def _place(coursedir, assignment: str, student: str) -> None:
     _remove(aside)
 
 
-def settle_pending(coursedir, assignment: str, step_ids: dict[str, str] | None = None) -> list[str]:
+def settle_pending(coursedir, assignment: str) -> list[str]:
     """Finish what a killed run left in the state folder: each built folder whose record says what
     the gradebook holds now (the run committed) is put in place of the student's autograded folder
     (or, where the swap was done, only the old folder removed); every other one, and everything in
@@ -944,7 +944,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     from .grading import Grader
 
     step_ids = step_cells(coursedir, assignment)
-    settle_pending(coursedir, assignment, step_ids)
+    settle_pending(coursedir, assignment)
     items, missing = submissions(coursedir, assignment)
     if not items:
         raise TrustedError(f"no submitted notebooks: expected "
@@ -1103,7 +1103,7 @@ class NotPlaced(Exception):
 
 
 def _autograded_path(coursedir, assignment: str, student: str) -> Path:
-    return Path(coursedir.format_path(coursedir.autograded_directory, student, assignment)) / NOTEBOOK
+    return _autograded_folder(coursedir, assignment, student) / NOTEBOOK
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_a_built_folder_replaces_the_old_one_only_if_the_gradebook_holds_what_it
              "trusted_scores": notebook.metadata["qkv"]["trusted_scores"],
              "files": trusted._contents(pending[student]), "gradebook": views[student]}))
     (pending["ann"].parent / "leftover").mkdir()  # a folder a killed run was building: no record
-    settled = trusted.settle_pending(coursedir, ASSIGNMENT, trusted.step_cells(coursedir, ASSIGNMENT))
+    settled = trusted.settle_pending(coursedir, ASSIGNMENT)
     assert settled == ["ann"]
     assert not list(pending["ann"].parent.iterdir())
     shown = {student: nbformat.read(path / "autograded" / student / ASSIGNMENT / NOTEBOOK, as_version=4)
