@@ -565,11 +565,7 @@ def _sync_tree(folder: Path) -> None:
     """Flush every folder below `folder` (its files were flushed as they were written), so the
     folder's record never outlives what it describes."""
     for here, _, _ in os.walk(folder):
-        descriptor = os.open(here, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        _sync_folder(Path(here))
 
 
 def _remove(path: Path) -> None:
