@@ -225,15 +225,19 @@ _TOLERANCES: dict[int, tuple] = {}
 
 # The judge's caches of model values (below) are kept for the whole class: they grow with the
 # distinct mistakes a class shows, never with the number of its submissions. A class showing so
-# many that the values of single models and of pairs of edits together reach this many starts every
-# cache afresh, so the memory they take is bounded (some 70 MiB at most; a class of 200 with four
-# mistakes in five fills some 55 MiB of it); nothing a submission is graded on depends on what
-# they hold.
+# many that the values of single models and of pairs of edits together reach _MOST_KEPT, or that
+# the numbers of the distinct values they hold reach _MOST_BYTES, starts every cache afresh, so the
+# memory they take is bounded. Both bounds count: the entries' own objects take about as much as a
+# class of 200 with four mistakes in five needs, and the values' numbers depend on the shapes of the
+# cases the mistakes failed (from 8 to 26 MiB between one filling and the next in a large class,
+# without the second bound). Nothing a submission is graded on depends on what they hold.
 _MOST_KEPT = 65_536
+_MOST_BYTES = 12 << 20
+_HELD = [0]  # bytes of the arrays of the distinct values in _SHARED_VALUES
 
 
 def _full() -> bool:
-    return len(_MODEL_VALUES) + len(_PAIR_VALUES) >= _MOST_KEPT
+    return len(_MODEL_VALUES) + len(_PAIR_VALUES) >= _MOST_KEPT or _HELD[0] >= _MOST_BYTES
 
 
 # A step being graded reads back what it put in the caches (a model's value, the object of the wrong
@@ -268,6 +272,11 @@ def forget() -> None:
     for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS,
                   _DIFFERS, _PRUNED, _RAISING, _CARRIED):
         cache.clear()
+    _HELD[0] = 0
+    # The models made for the mistakes this class met go too: kept, they would pin the pages their
+    # neighbours in the emptied caches held, and each refill would take fresh pages beside them.
+    for made in (diagnoses.through_reference, diagnoses.through_references):
+        made.cache_clear()
     _give_back()
 
 
@@ -749,8 +758,11 @@ def _shared(value: dict) -> dict:
     key = tuple((name, part.shape, part.dtype.str, hash(part.tobytes())) if isinstance(part, np.ndarray)
                 else (name, type(part).__name__, repr(part)) for name, part in value.items())
     known = _SHARED_VALUES.setdefault(key, value)
-    if known is value or all(part.tobytes() == known[name].tobytes() if isinstance(part, np.ndarray)
-                             else repr(part) == repr(known[name]) for name, part in value.items()):
+    if known is value:
+        _HELD[0] += sum(part.nbytes for part in value.values() if isinstance(part, np.ndarray))
+        return value
+    if all(part.tobytes() == known[name].tobytes() if isinstance(part, np.ndarray)
+           else repr(part) == repr(known[name]) for name, part in value.items()):
         return known
     return value  # a hash collision: kept apart
 

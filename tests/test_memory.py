@@ -19,16 +19,19 @@ from submissions.variants import CORRECT
 from support import REPO, reference_source
 
 # Runs qkv-grade in this process; when the listing of the class begins (every result graded and
-# written), counts the results still alive, then reports them and the largest number of model
-# values (of single models and of pairs of edits together) the judge held as a step began. argv[1]
-# bounds those caches ("default" keeps the grader's own bound).
+# written), counts the results still alive, then reports them, the largest number of model values
+# (of single models and of pairs of edits together) the judge held as a step began, and the largest
+# number of bytes their distinct values' arrays held then. argv[1] bounds those caches, as
+# "ENTRIES" or "ENTRIES/BYTES" ("default" keeps the grader's own bounds).
 _COUNTING = """
 import gc, json, sys
 from autograder import cli, judge, results
 
 if sys.argv[1] != "default":
-    judge._MOST_KEPT = int(sys.argv[1])
-seen = {"live": [], "most_kept": 0}
+    kept, _, held = sys.argv[1].partition("/")
+    judge._MOST_KEPT = int(kept)
+    judge._MOST_BYTES = int(held) if held else judge._MOST_BYTES
+seen = {"live": [], "most_kept": 0, "most_held": 0}
 listing = results.json_lines
 def counting(graded):
     gc.collect()
@@ -39,6 +42,7 @@ grade_step = judge._grade_step
 def watched(*args):
     # as a step begins: the caches are emptied between steps, never under one (see judge._step_running)
     seen["most_kept"] = max(seen["most_kept"], len(judge._MODEL_VALUES) + len(judge._PAIR_VALUES))
+    seen["most_held"] = max(seen["most_held"], judge._HELD[0])
     return grade_step(*args)
 judge._grade_step = watched
 code = cli.main(sys.argv[2:])
@@ -81,6 +85,16 @@ def test_bounded_caches_change_no_verdict(folder):
     graded, _ = _run(folder, "default")
     small, counted = _run(folder, "150")  # emptied every few submissions
     assert counted["most_kept"] <= 150
+    assert small == graded
+
+
+def test_the_bytes_the_caches_hold_are_bounded_too_and_change_no_verdict(folder):
+    """However few entries, values with many numbers (a large hidden case's) fill the caches too."""
+    graded, counted = _run(folder, "default")
+    assert counted["most_held"] > 64 << 10  # this class's distinct values hold more than the bound below
+    small, counted = _run(folder, f"{1 << 30}/{64 << 10}")
+    # as a step begins the values held are under the bound; a step adds only what it computes itself
+    assert counted["most_held"] < 64 << 10
     assert small == graded
 
 
