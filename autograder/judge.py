@@ -224,13 +224,14 @@ _count = np.count_nonzero
 _TOLERANCES: dict[int, tuple] = {}
 
 # The judge's caches of model values (below) are kept for the whole class: they grow with the
-# distinct mistakes a class shows, never with the number of its submissions. A class showing so
-# many that the values of single models and of pairs of edits together reach _MOST_KEPT, or that
-# the numbers of the distinct values they hold reach _MOST_BYTES, starts every cache afresh, so the
-# memory they take is bounded. Both bounds count: the entries' own objects take about as much as a
-# class of 200 with four mistakes in five needs, and the values' numbers depend on the shapes of the
-# cases the mistakes failed (from 8 to 26 MiB between one filling and the next in a large class,
-# without the second bound). Nothing a submission is graded on depends on what they hold.
+# distinct mistakes a class shows, never with the number of its submissions. Once the values of
+# single models and of pairs of edits together reach _MOST_KEPT, or the arrays of the distinct
+# values (_SHARED_VALUES) reach _MOST_BYTES, every cache starts afresh before the next step begins,
+# so the memory they take is bounded. These are thresholds, not ceilings: a step under way finishes
+# first, and one that screens pairs of edits on a large hidden case may add some MiB; the tolerance
+# arrays kept beside the values are not counted. The second bound exists because what the values'
+# arrays take depends on the shapes of the cases the mistakes failed, not on their number. Nothing
+# a submission is graded on depends on what the caches hold.
 _MOST_KEPT = 65_536
 _MOST_BYTES = 12 << 20
 _HELD = [0]  # bytes of the arrays of the distinct values in _SHARED_VALUES
@@ -759,7 +760,8 @@ def _shared(value: dict) -> dict:
                 else (name, type(part).__name__, repr(part)) for name, part in value.items())
     known = _SHARED_VALUES.setdefault(key, value)
     if known is value:
-        _HELD[0] += sum(part.nbytes for part in value.values() if isinstance(part, np.ndarray))
+        size = sum(part.nbytes for part in value.values() if isinstance(part, np.ndarray))
+        _HELD[0] += size  # one step, so a thread switch in the sum loses no other thread's count
         return value
     if all(part.tobytes() == known[name].tobytes() if isinstance(part, np.ndarray)
            else repr(part) == repr(known[name]) for name, part in value.items()):
