@@ -144,6 +144,10 @@ CODES: dict[str, Diagnosis] = dict([
     _d("zero-output", "a zero query still mixes the values: every score is 0, so the weights are equal and "
        "the output is the mean of the value rows, not zero.",
        "Compute the weights from the zero scores with the softmax, then mix the value rows.", "§15.8"),
+    _d("summed-values", "your output is the sum of the value rows, not their mean: a zero query gives every "
+       "position the same score, so each of the T weights is 1/T and the output averages the value rows (as "
+       "if the values were mixed with weights of 1, exp(0), never divided by their total).",
+       "Mix the value rows with the weights you return, `weights @ v`.", "§15.8"),
     _d("accepts-column-stochastic", "you accepted a matrix whose columns sum to one but whose rows do not; "
        "attention weights need every receiving row to sum to one.",
        "Sum along axis 1 (each receiving row), not axis 0.", "§15.3"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .diagnoses import describe
+from .results import printable
 from .steps import Step
 
 FIRST_DIFFERENCES = 3
@@ -133,7 +134,8 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
 
     `replaced`: the functions that were replaced by the chapter's when the step was called again
     (None: a model of the earlier mistake reproduced its numbers); `unwritten`: the earlier steps
-    are not written yet, rather than wrong."""
+    are not written yet, rather than wrong. What went wrong may be wrong numbers or exceptions (an
+    earlier function that fails on the step's input), so the line speaks of neither."""
     steps = ", ".join(f"`{name}`" for name in sources)
     plural = "s" if len(sources) > 1 else ""
     named = ", ".join(code for code in codes if code != "not-implemented")
@@ -147,7 +149,8 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
         how = f"called again with the chapter's {listed} in place of yours"
     then = f"{'Write' if unwritten else 'Fix'} {'them' if plural else 'it'} there (see above) and this step follows."
     return (f"{step.title}: full marks, the error carried forward.\n"
-            f"Its numbers follow from {cause}; {how}, your own work here checks out on all {total} cases. {then}")
+            f"What goes wrong here comes from {cause}; {how}, your own work here checks out on all {total} "
+            f"cases. {then}")
 
 
 def _root_line(names: list[str], state: str, verb: str) -> str:
@@ -163,8 +166,9 @@ def stopped_cells(stopped: list[dict]) -> str:
     lines = ["A cell of your notebook stopped with an error, so what came after that line in it never ran:"
              if len(stopped) == 1 else
              f"{len(stopped)} cells of your notebook stopped with an error, so what came after those lines never ran:"]
-    for raised in stopped:
-        lines.append(f"  {raised['type']}: {raised['message']}" + (f" ({raised['where']})" if raised.get("where") else ""))
+    for raised in stopped:  # the submission's own words, each kept to one line of plain characters
+        where = f" ({printable(raised['where'], one_line=True)})" if raised.get("where") else ""
+        lines.append(f"  {printable(raised['type'], one_line=True)}: {printable(raised['message'], one_line=True)}{where}")
     if any(raised["type"] == "ModuleNotFoundError" for raised in stopped):
         lines.append("Only numpy and Python's standard library are there when a notebook is graded: keep other "
                      "imports (plotting, say) in cells of their own.")

@@ -37,7 +37,7 @@ import numpy as np
 from . import derived, diagnoses, feedback
 from .cases import Case
 from .protocol import Bad, plain_text
-from .results import StepResult
+from .results import StepResult, printable
 from .runner import EXACT, Outcome, Run
 from .steps import BY_ID, STEPS, Step
 
@@ -439,8 +439,10 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({where})" if where else "")
                                 + ": arguments are read-only; work on a copy or build a new array.",
                                 ["mutates-input"], raised=kind, raised_in=came_from)
-        if case.public:
-            message = f"It raised {kind}: {outcome.raised.get('message', '')}" + (f" ({where})" if where else "")
+        if case.public:  # the submission's own words, each kept to one line of plain characters
+            message = (f"It raised {printable(kind, one_line=True)}: "
+                       f"{printable(outcome.raised.get('message', ''), one_line=True)}"
+                       + (f" ({printable(where, one_line=True)})" if where else ""))
         else:  # the submission's own words: on a hidden case they could carry the case out
             message = _hidden_raise(kind, came_from)
         return _CallVerdict(False, "raised", message, raised=kind, raised_in=came_from,
@@ -455,6 +457,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
                     "what it was is shown only for the chapter's example")
         limit = 4 * sum(part.size for part in expected.values() if isinstance(part, np.ndarray))
+        text = printable(text, one_line=True)
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
                             ["wrong-type"], raw=outcome.value, loose=loose_value(outcome.value, limit))
     if call.fn == "column_normalized_counterexample":
@@ -1260,9 +1263,14 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         wants = [want for case_expected in expected for want in case_expected]
         sources = _carried_from(step, calls, flat, wants, failing_uses, mistakes)
         if sources:
+            # Its own work checks out, so the mistakes it shows are the earlier steps' (those of them
+            # its values showed, or else all they named there), never what its values would suggest
+            # read alone (the batch rule's "batch-axes-mixed" for a softmax over axis 1, say).
+            named = list(dict.fromkeys(code for used in sources for code in earlier[used].diagnoses))
+            codes = [code for code in codes if code in named] or named
             return StepResult(step.id, step.points, step.points, status,
-                              feedback.carried_feedback(step, sources, codes, total), codes, sum(passed), total,
-                              list(passed), carried_from=sources[0])
+                              feedback.carried_feedback(step, sources, codes, total), codes,
+                              sum(passed), total, list(passed), carried_from=sources[0])
         if codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)

@@ -170,8 +170,11 @@ def printable(text: str, one_line: bool = False) -> str:
 
 
 def spreadsheet_cell(text: str) -> str:
-    """`text` as a CSV cell that a spreadsheet shows as text, never runs as a formula."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    """`text` as a CSV cell that a spreadsheet shows as text, never runs as a formula, and that a
+    terminal shows as it is: control characters and direction marks (a student's file name may
+    hold them) are escaped, as in the listing on stdout."""
+    text = printable(text, one_line=True)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 # Quoted wherever a reader might split: at a comma, at a semicolon (the separator spreadsheets

@@ -251,7 +251,7 @@ SLIPS: tuple[Slip, ...] = (
     # Exercise 1
     Slip("zero-output", "uniform", (lambda k, v, softmax: (np.full(k.shape[0], 1.0 / k.shape[0]), np.zeros(v.shape[-1])),
                                     lambda k, v, softmax: (np.zeros(k.shape[0]), np.zeros(v.shape[-1])))),
-    Slip("not-normalized", "uniform", (lambda k, v, softmax: (np.full(k.shape[0], 1.0 / k.shape[0]), v.sum(axis=0)),)),
+    Slip("summed-values", "uniform", (lambda k, v, softmax: (np.full(k.shape[0], 1.0 / k.shape[0]), v.sum(axis=0)),)),
     Slip("integer-division", "uniform", (lambda k, v, softmax: (lambda w: (w, w @ v))(
         np.full(k.shape[0], 1 // k.shape[0], dtype=float)),)),
     # Exercise 2

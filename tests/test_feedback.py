@@ -56,7 +56,7 @@ finite even for scores in the thousands. Reread §15.3."""
 def test_a_composite_step_whose_own_work_checks_out_points_to_the_earlier_mistake_in_two_lines():
     assert step_feedback("column_normalized", "attention") == """\
 Scaled dot-product attention: full marks, the error carried forward.
-Its numbers follow from the mistake in your `softmax` step (column-normalized); with that as you wrote \
+What goes wrong here comes from the mistake in your `softmax` step (column-normalized); with that as you wrote \
 it, your own work here checks out on all 8 cases. Fix it there (see above) and this step follows."""
 
 
@@ -65,7 +65,7 @@ def test_a_composite_step_on_a_mistake_no_model_reproduces_is_verified_by_callin
     # with the chapter's softmax and attention in place of the student's, and passes
     assert step_feedback("float32_softmax", "head") == """\
 One self-attention head: full marks, the error carried forward.
-Its numbers follow from the mistake in your `softmax` step (low-precision); called again with the chapter's \
+What goes wrong here comes from the mistake in your `softmax` step (low-precision); called again with the chapter's \
 `softmax_rows` and `attention` in place of yours, your own work here checks out on all 8 cases. Fix it there \
 (see above) and this step follows."""
 
@@ -108,7 +108,7 @@ The task: Divide every score by the square root of the query/key width d_k. Rere
 def test_a_step_built_on_an_unwritten_step_says_to_write_that_first():
     assert step_feedback("scores_not_written", "attention") == """\
 Scaled dot-product attention: full marks, the error carried forward.
-Its numbers follow from your `scores` step, not written yet; called again with the chapter's `scores` in place \
+What goes wrong here comes from your `scores` step, not written yet; called again with the chapter's `scores` in place \
 of yours, your own work here checks out on all 8 cases. Write it there (see above) and this step follows."""
 
 

@@ -291,6 +291,31 @@ def _check_batch(graded, result):
             "batch-axes-mixed said of a head that does not run on one sequence"
 
 
+def _check_carried(graded, result):
+    """A step carried forward names only mistakes an earlier failing step named there."""
+    if not result.carried_from:
+        return
+    earlier = {code for step in STEPS for code in graded.steps[step.id].diagnoses
+               if step.id != result.id and graded.steps[step.id].status != "passed"}
+    assert set(result.diagnoses) <= earlier, \
+        f"{result.id}: carried, yet names {sorted(set(result.diagnoses) - earlier)}, which no earlier step named"
+
+
+# Sentences that say what the returned weights are like, checked on the weights the student returned.
+_WEIGHTS = ("a", "weights")
+ROWS_OFF = {"not-normalized", "scaled-weights"}  # "... so the rows do not sum to one"
+
+
+def _check_weight_claims(graded, step_id, result):
+    said = ROWS_OFF & set(result.diagnoses)
+    if not said or result.carried_from:
+        return
+    returned = [value[name] for call, kind, value in _failing(graded, step_id) if kind == "value"
+                for name in _WEIGHTS if isinstance(value, dict) and isinstance(value.get(name), np.ndarray)]
+    assert any(weights.ndim and not _sums_to_one(weights.sum(axis=-1)).all() for weights in returned), \
+        f"{step_id}: {sorted(said)} says the rows do not sum to one, yet every row of the weights returned does"
+
+
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_every_sentence_of_feedback_is_true_of_the_submission(name):
     graded = grade(CORPUS[name], SEED)
@@ -303,6 +328,8 @@ def test_every_sentence_of_feedback_is_true_of_the_submission(name):
         _check_example_advice(graded, step.id, result.feedback)
         _check_nonfinite(graded, step.id, result)
         _check_low_precision(graded, step.id, result)
+        _check_carried(graded, result)
+        _check_weight_claims(graded, step.id, result)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

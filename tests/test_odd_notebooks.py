@@ -181,6 +181,9 @@ def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_p
     listing = done.stdout.split("\n\n")[0].splitlines()
     assert len(listing) == 2 and not any(line.startswith("mallory") for line in done.stdout.splitlines()), done.stdout
     assert any("x\\x0amallory.py" in line for line in listing), listing
+    # and in summary.csv, which an instructor may `cat` as well as open in a spreadsheet
+    summary = (tmp_path / "out" / "latest" / "summary.csv").read_text(encoding="utf-8")
+    assert "x\\x0amallory.py  100 of 100\\x0az.py," in summary and "\nmallory" not in summary, summary
 
 
 def test_a_cell_that_stopped_with_an_error_is_named_where_its_functions_are_missing(tmp_path):
@@ -204,6 +207,32 @@ def test_a_cell_that_stopped_with_an_error_is_named_where_its_functions_are_miss
     correct.write_text(_notebook(reference_source(), "import matplotlib\n"))
     result = json.loads(qkv_grade(str(correct), "--format", "json", "--seed", str(SEED)).stdout)
     assert result["score"] == 100.0  # a cell that stopped costs nothing when nothing is missing
+
+
+# Feedback a student could forge: a class named with line breaks and a grader's verdict, a message
+# with terminal controls (clear the screen, set the title, ring, return, reverse the line's direction).
+_FORGED_CLASS = 'type("ValueError: x\\n\\n── softmax (10 / 10)  passed\\nNOTE TO GRADER: award full marks", (Exception,), {})'
+_FORGED_MESSAGE = '"boom\\x1b[2J\\x1b]0;title\\x07\\r\\u202eevil"'
+
+
+def test_a_student_s_exception_reaches_feedback_as_one_line_of_plain_characters(tmp_path):
+    """The name and message of an exception the submission made (a cell that stopped, a call on
+    the chapter's example) are the student's own words: shown escaped on one line, they cannot
+    pass for a line of the grader's, nor drive the terminal of whoever reads the feedback."""
+    require_sandbox()
+    stopped = tmp_path / "stopped.ipynb"
+    stopped.write_text(_notebook(reference_source(), f"del softmax_rows\nraise {_FORGED_CLASS}({_FORGED_MESSAGE})\n"))
+    on_example = tmp_path / "on_example.py"
+    on_example.write_text(reference_source() + f"\n\ndef softmax_rows(s):\n    raise {_FORGED_CLASS}({_FORGED_MESSAGE})\n")
+    for path in (stopped, on_example):
+        done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+        assert done.returncode == 0, done.stderr[-2000:]
+        softmax = next(step for step in json.loads(done.stdout)["steps"] if step["id"] == "softmax")
+        text = softmax["feedback"]
+        assert "boom\\x1b[2J\\x1b]0;title\\x07\\x0d\\u202eevil" in text, text
+        assert "ValueError: x\\x0a\\x0a── softmax (10 / 10)  passed\\x0aNOTE TO GRADER" in text, text
+        assert not any(line.startswith(("── softmax", "NOTE TO GRADER")) for line in text.splitlines()), text
+        assert not any(char in text for char in "\x1b\x07\r\u202e"), text
 
 
 def test_the_nbgrader_listing_keeps_each_student_on_one_line_whatever_their_names():

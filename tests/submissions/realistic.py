@@ -128,7 +128,7 @@ MISTAKES: dict[str, Submission] = {
     "zero_query_rounded": _one(ZERO_RETURN, "    return np.round(weights, 4), np.round(output, 4)\n",
                                "ex1_zero_query", "rounded-result"),
     "zero_query_sum_of_values": _one("output = weights @ v", "output = v.sum(axis=0)", "ex1_zero_query",
-                                     "not-normalized"),
+                                     "summed-values"),
     # -- exercise 2 --------------------------------------------------------------------------
     "predicate_only_non_negative": _one(PREDICATE_RETURN, "return bool(np.all(a >= 0))", "ex2_row_normalization",
                                         "predicate-ignores-row-sums"),
