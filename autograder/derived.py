@@ -1390,7 +1390,7 @@ def describe(code: str):
     if edit is None:
         raise KeyError(code)
     what = edit.what or (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of "
-                         f"`{edit.old}`: {edit.why}.")
+                         f"`{edit.old}`{_where(edit)}: {edit.why}.")
     stage = _stage_of(code)
     if edit.look:
         look = edit.look
@@ -1403,6 +1403,18 @@ def describe(code: str):
         look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(stage, 'this value')} and compare it "
                 f"with `{edit.old}`.")
     return Diagnosis(code, what, look, edit.section)
+
+
+def _where(edit: Edit) -> str:
+    """The reference's lines for the names its stages make that the edit's lines read: the student
+    sees only the arguments, so `s = d / r` alone would leave `r` unexplained (`r = √d_k`)."""
+    inputs, stages = PROGRAMS.get(edit.fn, ((), []))
+    made = {stage[0]: _line(stage) for stage in stages if stage[0] != "return"}
+    targets = {line.split(" = ")[0].strip() for line in re.split(r"; ", edit.old) if " = " in line}
+    read = re.findall(r"[A-Za-z_][A-Za-z_0-9]*", f"{edit.old} {edit.new}")
+    lines = [made[name] for name in dict.fromkeys(read) if name in made and name not in targets
+             and name not in {given for given, _ in inputs}]
+    return f" (where `{'`, `'.join(lines)}`)" if lines else ""
 
 
 def _stage_of(code: str) -> str:

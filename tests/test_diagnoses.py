@@ -315,3 +315,20 @@ def test_a_pair_of_edits_run_on_shared_stages_gives_what_it_gives_run_whole(fn):
                         assert mine.shape == theirs.shape and np.array_equal(mine, theirs, equal_nan=True)
                 tried += 1
     assert tried > 0
+
+
+@pytest.mark.parametrize("fn", sorted(derived.PROGRAMS))
+def test_a_derived_edit_s_sentence_defines_every_name_of_the_reference_it_reads(fn):
+    """A student sees the arguments, never the reference's own names: `s = d * r` is told with
+    `r = √d_k` beside it, so the sentence can be checked against the student's code."""
+    inputs, stages = derived.PROGRAMS[fn]
+    made = {stage[0]: derived._line(stage) for stage in stages if stage[0] != "return"}
+    given = {name for name, _ in inputs}
+    for code, edit in derived._table(fn).items():
+        if edit.what:  # a sentence of its own (a block of lines run twice, say), not "with … in place of …"
+            continue
+        what = describe(code).what
+        targets = {line.split(" = ")[0] for line in edit.old.split("; ") if " = " in line}
+        for name in set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", f"{edit.old} {edit.new}")):
+            if name in made and name not in given and name not in targets:
+                assert f"`{made[name]}`" in what, f"{code}: reads {name} without saying what it is: {what}"
