@@ -316,6 +316,30 @@ def _check_weight_claims(graded, step_id, result):
         f"{step_id}: {sorted(said)} says the rows do not sum to one, yet every row of the weights returned does"
 
 
+def _transposed(part):
+    return np.swapaxes(part, -1, -2) if part.ndim >= 2 else part
+
+
+def _check_value_claims(graded, step_id, result):
+    """`zero-output` says the output was zero; `transposed-result` that the numbers are right, only
+    transposed: each on some failing call, as the student returned it."""
+    if result.carried_from:
+        return
+    returned = [(call, value) for call, kind, value in _failing(graded, step_id) if kind == "value"
+                and isinstance(value, dict)]
+    if "zero-output" in result.diagnoses:
+        assert any(isinstance(value.get(name), np.ndarray) and not value[name].any()
+                   for _, value in returned for name in ("output", "o")), f"{step_id}: zero-output of a nonzero output"
+    if "transposed-result" in result.diagnoses:
+        def right_but_transposed(call, value):
+            want = _reference(call.fn, call)
+            return all(not isinstance(part, np.ndarray) or (value[name].shape == _transposed(part).shape and np.allclose(
+                value[name], _transposed(part), rtol=1e-6, atol=1e-9)) or (value[name].shape == part.shape and np.allclose(
+                value[name], part, rtol=1e-6, atol=1e-9)) for name, part in want.items())
+        assert any(right_but_transposed(call, value) for call, value in returned), \
+            f"{step_id}: transposed-result says the numbers are right, yet no value is the reference's transposed"
+
+
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_every_sentence_of_feedback_is_true_of_the_submission(name):
     graded = grade(CORPUS[name], SEED)
@@ -330,6 +354,7 @@ def test_every_sentence_of_feedback_is_true_of_the_submission(name):
         _check_low_precision(graded, step.id, result)
         _check_carried(graded, result)
         _check_weight_claims(graded, step.id, result)
+        _check_value_claims(graded, step.id, result)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read
