@@ -153,9 +153,7 @@ def _grade_file(grader, worker, path: Path, args) -> int:
     if args.format == "json":
         sys.stdout.write(results.to_json([result], single=True))
     elif args.format == "gradescope":
-        import json
-
-        sys.stdout.write(json.dumps(results.to_gradescope(result), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(results.dumps(results.to_gradescope(result), indent=2) + "\n")
     else:
         sys.stdout.write(results.to_text(result, colour=_colour()))
     return 0

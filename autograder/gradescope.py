@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     target = root / "results" / "results.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     status = 0
+    from .results import dumps
     from .sandbox import SandboxUnavailable
 
     try:
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stdout)
         document, status = PLACEHOLDER, 1
     partial = target.with_name(target.name + ".part")
-    partial.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8",
+    partial.write_text(dumps(document, indent=2) + "\n", encoding="utf-8",
                        errors="backslashreplace")  # a lone surrogate, should one slip through, as its escape
     os.replace(partial, target)
     return status

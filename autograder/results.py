@@ -97,18 +97,18 @@ def to_json(results: list[SubmissionResult], single: bool) -> str:
     """One result, indented; or a list of them, one submission per line (json's indenting is ten
     times slower, and a class's list is read by programs, or a line at a time)."""
     if single:
-        return json.dumps(results[0].to_dict(), indent=2, ensure_ascii=False) + "\n"
+        return dumps(results[0].to_dict(), indent=2) + "\n"
     return "".join(json_lines(results))
 
 
 def json_lines(results: Iterable[SubmissionResult]) -> Iterator[str]:
     """`to_json` of a list, in pieces: a class's list is written as its results are read."""
-    return _array_lines(json.dumps(result.to_dict(), ensure_ascii=False) for result in results)
+    return _array_lines(dumps(result.to_dict()) for result in results)
 
 
 def gradescope_lines(results: Iterable[SubmissionResult]) -> Iterator[str]:
     """`json.dumps([to_gradescope(r) for r in results], indent=2)` and a newline, in pieces."""
-    return _array_lines((json.dumps(to_gradescope(result), indent=2, ensure_ascii=False).replace("\n", "\n  ")
+    return _array_lines((dumps(to_gradescope(result), indent=2).replace("\n", "\n  ")
                          for result in results), indent="  ")
 
 
@@ -156,6 +156,19 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
 
 
 _INVISIBLE = {0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
+
+
+# In JSON text, what a terminal or an editor would act on rather than show: C1 controls (0x9b
+# starts a control sequence on some terminals), the marks that reorder a line, and the separators
+# some readers take for line breaks. JSON escapes the C0 controls itself; these only appear inside
+# strings, where an escape means the same character.
+_JSON_ESCAPES = {code: "\\u%04x" % code for code in (*range(0x80, 0xa0), *_INVISIBLE, 0x2028, 0x2029)}
+
+
+def dumps(value, indent: int | None = None) -> str:
+    """`json.dumps(value, ensure_ascii=False)`, with the characters above escaped: the names and
+    messages in results are students' own."""
+    return json.dumps(value, indent=indent, ensure_ascii=False).translate(_JSON_ESCAPES)
 
 
 def printable(text: str, one_line: bool = False) -> str:

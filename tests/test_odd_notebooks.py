@@ -176,10 +176,15 @@ def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_p
     folder.mkdir()
     (folder / "alice.py").write_text(reference_source())
     (folder / "x\nmallory.py  100 of 100\nz.py").write_text("x = 1\n")
+    (folder / "rtl\u202eyp.evil\x9b.py").write_text("x = 1\n")
     done = qkv_grade(str(folder), "--seed", str(SEED), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]
     listing = done.stdout.split("\n\n")[0].splitlines()
-    assert len(listing) == 2 and not any(line.startswith("mallory") for line in done.stdout.splitlines()), done.stdout
+    as_json = qkv_grade(str(folder), "--seed", str(SEED), "--format", "json", "--out", str(tmp_path / "json"))
+    # in JSON the mark that reverses a line and the C1 control are escapes, read back as themselves
+    assert "\u202e" not in as_json.stdout and "\x9b" not in as_json.stdout and "\\u202e" in as_json.stdout
+    assert "rtl\u202eyp.evil\x9b.py" in {result["submission"] for result in json.loads(as_json.stdout)}
+    assert len(listing) == 3 and not any(line.startswith("mallory") for line in done.stdout.splitlines()), done.stdout
     assert any("x\\x0amallory.py" in line for line in listing), listing
     # and in summary.csv, which an instructor may `cat` as well as open in a spreadsheet
     summary = (tmp_path / "out" / "latest" / "summary.csv").read_text(encoding="utf-8")
