@@ -135,8 +135,9 @@ CODES: dict[str, Diagnosis] = dict([
     _d("output-shape-d_k", "you gave the output the query/key width; each output row is a mixture of value "
        "rows, so its width is d_v.",
        "The output is [T, d_v].", "§15.4"),
-    _d("batch-axes-mixed", "your head runs on one sequence but not on a [B, T, d_in] batch; each example "
-       "must be computed on its own, never mixed with the others.",
+    _d("batch-axes-mixed", "your head is right on one sequence but not on a [B, T, d_in] batch, so something "
+       "in it reads the batch's leading axis as a position or feature axis, or treats the examples as one "
+       "(each example must be computed on its own, as if it were alone).",
        "Let every product and reduction act on the last two axes: `np.swapaxes(k, -1, -2)` rather than "
        "`.T` (which reverses all three axes), `axis=-1` in the softmax, and no reshape that merges the "
        "batch into the positions.", "§15.4"),
@@ -186,9 +187,10 @@ CODES: dict[str, Diagnosis] = dict([
     _d("transposed-result", "your numbers are right but transposed: each receiving position must be a row "
        "of the result.",
        "Drop the final `.T` (or transpose); the docstring gives the shape.", "§15.4"),
-    _d("swapped-outputs", "you returned the parts of the tuple in the wrong order.",
-       "Return them in the docstring's order, for instance `(o, a)`: the output first, then the weights.",
-       "§15.4"),
+    _d("swapped-outputs", "the output and the weights changed places: a pair was returned, or unpacked, in "
+       "the wrong order.",
+       "Keep the docstring's order, the output first and then the weights (`o, a`), where you return the pair "
+       "and where you unpack one.", "§15.4"),
     _d("rounded-result", "you rounded the result; the grader compares to about 1e-9.",
        "Return the values unrounded: no `np.round` or `round` on the result.", "§15.6"),
     _d("integer-division", "you used floor division (`//`), which drops the fractional part: 1 // T is 0 "
@@ -239,8 +241,21 @@ CODES: dict[str, Diagnosis] = dict([
 ])
 
 
-def describe(code: str) -> Diagnosis:
-    """A code's explanation: a named misconception's, or one written from a derived edit."""
+# Where a step shows a code in its own way, what is said there instead: exercise 4 states the
+# softmax's axis rather than normalizing anything.
+BY_STEP: dict[tuple[str, str], Diagnosis] = {
+    ("column-normalized", "ex4_shapes"): Diagnosis(
+        "column-normalized", "you gave the softmax's axis as the columns' (axis 0, over receivers); each "
+        "receiving row is normalized over the contributing keys, along the last axis.",
+        "The softmax of a [T, T] score matrix runs along axis -1 (1 names the same axis).", "§15.3"),
+}
+
+
+def describe(code: str, step_id: str | None = None) -> Diagnosis:
+    """A code's explanation: a named misconception's (as the step `step_id` shows it, where it
+    shows it in its own way), or one written from a derived edit."""
+    if (code, step_id) in BY_STEP:
+        return BY_STEP[(code, step_id)]
     if code in CODES:
         return CODES[code]
     from . import derived

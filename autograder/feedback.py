@@ -81,7 +81,7 @@ def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = froz
             options = "; ".join(" with ".join(option) for option in group)
             lines.append(f"Your numbers fit more than one mistake, each reproducing every failing case; "
                          f"one of: {options}.")
-        info = describe(code)
+        info = describe(code, step.id)
         where = ""
         if seen.get(code):
             shown = seen[code][:3]
@@ -122,7 +122,8 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         lines.append(detail)
     lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, carried,
                                  alternatives, looks, seen))
-    sections = sorted({describe(code).section for code in codes if describe(code).section} | {step.section})
+    sections = sorted({describe(code, step.id).section for code in codes if describe(code, step.id).section}
+                      | {step.section})
     lines.append(f"The task: {step.task} Reread {', '.join(sections)}.")
     return "\n".join(lines)
 

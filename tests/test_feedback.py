@@ -310,3 +310,12 @@ def _closeness_is_numpys(equal_nan):
                 assert (text == "") == bool(close.all()), (got_value, want_value, text)
                 if text:
                     assert f"mismatched elements: {int((~close).sum())} / 2" in text, text
+
+
+def test_a_code_a_step_shows_in_its_own_way_is_told_in_that_step_s_words():
+    """Exercise 4 states the softmax's axis; it normalizes nothing, so it is not told it did."""
+    stated = step_feedback("softmax_axis_0", "ex4_shapes")
+    assert "[column-normalized] You gave the softmax's axis as the columns' (axis 0, over receivers)" in stated
+    assert "you normalized the columns" not in stated.lower()
+    normalized = step_feedback("column_normalized", "softmax")
+    assert "[column-normalized] You normalized the columns, over receivers" in normalized
