@@ -57,8 +57,9 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         sources = first + [used for used in wrong if used not in first]
         if not sources:
             continue
-        named = {code for used in sources for code in by_id[used].diagnoses}
-        text = feedback.carried_feedback(step, sources, [code for code in result.diagnoses if code in named],
+        # Its diagnoses stay what its first run showed (it crashed, say, on the earlier step's None);
+        # the line names the earlier mistake as the judge's own carried steps do.
+        text = feedback.carried_feedback(step, sources, judge.carried_codes(result.diagnoses, sources, by_id),
                                          result.total, replaced=names,
                                          unwritten=all(by_id[used].status == "not_implemented" for used in sources))
         by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, list(result.diagnoses),

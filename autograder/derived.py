@@ -1410,10 +1410,10 @@ def _where(edit: Edit) -> str:
     sees only the arguments, so `s = d / r` alone would leave `r` unexplained (`r = √d_k`)."""
     inputs, stages = PROGRAMS.get(edit.fn, ((), []))
     made = {stage[0]: _line(stage) for stage in stages if stage[0] != "return"}
-    targets = {line.split(" = ")[0].strip() for line in re.split(r"; ", edit.old) if " = " in line}
+    # neither the arguments nor what the edit's own lines make (`r` in `r = d_k²; s = d / r`)
+    known = {name for name, _ in inputs} | {line.split(" = ")[0] for line in edit.old.split("; ") if " = " in line}
     read = re.findall(r"[A-Za-z_][A-Za-z_0-9]*", f"{edit.old} {edit.new}")
-    lines = [made[name] for name in dict.fromkeys(read) if name in made and name not in targets
-             and name not in {given for given, _ in inputs}]
+    lines = [made[name] for name in dict.fromkeys(read) if name in made and name not in known]
     return f" (where `{'`, `'.join(lines)}`)" if lines else ""
 
 

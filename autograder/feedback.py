@@ -161,15 +161,22 @@ def _root_line(names: list[str], state: str, verb: str) -> str:
     return f"Your {quoted} step is {state}; this step uses it, so {verb} that first."
 
 
+def raised_text(kind: str, message: str, where: str | None) -> str:
+    """`kind: message (where)` of an exception the submission raised: its own words (a class it
+    named, a message it wrote), each kept to one line of plain characters, so that they can pass
+    neither for a line of the grader's nor for a terminal's control sequence."""
+    text = f"{printable(kind, one_line=True)}: {printable(message, one_line=True)}"
+    return text + (f" ({printable(where, one_line=True)})" if where else "")
+
+
 def stopped_cells(stopped: list[dict]) -> str:
     """Why a notebook may lack a function: the cells that stopped with an error, each of which ran
     only up to the line that raised, as in Jupyter."""
     lines = ["A cell of your notebook stopped with an error, so what came after that line in it never ran:"
              if len(stopped) == 1 else
              f"{len(stopped)} cells of your notebook stopped with an error, so what came after those lines never ran:"]
-    for raised in stopped:  # the submission's own words, each kept to one line of plain characters
-        where = f" ({printable(raised['where'], one_line=True)})" if raised.get("where") else ""
-        lines.append(f"  {printable(raised['type'], one_line=True)}: {printable(raised['message'], one_line=True)}{where}")
+    for raised in stopped:
+        lines.append(f"  {raised_text(raised['type'], raised['message'], raised.get('where'))}")
     if any(raised["type"] == "ModuleNotFoundError" for raised in stopped):
         lines.append("Only numpy and Python's standard library are there when a notebook is graded: keep other "
                      "imports (plotting, say) in cells of their own.")

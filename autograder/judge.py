@@ -439,10 +439,8 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({where})" if where else "")
                                 + ": arguments are read-only; work on a copy or build a new array.",
                                 ["mutates-input"], raised=kind, raised_in=came_from)
-        if case.public:  # the submission's own words, each kept to one line of plain characters
-            message = (f"It raised {printable(kind, one_line=True)}: "
-                       f"{printable(outcome.raised.get('message', ''), one_line=True)}"
-                       + (f" ({printable(where, one_line=True)})" if where else ""))
+        if case.public:
+            message = f"It raised {feedback.raised_text(kind, outcome.raised.get('message', ''), where)}"
         else:  # the submission's own words: on a hidden case they could carry the case out
             message = _hidden_raise(kind, came_from)
         return _CallVerdict(False, "raised", message, raised=kind, raised_in=came_from,
@@ -764,7 +762,7 @@ def _shared(value: dict) -> dict:
     known = _SHARED_VALUES.setdefault(key, value)
     if known is value:
         size = sum(part.nbytes for part in value.values() if isinstance(part, np.ndarray))
-        _HELD[0] += size  # one step, so a thread switch in the sum loses no other thread's count
+        _HELD[0] += size  # unlocked: two threads may lose a count, which only delays an emptying
         return value
     if all(part.tobytes() == known[name].tobytes() if isinstance(part, np.ndarray)
            else repr(part) == repr(known[name]) for name, part in value.items()):
@@ -1263,11 +1261,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         wants = [want for case_expected in expected for want in case_expected]
         sources = _carried_from(step, calls, flat, wants, failing_uses, mistakes)
         if sources:
-            # Its own work checks out, so the mistakes it shows are the earlier steps' (those of them
-            # its values showed, or else all they named there), never what its values would suggest
-            # read alone (the batch rule's "batch-axes-mixed" for a softmax over axis 1, say).
-            named = list(dict.fromkeys(code for used in sources for code in earlier[used].diagnoses))
-            codes = [code for code in codes if code in named] or named
+            codes = carried_codes(codes, sources, earlier)
             return StepResult(step.id, step.points, step.points, status,
                               feedback.carried_feedback(step, sources, codes, total), codes,
                               sum(passed), total, list(passed), carried_from=sources[0])
@@ -1286,6 +1280,15 @@ _BUILT_ON = frozenset(used for step in STEPS for used in step.uses)
 """Steps another builds on: only their mistakes can be carried forward."""
 
 _MOST_COMBINATIONS = 64  # of the earlier steps' models tried together on one step
+
+
+def carried_codes(codes: list[str], sources: list[str], earlier: dict[str, StepResult]) -> list[str]:
+    """The codes a step carried forward from `sources` names. Its own work checks out, so they are
+    the earlier steps' (those of them its values showed, or else all they named there), never what
+    its values would suggest read alone (the batch rule's "batch-axes-mixed" for a softmax over
+    axis 1, say)."""
+    named = list(dict.fromkeys(code for used in sources for code in earlier[used].diagnoses))
+    return [code for code in codes if code in named] or named
 
 
 def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[dict], codes: list[str]) -> list:
