@@ -258,8 +258,11 @@ def notebook_cells(data: bytes | str, path: Path) -> list[str]:
     return code
 
 
-# A JSON string, escapes and all: read in time proportional to its length, whatever it holds.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+# A JSON string once its escapes are gone (a backslash and the character after it, which only a
+# string may hold): one pass over the bytes, whatever they hold. Matching strings escapes and all
+# would try again from every quote of an unclosed string, each time to the end of the file.
+_ESCAPE = re.compile(rb'\\.', re.S)
+_JSON_STRING = re.compile(rb'"[^"]*"')
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _ONE_KIND = bytes.maketrans(b"{}", b"[]")
 
@@ -273,7 +276,9 @@ def prescan(data: bytes, path: Path) -> None:
     if data.count(b'"') > 4 * MAX_ITEMS + 2:
         raise SubmissionError(f"{path}: a notebook of more than {MAX_ITEMS} JSON values: clear its outputs, "
                               "or merge its cells")
-    skeleton = _JSON_STRING.sub(b"", data)
+    skeleton = _JSON_STRING.sub(b"", _ESCAPE.sub(b"", data))
+    if b'"' in skeleton:
+        raise SubmissionError(f"{path}: corrupt notebook (not valid JSON: a string is never closed)")
     items = skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{")
     if items > MAX_ITEMS:
         raise SubmissionError(f"{path}: a notebook of more than {MAX_ITEMS} JSON values ({items}): "

@@ -113,6 +113,9 @@ HOSTILE = {
     "nested_code.ipynb": (lambda p: _write(p, _v4(_cell(reference_source()), _cell("x = " + _nested(400_000)))),
                           None),
     "big_module.py": (lambda p: _write(p, reference_source() + "x = 1\n" * (MAX_SOURCE // 6)), "characters of code"),
+    # An unclosed string full of escaped quotes: read from every quote to the end, it took hours.
+    "unclosed_string.ipynb": (lambda p: (p.write_bytes(b'"' + b'\\"' * 20_000 + b"a" * (2 << 20)), p)[1],
+                              "a string is never closed"),
     "uint8_results.py": (lambda p: _write(p, (Path(__file__).parent / "submissions" / "uint8_results.py")
                                           .read_text()), None),
 }
