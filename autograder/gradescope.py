@@ -175,7 +175,7 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     repository), the module before the notebook unless the module is the released starter handed
     back untouched; otherwise a lone .py or .ipynb file is graded whatever its name.
     """
-    from .submission import HELPERS, SUFFIXES, untouched_starter, walk
+    from .submission import HELPERS, SUFFIXES, shown_name, untouched_starter, walk
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
@@ -197,7 +197,9 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     if not candidates:
         return None, ("attention_head.py: not among the files you submitted. Upload attention_head.py "
                       "(or attention_head.ipynb), named exactly so.")
-    names = ", ".join(str(path.relative_to(folder)) for path in candidates[:6])
+    from .results import printable
+
+    names = ", ".join(printable(shown_name(str(path.relative_to(folder))), one_line=True) for path in candidates[:6])
     return None, (f"attention_head.py: not among the files you submitted ({names}). Rename the one to "
                   "grade attention_head.py (or attention_head.ipynb), or submit it alone.")
 

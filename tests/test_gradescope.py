@@ -202,6 +202,9 @@ def test_results_json_shows_no_hidden_expected_value_and_no_reference_code(bundl
     ({}, "attention_head.py: not among the files you submitted"),
     ({"attention_head.ipynb": '{"cells": [ not json'}, "attention_head.ipynb: corrupt notebook"),
     ({"a.py": "x = 1", "b.py": "y = 2"}, "attention_head.py: not among the files you submitted (a.py, b.py)"),
+    # names are the student's: shown escaped, never acting on the log's terminal
+    ({"a\x1b[31mRED.py": "x = 1", "b\r\n.py": "y = 2"},
+     "attention_head.py: not among the files you submitted (a\\x1b[31mRED.py, b\\x0d\\x0a.py)"),
 ])
 def test_a_missing_or_broken_submission_still_gets_a_valid_zero(bundle, tmp_path, files, message):
     results, _ = grade(bundle, tmp_path, files)
