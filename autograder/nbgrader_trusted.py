@@ -592,9 +592,7 @@ def _timestamp(graded: Graded):
     """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
     notebook (None without one, or with one no date fits, which adds a note for that student);
     read as submissions are, never through a link."""
-    from nbgrader import utils
-
-    from .submission import SubmissionError, read_bytes
+    from .submission import read_bytes
 
     path = graded.path.parent / "timestamp.txt"
     if not os.path.lexists(path):
@@ -603,17 +601,40 @@ def _timestamp(graded: Graded):
         data = read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
         if len(data) > MAX_TIMESTAMP_BYTES:
             raise ValueError(f"{len(data)} bytes")
-        when = utils.parse_utc(data.decode("utf-8").strip())
+        when = _parse_timestamp(data.decode("utf-8").strip())
         if when is None:
             raise ValueError("empty")
         return when
-    except (SubmissionError, UnicodeDecodeError, ValueError, TypeError, OverflowError, AttributeError) as error:
+    except Exception as error:  # whatever the student's text makes a date parser raise: this student's note
         from .results import printable
 
         reason = printable(str(error), one_line=True)[:80]
         graded.notes = [*(graded.notes or []), f"timestamp.txt holds no date that can be read ({reason}); "
                         f"the submission time in the gradebook is left as it was"]
         return None
+
+
+# A time zone as nbgrader's timestamps name one: an offset, or a zone's name (`UTC`, `CET`,
+# `Europe/Paris`, `Etc/GMT+5`). nbgrader's parse_utc hands the word to dateutil's gettz, which opens
+# a file of that name, anywhere (`/proc/self/mem`, `../x`): no dot, no leading slash, so it can only
+# name a file of the system's time-zone folders.
+_ZONE = re.compile(r"[+-]?\d+|[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*")
+
+
+def _parse_timestamp(text: str):
+    """nbgrader's reading of a `timestamp.txt` (its parse_utc: a naive UTC datetime), on a time zone
+    that can only be a zone's name. The parser's warnings are not shown: the caller notes a text no
+    date fits."""
+    import warnings
+
+    from nbgrader import utils
+
+    parts = text.split(" ")
+    if len(parts) == 3 and not _ZONE.fullmatch(parts[2]):
+        raise ValueError("its time zone is no zone's name")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return utils.parse_utc(text)
 
 
 def _pending(coursedir, assignment: str, student: str) -> Path:

