@@ -184,8 +184,8 @@ CODES: dict[str, Diagnosis] = dict([
     _d("no-projection", "you attended over the input itself: queries, keys and values are three "
        "projections of x, by W_Q, W_K and W_V.",
        "Compute q, k and v from x with the three matrices before attending.", "§15.1"),
-    _d("transposed-result", "your numbers are right but transposed: each receiving position must be a row "
-       "of the result.",
+    _d("transposed-result", "your result comes out transposed at the end: each receiving position must be a "
+       "row of it.",
        "Drop the final `.T` (or transpose); the docstring gives the shape.", "§15.4"),
     _d("swapped-outputs", "the output and the weights changed places: a pair was returned, or unpacked, in "
        "the wrong order.",
@@ -232,8 +232,8 @@ CODES: dict[str, Diagnosis] = dict([
     _d("predicate-ignores-ndim", "you accepted an array that is not 2-D; attention weights are a matrix "
        "with one row per receiving position.",
        "Return False unless `a.ndim == 2`.", "§15.3"),
-    _d("predicate-loose-tolerance", "you compared the row sums with `np.allclose`'s default tolerance "
-       "(about 1e-5), far looser than the 1e-9 asked for.",
+    _d("predicate-loose-tolerance", "your check lets through row sums further from one than the 1e-9 asked "
+       "for: its tolerance is looser (`np.allclose`'s default, about 1e-5, is one such).",
        "Pass the tolerance: `np.allclose(sums, 1, rtol=0, atol=1e-9)`.", "§15.6"),
     _d("full-shift-for-partial", "you added the whole shift to every output row although only some value "
        "rows moved; each receiving row moves by the shift times its weight on the moved rows.",

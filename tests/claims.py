@@ -1,0 +1,366 @@
+"""Checks, claim by claim, that every sentence of a submission's feedback is true of it.
+
+A submission graded in the test's own process (tests/inprocess.py) keeps the student's own values,
+so every step's feedback can be read back as a list of claims and each checked here, independently
+of the judge's own reasoning:
+
+- a named mistake has a model (a composition of slips, an earlier step's mistake carried through
+  the reference, or a derived edit) that reproduces the student's value, or the student's very
+  exception, on every failing call of the function it names (where every failing call returned
+  the wrong type, the very object the student returned); a condition of exercise 2's
+  counterexample said to fail does fail for the matrix returned; `batch-axes-mixed` is said only
+  where the head returns values for one sequence;
+- a value quoted as what the function returned ("got …") is the returned value at that index;
+- the advice to run the function on the chapter's example is given only where the example fails,
+  and "the very numbers of the chapter's example" only where a hidden case returned them;
+- NaN or infinity is reported only beside a call whose value holds one, and `non-finite` only on
+  cases that do;
+- a carried step names only its earlier steps' mistakes; what a code says of the returned weights
+  or output (rows off one, an output of zeros, the reference's numbers transposed) holds of them.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from autograder import derived, diagnoses, judge, slips
+from autograder.steps import BY_ID, STEPS
+from inprocess import Graded
+
+# Codes read from the look of the values or from the runner, not from a model.
+PROBES = {"not-implemented", "wrong-shape", "non-finite", "hard-coded", "mutates-input", "timeout", "exit-called",
+          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision"}
+
+
+def _calls(graded, step_id):
+    return [call for case in graded.cases[step_id] for call in case.calls]
+
+
+def _labelled(graded, step_id):
+    return [(case, call) for case in graded.cases[step_id] for call in case.calls]
+
+
+def _value(fn, outcome):
+    if outcome.raised is not None:
+        return ("raised", (outcome.raised["type"], outcome.raised["message"]))
+    try:
+        return ("value", judge.canonical(fn, outcome.value))
+    except judge.WrongType:
+        return ("other", outcome.value)
+
+
+def _same_object(got, model) -> bool:
+    """A value of the wrong type and a model's, part for part."""
+    if isinstance(model, np.ndarray):
+        return (isinstance(got, np.ndarray) and got.shape == model.shape and got.dtype.kind == model.dtype.kind
+                and np.allclose(got.astype(float), model.astype(float), rtol=judge.MODEL_RTOL,
+                                atol=judge.MODEL_ATOL, equal_nan=True))
+    if isinstance(model, (tuple, list)):
+        return isinstance(got, (tuple, list)) and len(got) == len(model) and all(map(_same_object, got, model))
+    if isinstance(model, dict):
+        return isinstance(got, dict) and set(got) == set(model) and all(_same_object(got[k], model[k]) for k in model)
+    return type(got) is type(model) and got == model
+
+
+def _sums_to_one(values) -> np.ndarray:
+    return np.abs(np.asarray(values) - 1.0) <= 1e-9
+
+
+# Exercise 2's counterexample: each condition a code says it fails, checked on the matrix itself.
+FAILS = {
+    "counterexample-not-3x3": lambda m: m.shape != (3, 3),
+    "counterexample-negative-entries": lambda m: m.shape == (3, 3) and not (m >= 0).all(),
+    "counterexample-columns-not-normalized": lambda m: m.shape == (3, 3) and not _sums_to_one(m.sum(axis=0)).all(),
+    "counterexample-row-normalized": lambda m: m.shape == (3, 3) and _sums_to_one(m.sum(axis=1)).all(),
+    "counterexample-first-row-sums-to-one": lambda m: m.shape == (3, 3) and bool(_sums_to_one(m[0].sum())),
+}
+
+
+def _reference(fn, call):
+    from solutions import attention_head as reference
+
+    return judge.canonical(fn, getattr(reference, fn)(*call.args))
+
+
+def _same(student: dict, model: dict) -> bool:
+    for name, part in model.items():
+        got = student.get(name)
+        if isinstance(part, np.ndarray):
+            if not isinstance(got, np.ndarray) or got.shape != part.shape:
+                return False
+            if not np.allclose(got, part, rtol=judge.MODEL_RTOL, atol=judge.MODEL_ATOL, equal_nan=True):
+                return False
+        elif name == "softmax_axis":
+            if {1: -1, -2: 0}.get(got, got) != {1: -1, -2: 0}.get(part, part):
+                return False
+        elif name == "divisor":
+            if not np.isclose(got, part, rtol=judge.MODEL_RTOL, atol=judge.MODEL_ATOL):
+                return False
+        elif (tuple(got) if isinstance(got, (list, tuple)) else got) != (
+                tuple(part) if isinstance(part, (list, tuple)) else part):
+            return False
+    return True
+
+
+def _model_gives(model, fn, call):
+    try:
+        with np.errstate(all="ignore"):
+            raw = model(*call.args)
+    except diagnoses.Inapplicable:
+        return ("value", _reference(fn, call))
+    except Exception as exc:
+        message = str(exc)
+        return ("raised", (type(exc).__name__, message if len(message) <= 300 else message[:300] + "…"))
+    if judge.RETURNS[fn][0] == "facts":
+        return ("value", {**_reference(fn, call), **raw}) if isinstance(raw, dict) else ("other", None)
+    try:
+        return ("value", judge.canonical(fn, raw))
+    except judge.WrongType:
+        return ("other", raw)
+
+
+def _models(fn: str, named: set):
+    """Every model whose codes are all named: the grammar's, the derived edits, and earlier
+    functions' models called through the reference's own calls."""
+    for depth in (1, 2):
+        for codes, _, model in slips.models(fn, depth):
+            if set(codes) <= named:
+                yield codes, model
+    for code in sorted(named):  # single edits and pairs of edits alike
+        if derived.is_derived(code) and derived.fn_of(code) == fn:
+            yield (code,), derived.model(code)
+    for used in slips.PIPELINES:
+        if used == fn:
+            continue
+        for depth in (1, 2):
+            for codes, _, model in slips.models(used, depth):
+                if set(codes) <= named:
+                    yield codes, diagnoses.through_reference(fn, used, model)
+        for code in sorted(named):
+            if derived.is_derived(code) and derived.fn_of(code) == used:
+                yield (code,), diagnoses.through_reference(fn, used, derived.model(code))
+
+
+def _failing(graded, step_id):
+    """(call, what the student gave) for every call that does not match the reference; where every
+    failing call returned the wrong type, those."""
+    found, typed = [], []
+    for call, outcome in zip(_calls(graded, step_id), graded.outcomes[step_id]):
+        kind, value = _value(call.fn, outcome)
+        if kind == "other":
+            typed.append((call, kind, value))
+        if call.fn == "column_normalized_counterexample":
+            if kind == "value" and judge._counterexample_problems(value["counterexample"]):
+                found.append((call, kind, value))
+            continue
+        if kind == "raised" and value[0] not in judge.NOT_IMPLEMENTED and not _wrote_into_argument(value):
+            found.append((call, kind, value))
+        elif kind == "value":
+            if judge.differences(value, _reference(call.fn, call), False, describe=False):
+                found.append((call, kind, value))
+    return found or typed
+
+
+def _wrote_into_argument(raised) -> bool:
+    """The error an in-place write into a (read-only) argument raises: `mutates-input` says so."""
+    return raised[0] == "ValueError" and "read-only" in raised[1]
+
+
+def _check_named_mistakes(graded, step_id, result):
+    named = set(result.diagnoses) - PROBES
+    if not named or result.carried_from:
+        return
+    failing = _failing(graded, step_id)
+    explained_codes = set()
+    for fn in dict.fromkeys(call.fn for call, _, _ in failing):
+        mine = [(call, kind, value) for call, kind, value in failing if call.fn == fn]
+        if fn == "column_normalized_counterexample":
+            explained_codes |= {code for code in named & set(FAILS)
+                                if all(kind == "value" and FAILS[code](value["counterexample"]) for _, kind, value in mine)}
+        reproducing = [codes for codes, model in _models(fn, named)
+                       if all(_agrees(_model_gives(model, fn, call), kind, value) for call, kind, value in mine)]
+        explained_codes |= {code for codes in reproducing for code in codes}
+    unproven = named - explained_codes
+    assert not unproven, f"{step_id}: {sorted(unproven)} named, but no model of it reproduces every failing call"
+
+
+def _agrees(model_gave, kind, value) -> bool:
+    model_kind, model_value = model_gave
+    if kind == "raised":
+        return model_kind == "raised" and model_value == value
+    if kind == "other":
+        if _same_object(value, model_value):
+            return model_kind == "other"
+        # or the same structure holding the same numbers (the output alone, not the tuple)
+        mine, theirs = judge.loose_value(value), judge.loose_value(model_value)
+        return (model_kind == "other" and mine is not None and theirs is not None
+                and theirs.keys() == mine.keys() and _same(mine, theirs))
+    return model_kind == "value" and _same(value, model_value)
+
+
+def _shown_call(graded, step_id, text):
+    found = re.search(r"^Called (.+) on (.+)\.$", text, flags=re.M)
+    if not found:
+        return None
+    shown, label = found.groups()
+    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
+        if case.label == label and call.shown(judge.inspect_names(call.fn)) == shown:
+            return case, call, outcome
+    raise AssertionError(f"{step_id}: the call shown ({shown} on {label}) is not one of the step's calls")
+
+
+def _nonfinite(fn, outcome) -> bool:
+    kind, value = _value(fn, outcome)
+    return kind == "value" and any(isinstance(part, np.ndarray) and not np.isfinite(part).all()
+                                   for part in value.values())
+
+
+def _check_quoted_values(graded, step_id, text):
+    shown = _shown_call(graded, step_id, text)
+    if shown is None:
+        return
+    case, call, outcome = shown
+    kind, value = _value(call.fn, outcome)
+    name = None
+    for line in text.splitlines():
+        header = re.match(r"^(?:[\w ]+ )?(\w+): mismatched elements", line)  # "weights a": the array a
+        if header:
+            name = header.group(1)
+            continue
+        quoted = re.match(r"^  at \[([\d, ]+)\]: got (\S+?),? ?(?:expected|$)", line + " ")
+        if quoted and name is not None:
+            index = tuple(int(i) for i in quoted.group(1).split(","))
+            got = float(value[name][index])
+            said = float(quoted.group(2).rstrip(","))
+            assert (np.isnan(said) and np.isnan(got)) or said == got or abs(said - got) <= 1e-5 * max(1.0, abs(got)), \
+                f"{step_id}: quoted {said} at {index} of {name}, but the function returned {got}"
+    if "your result contains NaN or infinity" in text:
+        assert _nonfinite(call.fn, outcome), f"{step_id}: NaN or infinity reported beside finite values"
+
+
+def _check_crash_advice(graded, step_id, text):
+    """"the shapes shown above" are those of a call that raised; a call named instead raised too."""
+    if "Call the function on arrays of the shapes shown above" in text:
+        shown = _shown_call(graded, step_id, text)
+        assert shown is not None and shown[2].raised, f"{step_id}: sent to the call shown, which does not raise"
+    named = re.search(r"^  Where to look: Call (.+), with the shapes of (.+), and read the error\.$", text, flags=re.M)
+    if named:
+        call_text, label = named.groups()
+        assert any(case.label == label and call.shown(judge.inspect_names(call.fn)) == call_text and outcome.raised
+                   for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id])), \
+            f"{step_id}: sent to {call_text} on {label}, which does not raise"
+
+
+def _check_example_advice(graded, step_id, text):
+    example = [outcome for (case, _), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id])
+               if case.public]
+    if "Run the function on the chapter's example" in text:
+        assert any(outcome.raised for outcome in example), f"{step_id}: sent to the example, which does not raise"
+    if "the very numbers of the chapter's example" in text:
+        assert "[hard-coded]" in text
+
+
+def _check_nonfinite(graded, step_id, result):
+    if "non-finite" not in result.diagnoses:
+        return
+    line = next(line for line in result.feedback.splitlines() if line.startswith("[non-finite]"))
+    labels = re.search(r"\(on (.+)\)\.$", line)
+    assert labels, f"{step_id}: non-finite without the cases showing it"
+    shown = [label.strip() for label in re.split(r", (?=hidden case|the chapter|…)", labels.group(1))
+             if label.strip() != "…"]
+    by_label = {}
+    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
+        by_label.setdefault(case.label, []).append(_nonfinite(call.fn, outcome))
+    for label in shown:
+        assert any(by_label[label]), f"{step_id}: non-finite said of {label}, whose values are finite"
+
+
+def _check_low_precision(graded, step_id, result):
+    """float32-sized errors: every wrong value lies within 1e-4 of the reference's."""
+    if "low-precision" not in result.diagnoses:
+        return
+    for call, kind, value in _failing(graded, step_id):
+        if kind == "value" and call.fn != "column_normalized_counterexample":
+            want = _reference(call.fn, call)
+            assert all(np.allclose(value[n], part, rtol=1e-4, atol=1e-6) for n, part in want.items()
+                       if isinstance(part, np.ndarray)), f"{step_id}: low-precision said of errors beyond float32"
+
+
+def _check_batch(graded, result):
+    if "batch-axes-mixed" in result.diagnoses:
+        assert not any(outcome.raised for outcome in graded.outcomes["head"]), \
+            "batch-axes-mixed said of a head that does not run on one sequence"
+        assert any(kind != "other" for _, kind, _ in _failing(graded, "batch")), \
+            "batch-axes-mixed said of a batch whose results are right in another form (wrong-type says so)"
+
+
+def _check_carried(graded, result):
+    """A step carried forward names only mistakes an earlier failing step named there."""
+    if not result.carried_from:
+        return
+    earlier = {code for step in STEPS for code in graded.steps[step.id].diagnoses
+               if step.id != result.id and graded.steps[step.id].status != "passed"}
+    assert set(result.diagnoses) <= earlier, \
+        f"{result.id}: carried, yet names {sorted(set(result.diagnoses) - earlier)}, which no earlier step named"
+
+
+# Sentences that say what the returned weights are like, checked on the weights the student returned.
+_WEIGHTS = ("a", "weights")
+ROWS_OFF = {"not-normalized", "scaled-weights"}  # "... so the rows do not sum to one"
+
+
+def _check_weight_claims(graded, step_id, result):
+    said = ROWS_OFF & set(result.diagnoses)
+    if not said or result.carried_from:
+        return
+    returned = [value[name] for call, kind, value in _failing(graded, step_id) if kind == "value"
+                for name in _WEIGHTS if isinstance(value, dict) and isinstance(value.get(name), np.ndarray)]
+    assert any(weights.ndim and not _sums_to_one(weights.sum(axis=-1)).all() for weights in returned), \
+        f"{step_id}: {sorted(said)} says the rows do not sum to one, yet every row of the weights returned does"
+
+
+def _transposed(part):
+    return np.swapaxes(part, -1, -2) if part.ndim >= 2 else part
+
+
+def _check_value_claims(graded, step_id, result):
+    """`zero-output` says the output was zero; "right but transposed", or `transposed-result` as the
+    only mistake named, that the numbers are the reference's transposed: each on some failing call,
+    as the student returned it."""
+    if result.carried_from:
+        return
+    returned = [(call, value) for call, kind, value in _failing(graded, step_id) if kind == "value"
+                and isinstance(value, dict)]
+    if "zero-output" in result.diagnoses:
+        assert any(isinstance(value.get(name), np.ndarray) and not value[name].any()
+                   for _, value in returned for name in ("output", "o")), f"{step_id}: zero-output of a nonzero output"
+    if "right but transposed" in result.feedback or ("transposed-result" in result.diagnoses
+                                                     and set(result.diagnoses) - PROBES == {"transposed-result"}):
+        def right_but_transposed(call, value):
+            want = _reference(call.fn, call)
+            return all(not isinstance(part, np.ndarray) or (value[name].shape == _transposed(part).shape and np.allclose(
+                value[name], _transposed(part), rtol=1e-6, atol=1e-9)) or (value[name].shape == part.shape and np.allclose(
+                value[name], part, rtol=1e-6, atol=1e-9)) for name, part in want.items())
+        assert any(right_but_transposed(call, value) for call, value in returned), \
+            f"{step_id}: transposed-result says the numbers are right, yet no value is the reference's transposed"
+
+
+def check(graded: Graded) -> None:
+    """Assert every claim of every failing step's feedback."""
+    for step in STEPS:
+        result = graded.steps[step.id]
+        if result.status == "passed":
+            continue
+        _check_named_mistakes(graded, step.id, result)
+        _check_quoted_values(graded, step.id, result.feedback)
+        _check_example_advice(graded, step.id, result.feedback)
+        _check_crash_advice(graded, step.id, result.feedback)
+        _check_nonfinite(graded, step.id, result)
+        _check_low_precision(graded, step.id, result)
+        _check_carried(graded, result)
+        _check_weight_claims(graded, step.id, result)
+        _check_value_claims(graded, step.id, result)
+        if step.id == "batch":
+            _check_batch(graded, result)
+    assert BY_ID  # every step was read
