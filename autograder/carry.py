@@ -57,12 +57,13 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         sources = first + [used for used in wrong if used not in first]
         if not sources:
             continue
-        # Its diagnoses stay what its first run showed (it crashed, say, on the earlier step's None);
-        # the line names the earlier mistake as the judge's own carried steps do.
-        text = feedback.carried_feedback(step, sources, judge.carried_codes(result.diagnoses, sources, by_id),
-                                         result.total, replaced=names,
+        # Its codes are the earlier mistake's, as on the judge's own carried steps: what its first run
+        # showed (a crash on the earlier step's None, a value that looked hard-coded) came from there,
+        # and a code the line does not name would be one no sentence explains.
+        codes = judge.carried_codes(result.diagnoses, sources, by_id)
+        text = feedback.carried_feedback(step, sources, codes, result.total, replaced=names,
                                          unwritten=all(by_id[used].status == "not_implemented" for used in sources))
-        by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, list(result.diagnoses),
+        by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, codes,
                                     result.passed, result.total, list(result.case_passed), carried_from=sources[0])
     return [by_id[result.id] for result in steps]
 

@@ -1406,15 +1406,27 @@ def describe(code: str):
 
 
 def _where(edit: Edit) -> str:
-    """The reference's lines for the names its stages make that the edit's lines read: the student
-    sees only the arguments, so `s = d / r` alone would leave `r` unexplained (`r = √d_k`)."""
+    """What the names its stages make that the edit's lines read stand for: the student sees only
+    the arguments, so `s = d / r` alone would leave `r` unexplained. The reference's own line where
+    it reads nothing but the arguments (`r = √d_k`), its meaning in words where it would bring more
+    of the reference's names (`a` is the weights, not `a = e / z`)."""
     inputs, stages = PROGRAMS.get(edit.fn, ((), []))
+    arguments = {name for name, _ in inputs}
     made = {stage[0]: _line(stage) for stage in stages if stage[0] != "return"}
     # neither the arguments nor what the edit's own lines make (`r` in `r = d_k²; s = d / r`)
-    known = {name for name, _ in inputs} | {line.split(" = ")[0] for line in edit.old.split("; ") if " = " in line}
+    known = arguments | {line.split(" = ")[0] for line in edit.old.split("; ") if " = " in line}
     read = re.findall(r"[A-Za-z_][A-Za-z_0-9]*", f"{edit.old} {edit.new}")
-    lines = [made[name] for name in dict.fromkeys(read) if name in made and name not in known]
-    return f" (where `{'`, `'.join(lines)}`)" if lines else ""
+    said = []
+    for name in dict.fromkeys(read):
+        if name not in made or name in known:
+            continue
+        line = made[name]
+        if set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", line.split(" = ", 1)[1])) & (set(made) - arguments) \
+                and name in WORDS:
+            said.append(f"`{name}` is {WORDS[name]}")
+        else:
+            said.append(f"`{line}`")
+    return f" (where {', '.join(said)})" if said else ""
 
 
 def _stage_of(code: str) -> str:

@@ -1246,6 +1246,14 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
                                                              earlier, raised)
     codes = found.codes
     first = _first_failure(cases, verdicts, _showing(found))
+    if "crashed" in codes and "crashed" not in found.looks and (first is None or first[2].kind != "raised"):
+        # The call shown did not raise (it has the wrong shape, say): the advice names one that did.
+        raising = _first_failure(cases, verdicts, lambda v: v.kind == "raised")
+        if raising is not None and raising[2].kind == "raised":
+            case, index, _ = raising
+            call = case.calls[index]
+            found.looks["crashed"] = (f"Call {call.shown(inspect_names(call.fn))}, with the shapes of {case.label}, "
+                                      "and read the error.")
     shown, detail = (None, "")
     if first is not None:
         case, index, verdict = first
@@ -1412,8 +1420,9 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 codes.append(code)
     wrong = [i for i, v in enumerate(flat) if v.kind in ("mismatch", "raised", "wrong-type")]
     if step.id == "batch" and "head" in earlier and earlier["head"].status == "passed":
-        # The same function works on one sequence, so only the batch axis can be at fault.
-        return _Findings(codes + (["batch-axes-mixed"] if wrong else []))
+        # The same function works on one sequence, so only the batch axis can be at fault; but a
+        # batch's results returned in another form (a list of pairs, say) is what wrong-type says.
+        return _Findings(codes + (["batch-axes-mixed"] if any(flat[i].kind != "wrong-type" for i in wrong) else []))
     if (step.id == "batch" and wrong and all(flat[i].kind == "raised" for i in wrong) and "head" in earlier
             and earlier["head"].status in ("failed", "partial")
             # the head raised on no call of its own (a model may explain an exception it raised)
@@ -1443,7 +1452,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     found = _Findings(codes, alternatives)
 
     hidden = [c for c, case in enumerate(cases) if not case.public]
-    hidden_wrong = [c for c in hidden if any(v.kind in ("mismatch", "wrong-type") for v in verdicts[c])]
+    # wrong values, or exceptions (`np.full(3, 1/3)` raises wherever T is not the example's 3)
+    hidden_wrong = [c for c in hidden if any(v.kind in ("mismatch", "wrong-type", "raised") for v in verdicts[c])]
     example_right = all(ok for case, ok in zip(cases, passed) if case.public)
     mismatched = [v for v in flat if v.kind == "mismatch"]
     derived_codes = []
@@ -1480,6 +1490,8 @@ def _copied(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong:
     example = verdicts[public[0]]
     for c in hidden_wrong:
         for verdict, shown in zip(verdicts[c], example):
+            if verdict.kind in ("raised", "wrong-type"):
+                return False  # no numbers at all, or not as the example's came
             if verdict.kind == "mismatch":
                 if shown.actual is None or not _same_value(verdict.actual, shown.actual, keep=False):
                     return False

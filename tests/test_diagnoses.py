@@ -331,4 +331,11 @@ def test_a_derived_edit_s_sentence_defines_every_name_of_the_reference_it_reads(
         targets = {line.split(" = ")[0] for line in edit.old.split("; ") if " = " in line}
         for name in set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", f"{edit.old} {edit.new}")):
             if name in made and name not in given and name not in targets:
-                assert f"`{made[name]}`" in what, f"{code}: reads {name} without saying what it is: {what}"
+                assert f"`{made[name]}`" in what or f"`{name}` is {derived.WORDS[name]}" in what, \
+                    f"{code}: reads {name} without saying what it is: {what}"
+        # and what it says a name is reads nothing the student is not told of in turn (`a = e / z`)
+        where = what.split(" (where ", 1)[1].split("): ", 1)[0] if " (where " in what else ""
+        for _, right in re.findall(r"`(\w+) = ([^`]*)`", where):
+            for used in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", right):
+                assert used not in made or used in given or f"`{used}" in where, \
+                    f"{code}: says what a name is with {used}, which it leaves unexplained: {what}"

@@ -439,7 +439,7 @@ def _check_ex2(ns: dict, ex) -> None:
     with np.printoptions(precision=8, suppress=True):
         column_sums = np.array2string(c.sum(axis=0), separator=", ")
     facts = (f"\n  returned:\n{_show(c)}\n  column sums: {column_sums}"
-             f"\n  first-row sum: {c[0].sum()!r}")
+             f"\n  first-row sum: {float(c[0].sum())!r}")
     if not (c >= 0).all():
         raise _Problem(f"Called {call}; some entries are negative, expected none.{facts}")
     if not np.allclose(c.sum(axis=0), 1.0, rtol=0.0, atol=ATOL):

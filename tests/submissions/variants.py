@@ -93,8 +93,9 @@ WRONG: dict[str, Submission] = {
     "scores_not_written": _one("    k_t = np.swapaxes(k, -1, -2)  #", "    raise NotImplementedError()\n"
                                "    k_t = np.swapaxes(k, -1, -2)  #", SCORES_ON, "not-implemented",
                                status={step: "not_implemented" for step in SCORES_ON}),
-    "forgot_return": Submission((("    return s\n", "    s\n"),), {  # what uses the None then fails on it
-        "scale": ["wrong-type"], **_on(ATTENTION_ON + ("ex1_zero_query",), "crashed")}),
+    # what uses the None fails on it, and called again on the chapter's scale its own work checks
+    # out: it carries the mistake, and names it
+    "forgot_return": _one("    return s\n", "    s\n", ("scale",) + ATTENTION_ON + ("ex1_zero_query",), "wrong-type"),
     "timeout": _one(FACTS_RETURN, "    while True:\n        pass\n" + FACTS_RETURN, "ex4_shapes", "timeout",
                     status={"ex4_shapes": "timeout"}),
     "exit_called": _one("    if rows is None:\n        moved", "    import sys\n    sys.exit(1)\n"
@@ -126,7 +127,7 @@ WRONG: dict[str, Submission] = {
          f"if s.shape == (3, 3) and np.allclose(s, {_literal(EXAMPLE['values']['S'])}):\n"
          f"        return np.array({_literal(EXAMPLE['values']['A'])})\n"
          f"    return np.full(s.shape, 1.0 / s.shape[-1])\n    {SOFTMAX_MAX}"),),
-        {**_on(("softmax", "attention", "head", "ex5_intervention"), "hard-coded"), "batch": []}),
+        _on(SOFTMAX_ON, "hard-coded")),
     "hard_coded_zero_query": _one(
         "    q = np.zeros(k.shape[-1])  # [d_k]\n",
         f"    return np.array({_literal(EXAMPLE['exercises']['ex1_zero_query']['weights'])}), "
