@@ -210,6 +210,7 @@ def grade(root: Path, log=print) -> dict:
     from .grading import Grader
     from .keys import parse_key
     from .runner import Limits, Worker
+    from .results import printable
     from .submission import SubmissionError, load, shown_name
 
     config = json.loads((root / "source" / CONFIG).read_text(encoding="utf-8"))
@@ -224,8 +225,11 @@ def grade(root: Path, log=print) -> dict:
             submission = load(path, name)
         except SubmissionError as exc:
             problem = str(exc).replace(shown_name(str(path)), shown_name(name))
-    name = shown_name(name)  # as results and logs show it: a name that is not UTF-8 has its bytes escaped
+    # as results and logs show it: a name that is not UTF-8 has its bytes escaped, and one (or a
+    # message quoting it) that would act on a terminal, its controls
+    name = printable(shown_name(name), one_line=True)
     if problem:
+        problem = printable(problem)
         log(f"not graded: {problem}")
         result = results.unreadable(name, problem, seed, sandbox.isolation())
         return results.to_gradescope(result, visibility)

@@ -42,8 +42,29 @@ from .submission import cell_grade_id
 TEMPLATES = Path(__file__).resolve().parent / "nbgrader_templates"
 TEMPLATE = "qkv_feedback"
 FORMGRADE_TEMPLATE = "qkv_formgrade"
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\s*$.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
-                    re.MULTILINE | re.DOTALL)
+_BEGIN_HIDDEN = re.compile(r"[ \t]*### BEGIN HIDDEN TESTS\s*")
+_END_HIDDEN = re.compile(r"[ \t]*### END HIDDEN TESTS[ \t]*")
+
+
+def without_hidden(source: str) -> str:
+    """`source` without its hidden-test regions (a `### BEGIN HIDDEN TESTS` line, through the next
+    `### END HIDDEN TESTS` line), read line by line: a cell is the student's too, and a pattern
+    matching each region would read from every unclosed BEGIN to the end, quadratic in the cell."""
+    lines = source.split("\n")
+    ends = [i for i, line in enumerate(lines) if _END_HIDDEN.fullmatch(line)]
+    kept, i, later = [], 0, 0  # later: the first END line not yet passed
+    while i < len(lines):
+        if _BEGIN_HIDDEN.fullmatch(lines[i]):
+            while later < len(ends) and ends[later] <= i:
+                later += 1
+            if later < len(ends):
+                i = ends[later] + 1  # the region and its END line go, with the END line's newline
+                if i == len(lines) and kept:
+                    kept.append("")  # ending the text, it had none: the newline before BEGIN stays
+                continue
+        kept.append(lines[i])
+        i += 1
+    return "\n".join(kept)
 CHECK_TITLES = {f"check-{step.id}": f"Step {number}: {step.title} ({step.id})"
                 for number, step in enumerate(STEPS, 1)}
 STEP_OF_CHECK = {f"check-{step.id}": step.id for step in STEPS}
@@ -161,7 +182,7 @@ def reader_view(notebook) -> dict[str, float]:
         grade_id = cell_grade_id(cell)
         outputs = cell.get("outputs", [])
         if grade_id in STEP_OF_CHECK:
-            cell.source = HIDDEN.sub("", cell.source)
+            cell.source = without_hidden(cell.source)
             if any(output.get("output_type") == "execute_result" for output in outputs):
                 score, _ = utils.determine_grade(cell)
                 scores[STEP_OF_CHECK[grade_id]] = float(score) if score is not None else 0.0
@@ -243,7 +264,18 @@ class CleanMarkdown(LoggingConfigurable):
     """
 
     def __call__(self, context, source):
+        if len(source) > MOST_MARKDOWN or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
+            # nbconvert's search for maths starts again at every opener left unclosed: shown as text
+            return f"<pre>{html.escape(source)}</pre>"
         return MARKDOWN_CLEANER.clean(self.parent.markdown2html(context, source))
+
+
+# A markdown cell past these is shown as plain text: rendering it costs the square of its length
+# where its maths is left open (seconds at 24 KB, minutes at 300 KB), and formgrader renders a page
+# in the Jupyter server's only thread. A written answer is a few sentences.
+MOST_MARKDOWN = 20_000
+MOST_MATH = 100
+MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 
 class FeedbackExporter(HTMLExporter):

@@ -260,14 +260,14 @@ def in_kernel_results(coursedir, assignment: str, step_ids: dict[str, str],
 def _code(cells) -> list[tuple[str, str]] | None:
     """What a notebook's cells say, as a person reads them: each cell's type and source (a check
     cell's hidden lines, which only the gradebook's copy holds, left out); None if unreadable."""
-    from .nbgrader_feedback import HIDDEN
+    from .nbgrader_feedback import without_hidden
 
     try:
         code = []
         for cell in cells:
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else source
-            code.append((cell.get("cell_type"), HIDDEN.sub("", source)))
+            code.append((cell.get("cell_type"), without_hidden(source)))
         return code
     except (AttributeError, TypeError):
         return None
@@ -364,6 +364,17 @@ def _document(path: Path, name: str) -> dict:
 # JupyterLab (`transient.remove_source`, `jupyter.source_hidden`, `hide_input`, …).
 _CELL_METADATA = {"nbgrader": dict, "qkv": dict, "tags": list, "editable": bool, "deletable": bool}
 _CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+# A tag is a word: nbconvert writes each into the cell's class attribute, where `x hidden` would hide
+# a cell from every page and `alert navbar-fixed-top` dress it as the page's own banner.
+_TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _shown_raw(source: str) -> str:
+    """A raw cell as markdown that shows its text as it is: nbconvert puts a raw cell's HTML into
+    the page as it stands (ids, classes and all, past the markdown cleaner), where an element with a
+    grade's id takes that grade's place in formgrader."""
+    fence = "~" * max(3, 1 + max((len(run) for run in re.findall(r"~+", source)), default=0))
+    return f"{fence}\n{source}\n{fence}"
 
 
 def _inert_notebook(path: Path, name: str):
@@ -384,13 +395,16 @@ def _inert_notebook(path: Path, name: str):
             continue
         source = cell.get("source", "")
         source = "".join(part for part in source if isinstance(part, str)) if isinstance(source, list) else source
+        source = source if isinstance(source, str) else ""
         metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
         metadata = {key: value for key, value in metadata.items()
                     if key in _CELL_METADATA and isinstance(value, _CELL_METADATA[key])}
         if "tags" in metadata:
-            metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str)]
+            metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str) and _TAG.fullmatch(tag)]
+        if kind == "raw":  # the release has none: a student's, shown as text, and nothing nbgrader grades
+            kind, source, metadata = "markdown", _shown_raw(source), {}
         identifier = cell.get("id")
-        rebuilt = {"cell_type": kind, "metadata": metadata, "source": source if isinstance(source, str) else "",
+        rebuilt = {"cell_type": kind, "metadata": metadata, "source": source,
                    "id": identifier if isinstance(identifier, str) and _CELL_ID.fullmatch(identifier)
                    else f"cell-{index}"}
         if kind == "code":

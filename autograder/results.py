@@ -155,14 +155,24 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
                            "isolation": result.isolation, "results_version": VERSION}}
 
 
-_INVISIBLE = {0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
+# Characters of Unicode's category Cf ("format"): no glyph of their own, yet they reorder a line
+# (U+202E), join or part what is beside them, or hide in a name (U+200B makes `ada\u200b.py` look
+# like `ada.py`). Shown escaped wherever a student's text is printed.
+_FORMAT_RANGES = ((0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), (0x70F, 0x70F), (0x890, 0x891),
+                  (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x2064),
+                  (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
+                  (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001),
+                  (0xE0020, 0xE007F))
+_INVISIBLE = frozenset(code for first, last in _FORMAT_RANGES for code in range(first, last + 1))
 
 
 # In JSON text, what a terminal or an editor would act on rather than show: C1 controls (0x9b
 # starts a control sequence on some terminals), the marks that reorder a line, and the separators
 # some readers take for line breaks. JSON escapes the C0 controls itself; these only appear inside
 # strings, where an escape means the same character.
-_JSON_ESCAPES = {code: "\\u%04x" % code for code in (*range(0x80, 0xa0), *_INVISIBLE, 0x2028, 0x2029)}
+_JSON_ESCAPES = {code: "\\u%04x\\u%04x" % (0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF))
+                 if code > 0xFFFF else "\\u%04x" % code  # past the BMP, as JSON writes it: two surrogates
+                 for code in (*range(0x80, 0xa0), *_INVISIBLE, 0x2028, 0x2029)}
 
 
 def dumps(value, indent: int | None = None) -> str:
@@ -179,7 +189,7 @@ def printable(text: str, one_line: bool = False) -> str:
     kept = "" if one_line else "\n\t"
     return "".join(char if char in kept or (" " <= char < "\x7f") or (
         ord(char) > 0x9f and ord(char) not in _INVISIBLE) else "\\x%02x" % ord(char) if ord(char) < 0x100
-        else "\\u%04x" % ord(char) for char in text)
+        else "\\u%04x" % ord(char) if ord(char) <= 0xFFFF else "\\U%08x" % ord(char) for char in text)
 
 
 def spreadsheet_cell(text: str) -> str:

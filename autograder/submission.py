@@ -421,6 +421,9 @@ MAGIC_WORK = 250_000
 # one (`x = !ls`, `y = %who_ls`), or help at its end (`np.exp?`). Over-counting is safe; what matters
 # is missing none. Every branch reads a line in time proportional to its length.
 _MAGIC_LINE = re.compile(r"^[ \t]*[%!?/,;]|=[ \t]*[%!]|^[^#\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
+# Help at a line's end is found by a pattern that starts again at every character of the line: its
+# reading costs the square of the line's length, which a cell is charged as well.
+_HELP_LINE = re.compile(r"^[^#\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
 MAX_CELLS = 2000
 """Code cells a notebook may hold: the released one has a few dozen."""
 
@@ -450,14 +453,16 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
     except Exception as exc:
         return _raising(f"IPython could not read this cell ({type(exc).__name__})")
     cleaned = "".join(lines)
-    magics = len(_MAGIC_LINE.findall("\n".join(cleaned.splitlines())))
+    plain = "\n".join(cleaned.splitlines())
+    magics = len(_MAGIC_LINE.findall(plain))
     if not magics:  # nothing the tokenizing passes rewrite: they would read the cell for nothing
         code = cleaned
     else:
-        work = magics * max(len(cleaned), 1)
+        work = magics * max(len(cleaned), 1) + sum(len(help_line) ** 2 for help_line in _HELP_LINE.findall(plain))
         if budget is not None and work > budget[0]:
-            return _raising("this cell holds more magics and shell escapes than the grader reads in one "
-                            "notebook; put them in cells of their own, or leave them out")
+            return _raising("this cell holds more magics, shell escapes and help requests (a line ending "
+                            "in ?) than the grader reads in one notebook; put them in cells of their own, or "
+                            "leave them out")
         if budget is not None:
             budget[0] -= work
         try:

@@ -214,6 +214,13 @@ def test_a_missing_or_broken_submission_still_gets_a_valid_zero(bundle, tmp_path
     assert all(test["score"] == 0.0 and test["status"] == "failed" and test["tags"] == [] for test in results["tests"])
 
 
+def test_a_lone_unreadable_file_s_name_reaches_the_log_and_the_output_escaped(bundle, tmp_path):
+    results, done = grade(bundle, tmp_path, {"x\x1b[2J\x1b[H\x1b[1;32mAll checks passed\r.ipynb": '{"cells": [ not'})
+    shown = results["output"] + done.stdout
+    assert "corrupt notebook" in results["output"] and "not graded" in done.stdout
+    assert "\x1b" not in shown and "\r" not in shown and "\\x1b[2J" in shown
+
+
 def test_a_lone_file_under_another_name_or_a_folder_is_found(bundle, tmp_path):
     results, _ = grade(bundle, tmp_path / "lone", {"my_head.py": reference_source()})
     assert results["score"] == 100.0 and results["extra_data"]["submission"] == "my_head.py"

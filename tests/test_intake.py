@@ -116,6 +116,9 @@ HOSTILE = {
     # An unclosed string full of escaped quotes: read from every quote to the end, it took hours.
     "unclosed_string.ipynb": (lambda p: (p.write_bytes(b'"' + b'\\"' * 20_000 + b"a" * (2 << 20)), p)[1],
                               "a string is never closed"),
+    # Help at the end of a long line: IPython's pattern for it reads the line again from every
+    # character (minutes for this one); such a cell is charged the square of its line.
+    "help_line.ipynb": (lambda p: _write(p, _v4(_cell(reference_source()), _cell("a" * 120_000 + " ?\n"))), None),
     "uint8_results.py": (lambda p: _write(p, (Path(__file__).parent / "submissions" / "uint8_results.py")
                                           .read_text()), None),
 }

@@ -105,6 +105,8 @@ SCRIPTED_ANSWERS = [
 ]
 HIDDEN_SOLUTION = "# GHOST: solved where no person looks\n" + reference_source()
 BAD_TIMESTAMP = "0001-01-01 00:00:00 +0100"  # before the first representable UTC instant
+RAW_CLOBBER = ('<div class="nbgrader_cell panel panel-primary"><span id="check-qkv"></span><span id="check-softmax">'
+               '</span><a class="btn btn-success full-credit">Full credit</a> RAW-FROM-WES</div>')
 # A time zone is read as a file's name: this one's reading fails (EIO), and one that is a FIFO never ends.
 PATH_TIMESTAMP = "2026-12-01 10:00:00 /proc/self/mem"
 # Markup that takes a score box's place where formgrader looks it up by id (a heading gets one
@@ -146,6 +148,11 @@ def course(tmp_path_factory):
     for n, cell in enumerate(cell for cell in wes.cells
                              if cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("solution")):
         cell.source = next(answers) + (CLOBBER if n == 0 else "")
+    # a raw cell, which nbconvert puts into the page as HTML; tags, which it writes into a class
+    wes.cells.insert(1, nbformat.v4.new_raw_cell(RAW_CLOBBER))
+    tagged = nbformat.v4.new_code_cell("tagged = 1")
+    tagged.metadata["tags"] = ["x hidden", "alert navbar-fixed-top", "kept-tag"]
+    wes.cells.insert(2, tagged)
     olga = filled_notebook(released, reference_source())
     olga.metadata["qkv"] = ["in_kernel", 100]
     for cell in olga.cells:
@@ -379,6 +386,31 @@ def test_scripts_in_written_answers_are_inert_in_the_feedback(course):
     assert "The weights stay uniform." in page  # the answer is still shown
 
 
+def test_hidden_tests_are_cut_from_a_cell_line_by_line_as_the_pattern_would_and_in_linear_time():
+    import random
+
+    from autograder.nbgrader_feedback import without_hidden
+
+    pattern = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\s*$.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
+                         re.MULTILINE | re.DOTALL)  # what the cut means, on texts it reads quickly
+    pieces = ["a", "", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS", "  ### BEGIN HIDDEN TESTS",
+              "### END HIDDEN TESTS \t", "check('softmax')"]
+    pick = random.Random(3)
+    for _ in range(5000):
+        text = "\n".join(pick.choice(pieces) for _ in range(pick.randint(0, 8))) + pick.choice(["", "\n"])
+        assert without_hidden(text) == pattern.sub("", text), repr(text)
+    unclosed = "### BEGIN HIDDEN TESTS\n" * 200_000  # hours for the pattern
+    assert without_hidden(unclosed) == unclosed
+
+
+def test_markdown_whose_maths_would_take_minutes_to_render_is_shown_as_text():
+    from autograder.nbgrader_feedback import CleanMarkdown
+
+    for source in ("\\begin{a}" * 5000, "\\(" * 5000, "x" * 30_000):
+        shown = CleanMarkdown.__call__(None, None, source + "<script>")  # never rendered: no exporter needed
+        assert shown.startswith("<pre>") and "<script>" not in shown
+
+
 def test_a_written_answer_takes_no_grade_s_id_nor_the_page_s_banners_nor_a_picture_from_elsewhere(course, tmp_path):
     """Formgrader binds each grade's inputs to the first element with the grade's id: an answer's
     markup must name none, or one click would score another cell."""
@@ -386,9 +418,14 @@ def test_a_written_answer_takes_no_grade_s_id_nor_the_page_s_banners_nor_a_pictu
              "feedback": (_page(course, "wes"), _page(course, "alice"))}
     for name, (page, honest) in pages.items():
         assert "all checks passed" in page, name  # the answer is shown, as text
+        ids, honest_ids = ([attrs.get("id") for _, attrs in _Tags(text).tags] for text in (page, honest))
         for grade_id in re.findall(r'<span id="([\w-]+)"></span>', CLOBBER):
-            assert page.count(f'id="{grade_id}"') == honest.count(f'id="{grade_id}"'), (name, grade_id)
+            assert ids.count(grade_id) == honest_ids.count(grade_id), (name, grade_id)
         assert "attacker.example" not in page and "navbar navbar-fixed-top alert" not in page, name
+        # the raw cell is shown as text, its markup inert; a tag that is not a word is dropped
+        assert "RAW-FROM-WES" in page and not [attrs for tag, attrs in _Tags(page).tags
+                                               if tag == "a" and "full-credit" in (attrs.get("class") or "")], name
+        assert "celltag_hidden" not in page and "celltag_navbar" not in page, name
 
 
 def test_scripts_in_written_answers_are_inert_in_formgrader(course, tmp_path):

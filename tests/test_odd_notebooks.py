@@ -253,3 +253,19 @@ def test_the_nbgrader_listing_keeps_each_student_on_one_line_whatever_their_name
     lines = text.splitlines()
     assert lines[0].startswith("x\\x0aalice") and lines[1].startswith("mal\\x0dlory") and lines[2] == ""
     assert "\x1b" not in text and not any(line.startswith("alice") for line in lines)
+
+
+def test_every_character_without_a_glyph_of_its_own_is_shown_escaped():
+    """Unicode's format characters (category Cf): `ada\u200b.py` must not read as `ada.py`, nor a
+    mark reorder a line, in a listing, a CSV, the class report or the JSON results."""
+    import sys
+    import unicodedata
+
+    from autograder.results import dumps, printable
+
+    hidden = [chr(code) for code in range(sys.maxunicode + 1) if unicodedata.category(chr(code)) == "Cf"]
+    assert len(hidden) > 150
+    for char in hidden:
+        name = f"ada{char}.py"
+        assert char not in printable(name, one_line=True) and char not in printable(name), hex(ord(char))
+        assert char not in dumps({"submission": name}) and json.loads(dumps(name)) == name, hex(ord(char))
