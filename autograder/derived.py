@@ -1433,6 +1433,32 @@ def _stage_of(code: str) -> str:
     return code.split("-")[2]
 
 
+@lru_cache(maxsize=None)
+def _called_stages(fn: str) -> frozenset:
+    """The names the reference's `fn` gets by calling another of the chapter's functions: every
+    stage of theirs (softmax_rows' m, shifted, e, z and a, in zero_query_mixture)."""
+    import ast
+    import inspect
+
+    from solutions import attention_head as reference
+
+    tree = ast.parse(inspect.getsource(getattr(reference, fn)))
+    called = {node.func.id for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROGRAMS}
+    found: set = set()
+    for callee in called - {fn}:
+        found |= {stage[0] for stage in PROGRAMS[callee][1] if stage[0] != "return"} | _called_stages(callee)
+    return frozenset(found)
+
+
+def inside_a_call(code: str) -> bool:
+    """Does the edit `code` change a line that the reference's function does not write itself, but
+    gets by calling another of the chapter's functions (or every reduction at once)?"""
+    fn = fn_of(code)
+    own = {stage[0] for stage in PROGRAMS[fn][1]} - _called_stages(fn)
+    return any(part.split("-")[0] not in own for part in code[len(f"derived-{fn}-"):].split(PAIR))
+
+
 assert all(re.fullmatch(r"[a-z_]+", fn) for fn in PROGRAMS)
 
 

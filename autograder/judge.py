@@ -980,6 +980,11 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                         or (v.kind == "wrong-type" and indexes[i] in failing)),
                        key=lambda i: fn_verdicts[i].kind == "ok")
         accepted = []
+        # The reference's own numbers in another shape (a query kept 2-D gives uniform weights as
+        # [1, T]): an edit inside a function the reference calls (softmax_rows' row maxima) that
+        # happens to give that shape would name a line the student never wrote; one of the
+        # function's own lines (`weights[None, :] @ v`) may. Else the shape is what wrong-shape says.
+        reshaped = _only_reshaped([verdicts[i] for i in to_explain], [expected[i] for i in to_explain])
         for depth in (1, 2, 3, 4):
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
@@ -992,6 +997,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             for candidate in candidates:
                 if not candidate.carried and any(c.carried for c in accepted):
                     break  # an earlier diagnosis explains every failure: no model of its own can outrank it
+                if reshaped and depth >= 3 and derived.inside_a_call(candidate.codes[0]):
+                    continue
                 _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order)
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
@@ -1023,6 +1030,33 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         for group in groups:
             codes += [code for code in group if code not in codes]
     return codes, covered, alternatives
+
+
+def _only_reshaped(verdicts: list[_CallVerdict], expected: list[dict]) -> bool:
+    """Is every wrong value the reference's numbers, some part in another shape (the same numbers
+    in another layout, or the reference's broadcast to more axes)?"""
+    if not verdicts or any(v.kind != "mismatch" or v.actual is None for v in verdicts):
+        return False
+    moved = False
+    for verdict, want in zip(verdicts, expected):
+        for name, part in want.items():
+            got = verdict.actual.get(name)
+            if not isinstance(part, np.ndarray) or not isinstance(got, np.ndarray) or got.shape == part.shape:
+                if isinstance(part, np.ndarray) and not (isinstance(got, np.ndarray) and got.shape == part.shape
+                                                         and allclose(got, part, RTOL, ATOL, keep=False)):
+                    return False
+                continue
+            moved = True
+            if got.size == part.size:
+                same = allclose(got.reshape(part.shape), part, RTOL, ATOL, keep=False)
+            else:
+                try:
+                    same = allclose(got, np.broadcast_to(part, got.shape), RTOL, ATOL, keep=False)
+                except ValueError:
+                    same = False
+            if not same:
+                return False
+    return moved
 
 
 def _shapes(value: dict | None) -> tuple | None:

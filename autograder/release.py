@@ -759,7 +759,7 @@ def example_mistakes(example: dict) -> dict:
     which the self-check would not name. A model whose values lie within NEAR of the reference's
     on a call carries that distance ("near"), which the student's numbers must then be much closer
     than. Each code's explanation is in the hidden graders' words."""
-    from autograder import feedback
+    from autograder import derived, feedback
     from autograder.slips import SLIPS
     from solutions import attention_head as reference
 
@@ -807,6 +807,8 @@ def example_mistakes(example: dict) -> dict:
             if len(codes) > MOST_ALTERNATIVES:
                 continue  # values that many mistakes give name none of them
             entry = models.setdefault(f"{fn}:{'+'.join(codes)}", {"function": fn, "codes": codes, "ways": []})
+            if all(derived.is_derived(code) and derived.inside_a_call(code) for code in codes):
+                entry["inside"] = True  # an edit of a line the function gets by calling another
             entry["ways"].append(list(vector) if not any(near) else {"outcomes": list(vector), "near": list(near)})
         # Only the outcomes some model gives, renumbered; to 8 digits, or 10 where a model is near.
         used, precise = [set() for _ in calls], [set() for _ in calls]

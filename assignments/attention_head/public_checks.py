@@ -638,7 +638,12 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
         right = {i: seen[i].kind == "value" and _right(calls[i], seen[i].value) for i in mine}
         if all(right.values()):
             continue
+        # the reference's numbers in another shape: as the hidden graders do, no edit inside a
+        # function the reference calls is named for it (it would name a line never written)
+        wrong = [i for i in mine if not right[i]]
+        reshaped = all(seen[i].kind == "value" and _reshaped(seen[i].value, calls[i]["reference"]) for i in wrong)
         fits = [entry["codes"] for entry in table["models"].values() if entry["function"] == function
+                and not (reshaped and entry.get("inside"))
                 and any(_fits(way, [calls[i] for i in mine], [seen[i] for i in mine], [right[i] for i in mine])
                         for way in entry["ways"])]
         codes = list(dict.fromkeys(code for group in fits for code in group))
@@ -683,6 +688,34 @@ def _fits_call(call: dict, one: _Seen, ok: bool, index: int, close: float) -> st
         return "raised" if one.kind == "raised" and one.value == outcome["raises"] else ""
     agrees = one.kind == "value" and _agrees(one.value, outcome, SLIP_RTOL, SLIP_ATOL, True, close or None)
     return "value" if agrees else ""
+
+
+def _reshaped(returned, reference) -> bool:
+    """Is what the student returned the reference's numbers, some part in another shape (another
+    layout of the same numbers, or the reference's broadcast to more axes)?"""
+    if isinstance(reference, dict):  # a dict's parts, by name (none: not the dict asked for)
+        whole = isinstance(returned, dict) and set(reference) <= set(returned)
+        pairs = [(returned[key], reference[key]) for key in reference] if whole else []
+    elif isinstance(returned, (tuple, list)) and isinstance(reference, list) and len(returned) == len(reference):
+        pairs = list(zip(returned, reference))  # a tuple's parts, in order
+    else:
+        pairs = [(returned, reference)]
+    verdicts = [_part_reshaped(part, want) for part, want in pairs] or ["other"]
+    return "other" not in verdicts and "moved" in verdicts
+
+
+def _part_reshaped(part, want) -> str:
+    """"same" (the reference's part), "moved" (its numbers in another shape) or "other"."""
+    try:
+        got, want = np.asarray(part, dtype=np.float64), np.asarray(want, dtype=np.float64)
+        if got.shape == want.shape:
+            return "same" if np.allclose(got, want, rtol=ATOL, atol=ATOL) else "other"
+        laid = got.reshape(want.shape) if got.size == want.size else np.broadcast_to(want, got.shape)
+        agrees = np.allclose(laid, want, rtol=ATOL, atol=ATOL) if got.size == want.size else \
+            np.allclose(got, laid, rtol=ATOL, atol=ATOL)
+    except (TypeError, ValueError):
+        return "other"
+    return "moved" if agrees else "other"
 
 
 def _right(call: dict, value) -> bool:
