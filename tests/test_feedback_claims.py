@@ -1,12 +1,13 @@
 """Every sentence of feedback is true of the submission it is about, checked claim by claim
 (tests/claims.py) over the whole test corpus: the hand-written mistakes, the grammar's, the
-unlisted and the held-out ones."""
+unlisted, the held-out and the fresh ones."""
 from __future__ import annotations
 
 import pytest
 
 from claims import check
 from inprocess import grade, runs_here
+from submissions.fresh import FRESH
 from submissions.heldout import HELDOUT
 from submissions.unlisted import UNLISTED
 from submissions.variants import everything
@@ -20,6 +21,7 @@ def _corpus() -> dict[str, str]:
                                                           for c in s.expected.values())}
     found.update({f"unlisted:{name}": s.text() for name, s in UNLISTED.items()})
     found.update({f"heldout:{name}": s.text() for name, s in HELDOUT.items() if runs_here(s.text())})
+    found.update({f"fresh:{name}": s.text() for name, s in FRESH.items() if runs_here(s.text())})
     return found
 
 

@@ -1,9 +1,9 @@
 """The self-check never names a mistake the hidden graders would not name on the same code.
 
 Every submission of the test corpus (tests/submissions: the variants, the realistic and unusual
-mistakes, the unlisted ones, and the grammar's single slips with a sample of its pairs) is checked
-as a student checks it, with the released public_checks.py called on the submission's module, and
-graded by the hidden graders in one real `qkv-grade --format json` run. Wherever the self-check
+mistakes, the unlisted, held-out and fresh ones, and the grammar's single slips with a sample of
+its pairs) is checked as a student checks it, with the released public_checks.py called on the
+submission's module, and graded by the hidden graders in one real `qkv-grade --format json` run. Wherever the self-check
 names one mistake on a step, that code must be among the codes the hidden grading gives the step
 (counting the possibilities of a "one of: ..." line). Where it says the numbers fit each of two or
 three mistakes on the public examples (edits that give the same values there), the mistake the
@@ -22,6 +22,7 @@ import pytest
 
 from inprocess import runs_here
 from submissions import grammar
+from submissions.fresh import FRESH
 from submissions.heldout import HELDOUT
 from submissions.unlisted import UNLISTED
 from submissions.variants import everything
@@ -48,6 +49,7 @@ def _corpus() -> dict[str, str]:
     found = {name: s.text() for name, s in everything().items() if runs_here(s.text(), s.status)}
     found.update({f"unlisted-{name}": s.text() for name, s in UNLISTED.items() if runs_here(s.text())})
     found.update({f"heldout-{name}": s.text() for name, s in HELDOUT.items() if runs_here(s.text())})
+    found.update({f"fresh-{name}": s.text() for name, s in FRESH.items() if runs_here(s.text())})
     choices = grammar.singles() + grammar.sample(grammar.pairs(), PAIRS, seed=SEED)
     found.update({f"grammar-{grammar.name(choice)}": grammar.source(choice) for choice in choices})
     return found

@@ -1,0 +1,24 @@
+"""A second set of mistakes written from the chapter and the stubs alone (fresh.json): name -> the
+mistake in a line, and the module. Every step and exercise has some; a few are no numeric slip at
+all (a wrong return type, a mutated argument, code for 2-D input only, a special case for T = 1).
+Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
+check what is said (the claims test and the self-check's), not the share of mistakes named.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Fresh:
+    mistake: str
+    source: str
+
+    def text(self) -> str:
+        return self.source
+
+
+FRESH: dict[str, Fresh] = {entry["name"]: Fresh(entry["mistake"], entry["source"])
+                           for entry in json.loads(Path(__file__).with_name("fresh.json").read_text())}
