@@ -28,6 +28,8 @@ from typing import Callable
 
 import numpy as np
 
+from .steps import STEPS
+
 
 class _Stop(Exception):
     """A predicate's early `return False`."""
@@ -516,7 +518,8 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
     found: list[Edit] = []
     exercise = fn in EXERCISES
     branches = exercise and "rows" in dict(inputs)
-    section = "§15.8" if fn in ("is_attention_weights", "head_facts", "zero_query_mixture") else "§15.4"
+    # a stage's own section where it has one (SECTIONS), else that of the first step the function is graded in
+    section = next(step.section for step in STEPS if fn in step.functions)
 
     def add(i, new_stages, new_line, why, label, restrict=True, old=None, what="", look="", stage_name=None):
         stage = stages[i]
