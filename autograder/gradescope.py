@@ -175,6 +175,7 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     repository), the module before the notebook unless the module is the released starter handed
     back untouched; otherwise a lone .py or .ipynb file is graded whatever its name.
     """
+    from .results import printable
     from .submission import HELPERS, SUFFIXES, shown_name, untouched_starter, walk
 
     if not folder.is_dir():
@@ -197,8 +198,6 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     if not candidates:
         return None, ("attention_head.py: not among the files you submitted. Upload attention_head.py "
                       "(or attention_head.ipynb), named exactly so.")
-    from .results import printable
-
     names = ", ".join(printable(shown_name(str(path.relative_to(folder))), one_line=True) for path in candidates[:6])
     return None, (f"attention_head.py: not among the files you submitted ({names}). Rename the one to "
                   "grade attention_head.py (or attention_head.ipynb), or submit it alone.")

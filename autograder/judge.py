@@ -1041,20 +1041,20 @@ def _only_reshaped(verdicts: list[_CallVerdict], expected: list[dict]) -> bool:
     for verdict, want in zip(verdicts, expected):
         for name, part in want.items():
             got = verdict.actual.get(name)
-            if not isinstance(part, np.ndarray) or not isinstance(got, np.ndarray) or got.shape == part.shape:
-                if isinstance(part, np.ndarray) and not (isinstance(got, np.ndarray) and got.shape == part.shape
-                                                         and allclose(got, part, RTOL, ATOL, keep=False)):
+            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)):
+                if not _same_part(name, got, part):
                     return False
                 continue
-            moved = True
-            if got.size == part.size:
-                same = allclose(got.reshape(part.shape), part, RTOL, ATOL, keep=False)
-            else:
-                try:
-                    same = allclose(got, np.broadcast_to(part, got.shape), RTOL, ATOL, keep=False)
-                except ValueError:
-                    same = False
-            if not same:
+            if got.shape != part.shape:
+                moved = True
+                if got.size == part.size:
+                    got = got.reshape(part.shape)
+                else:
+                    try:
+                        part = np.broadcast_to(part, got.shape)
+                    except ValueError:
+                        return False
+            if not allclose(got, part, RTOL, ATOL, keep=False):  # `part` may be a view made here
                 return False
     return moved
 

@@ -26,7 +26,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import nbformat
@@ -711,6 +711,7 @@ IDENTITY_SEEDS = (1, 2, 3)
 the public calls: edits that give the same on all of them are taken to be one mistake."""
 
 
+@lru_cache(maxsize=None)
 def _identity_calls(fn: str) -> list[tuple]:
     from autograder import cases
 
@@ -733,8 +734,7 @@ def _distinct_edits(fn: str, groups: list[tuple]) -> list[tuple]:
     for codes in sorted(groups, key=lambda codes: derived.preference(codes[0])):
         model = derived.model(codes[0])
         values = [_outcome(fn, model, args, want) for args, want in zip(calls, wants)]
-        if not any(len(values) == len(theirs) and all(_same_outcome(a, b) for a, b in zip(values, theirs))
-                   for _, theirs in kept):
+        if not any(all(map(_same_outcome, values, theirs)) for _, theirs in kept):
             kept.append((codes, values))
     chosen = {codes for codes, _ in kept}
     return [codes for codes in groups if codes in chosen]

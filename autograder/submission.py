@@ -420,10 +420,10 @@ MAGIC_WORK = 250_000
 # escape (`%time f()`, `!ls`, `?np.exp`, and autocall's `/f x`, `,f x`, `;f x`), an assignment from
 # one (`x = !ls`, `y = %who_ls`), or help at its end (`np.exp?`). Over-counting is safe; what matters
 # is missing none. Every branch reads a line in time proportional to its length.
-_MAGIC_LINE = re.compile(r"^[ \t]*[%!?/,;]|=[ \t]*[%!]|^[^#\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
-# Help at a line's end is found by a pattern that starts again at every character of the line: its
-# reading costs the square of the line's length, which a cell is charged as well.
 _HELP_LINE = re.compile(r"^[^#\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
+_MAGIC_LINE = re.compile(r"^[ \t]*[%!?/,;]|=[ \t]*[%!]|" + _HELP_LINE.pattern, re.M)
+# IPython finds help at a line's end with a pattern that starts again at every character of the
+# line: its reading costs the square of the line's length, which a cell is charged as well.
 MAX_CELLS = 2000
 """Code cells a notebook may hold: the released one has a few dozen."""
 

@@ -708,14 +708,14 @@ def _part_reshaped(part, want) -> str:
     """"same" (the reference's part), "moved" (its numbers in another shape) or "other"."""
     try:
         got, want = np.asarray(part, dtype=np.float64), np.asarray(want, dtype=np.float64)
-        if got.shape == want.shape:
-            return "same" if np.allclose(got, want, rtol=ATOL, atol=ATOL) else "other"
-        laid = got.reshape(want.shape) if got.size == want.size else np.broadcast_to(want, got.shape)
-        agrees = np.allclose(laid, want, rtol=ATOL, atol=ATOL) if got.size == want.size else \
-            np.allclose(got, laid, rtol=ATOL, atol=ATOL)
+        kind = "same" if got.shape == want.shape else "moved"
+        if got.size == want.size:
+            got = got.reshape(want.shape)
+        else:
+            want = np.broadcast_to(want, got.shape)
     except (TypeError, ValueError):
         return "other"
-    return "moved" if agrees else "other"
+    return kind if np.allclose(got, want, rtol=ATOL, atol=ATOL) else "other"
 
 
 def _right(call: dict, value) -> bool:
