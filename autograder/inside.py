@@ -533,6 +533,19 @@ what stands in for a failing earlier step when a later step is called again. It 
 printed computation and nothing more (the grader checks that it agrees with the reference)."""
 CHAPTER = compile(CHAPTER_SOURCE, "the chapter's head (§15.6)", "exec")
 CHAPTER_NAMES = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head")
+CHAPTER_CALLS = {"attention": ("scores", "scale", "softmax_rows", "mix"), "self_attention_head": ("project_qkv", "attention")}
+"""Which of the chapter's functions each calls: a stand-in reaches these, and nothing else of it."""
+
+
+def chapter_needs(names) -> set:
+    """`names` and every function of the chapter's they call, directly or not."""
+    found, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo.extend(CHAPTER_CALLS.get(name, ()))
+    return found
 
 
 def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments, builtins_at_start):
@@ -668,6 +681,12 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         fresh = {"np": numpy_module, "__builtins__": builtins}  # a copy of its own: nothing kept from a call before
         run_code(chapter, fresh)
         namespace = module.__dict__
+        # A stand-in's globals are `fresh`: it keeps only the stand-ins and what they call, so that
+        # the step called again never reaches the chapter's version of itself (`scale.__globals__`).
+        needed = chapter_needs(name for name in names if namespace.get(name, absent) is not own)
+        for name in CHAPTER_NAMES:
+            if name not in needed:
+                del fresh[name]
         for name in names:
             original = namespace.get(name, absent)
             if original is own:

@@ -65,6 +65,13 @@ SQUASHED_SCORES = variant([(REF_SCORES, SQUASHED)])
 BUILT_ON_SCORES = ("attention", "head", "batch", "ex5_intervention")
 
 
+# A head that projects, attends and returns zeros of the right shapes.
+_ZERO_HEAD = ("\n\ndef self_attention_head(x, w_q, w_k, w_v):\n"
+              "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n"
+              "    o, a = attention(q, k, v)\n"
+              "    return np.zeros_like(o), np.zeros_like(a)\n")
+
+
 def _on_squashed(new_attention_a: str, append: str = "") -> str:
     """The squashed scores, with attention's line that computes the weights replaced."""
     return variant([(REF_SCORES, SQUASHED), (REF_ATTENTION_A, new_attention_a)], append)
@@ -110,6 +117,19 @@ SUBMISSIONS.update({
         "        scores.__globals__['np'] = None\n"
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
         "\n_OWN = {'scores': scores}\n"),
+    # attention and the head of their own return zeros; one pair of them also looks, through the
+    # globals of what stands in for `scores` or `attention`, for the chapter's version of itself
+    "scores_squashed_zero_steps": _on_squashed(
+        "    return np.zeros_like(mix(softmax_rows(scale(scores(q, k), d_k)), v)), np.zeros((*q.shape[:-1], k.shape[-2]))\n",
+        _ZERO_HEAD),
+    "scores_squashed_zero_steps_borrow": _on_squashed(
+        "    borrowed = getattr(scores, '__globals__', {}).get('attention')\n"
+        "    if borrowed is not None and borrowed is not attention:\n"
+        "        return borrowed(q, k, v)\n"
+        "    return np.zeros_like(mix(softmax_rows(scale(scores(q, k), d_k)), v)), np.zeros((*q.shape[:-1], k.shape[-2]))\n",
+        _ZERO_HEAD.replace("    q, k, v = ", "    borrowed = getattr(attention, '__globals__', {}).get('self_attention_head')\n"
+                                             "    if borrowed is not None and borrowed is not self_attention_head:\n"
+                                             "        return borrowed(x, w_q, w_k, w_v)\n    q, k, v = ")),
 })
 
 
@@ -276,6 +296,17 @@ def test_a_step_that_looks_for_the_stand_in_gets_nothing_more_than_honest_work(c
     assert spoils["head"]["carried_from"] == "scores"  # a fresh stand-in for every step called again
 
 
+def test_a_step_called_again_cannot_reach_the_chapter_s_version_of_itself(carried):
+    """What stands in for `scores` keeps only what it calls: `scores.__globals__` holds no
+    `attention`, nor `attention.__globals__` a head, so a step that looks for one earns what the
+    step without it earns."""
+    zero, borrow = carried["scores_squashed_zero_steps"], carried["scores_squashed_zero_steps_borrow"]
+    assert borrow["score"] == zero["score"]
+    for sid in ("attention", "head", "batch"):
+        assert _steps(borrow)[sid]["score"] == _steps(zero)[sid]["score"] == 0.0, sid
+        assert _steps(borrow)[sid]["carried_from"] is None, sid
+
+
 def test_the_stand_in_is_the_reference_on_every_hidden_case():
     """What the sandbox puts in place of an earlier step is the chapter's computation, and gives
     the reference's very values on every case the grader calls it with."""
@@ -315,7 +346,7 @@ def attention(q, k, v):
     namespace = globals()
     stand_in = namespace["scores"]
     seen = [stand_in is not _OWN["scores"],  # replaced while the step runs
-            sorted(set(stand_in.__globals__) - {"np", "__builtins__"}) == sorted(_CHAPTER),  # the chapter's, only
+            sorted(set(stand_in.__globals__) - {"np", "__builtins__"}) == ["scores"],  # itself: it calls no other
             stand_in is not _SEEN.get("last"),  # a fresh copy for every call
             stand_in.__globals__["np"] is np,  # whatever the call before did to its copy
             namespace["_ALIAS"] is stand_in]  # a name kept for the same function at import: replaced too
@@ -327,7 +358,6 @@ def attention(q, k, v):
 
 _OWN = {"scores": scores}
 _ALIAS = scores
-_CHAPTER = ["attention", "mix", "project_qkv", "scale", "scores", "self_attention_head", "softmax_rows"]
 """
 
 
