@@ -428,6 +428,9 @@ OP_WORDS = {
     "selmax": "a maximum", "selmean": "a mean", "selmin": "a minimum", "selmedian": "a median",
     "setrows": "the listed rows set to the shift", "ndim2": "exactly 2-D", "nonneg": "a non-negativity test",
     "close": "the row-sum test", "addrows": "the shift added to the listed rows",
+    "sqrt": "a square root", "isqrt": "a square root rounded down", "exp2": "a power of two",
+    "lastdim": "the last axis's length", "subrows": "the shift subtracted from the listed rows",
+    "pair": "the pair of sizes", "pair_rev": "the pair of sizes in reverse order",
 }
 
 
@@ -457,6 +460,12 @@ def _code(fn: str, stage: str, label: str) -> str:
     """`derived-<function>-<stage>-<edit>`, in the characters a results file allows for a code."""
     text = f"{stage}-{label}".replace("->", "-to-").replace(":", "-").replace("'", "").replace(".", "p")
     return f"derived-{fn}-" + re.sub(r"[^a-z0-9_-]", "_", text.lower())
+
+
+def _reduction(op: str) -> str:
+    """The reduction an operation's line performs, in numpy's word ("sum" for `a[:, rows].sum(...)`)."""
+    found = re.search(r"(?:\.|np\.)(sum|mean|max|min|median)\(", OPS[op][1])
+    return found.group(1) if found else op
 
 
 def _line(stage: Stage) -> str:
@@ -666,7 +675,7 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
             for cond in ADDED_CONDITIONS:
                 extra = (cond, cond, ("a",), {})
                 new = (name, op, args + (cond,), params)
-                add(i, before + [extra, new] + after, f"{_line(new)} with {OPS[cond][1].format('a')}",
+                add(i, before + [extra, new] + after, f"{_line(stage)} and {OPS[cond][1].format('a')}",
                     f"an extra condition ({OPS[cond][1].format('a')}) was added", f"add:{cond}")
         # One operand changed on its way in (squared, its absolute value, transposed, negated, doubled).
         if op not in ("and", "guard", "head", "intervention", "facts") or (exercise and op in ("head", "interv4")):
@@ -748,7 +757,7 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 if axis != params["axis"]:
                     new = (name, op, args, {**params, "axis": axis})
                     add(i, before + [new] + after, _line(new),
-                        f"the {op} ran over {'the whole array' if axis is None else f'axis {axis}'}",
+                        f"the {_reduction(op)} ran over {'the whole array' if axis is None else f'axis {axis}'}",
                         f"axis:{params['axis']}->{axis}")
         if "tol" in params:
             for tol in TOLERANCES:
@@ -838,7 +847,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 f"{_and([WORDS.get(n, n) for n in group])} went in as {shown}",
                 f"input:{'all' if len(group) > 1 else group[0]}:{change}", old="",
                 what=f"your `{fn}` gives what the reference gives with `{lines}` before its first line: "
-                     f"{_and([WORDS.get(n, n) for n in group])} went in as {shown}.",
+                     f"as if {_and([WORDS.get(n, n) for n in group])} went in as {shown}.",
                 look=f"Find where `{fn}` changes {'its arguments' if len(group) > 1 else f'`{group[0]}`'} "
                      f"before using {'them' if len(group) > 1 else 'it'}.",
                 stage_name="inputs" if len(group) > 1 else group[0])
@@ -923,7 +932,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             for alt, how in (("red_idx", "`[:, None]`"), ("red_col", "`.reshape(-1, 1)`")):
                 new = (name, alt, args, {"red": REDUCTIONS[op], "axis": -1})
                 add(i, before + [new] + after, _line(new),
-                    f"the {op} dropped its reduced axis and got it back with {how}, which puts it in the "
+                    f"the {_reduction(op)} dropped its reduced axis and got it back with {how}, which puts it in the "
                     f"right place only for a 2-D array", f"keepdims:{alt}")
         producer = {a: stages[produced[a]] for a in args if a in produced and produced[a] < i}
         if op == "div" and args[0] in producer and producer[args[0]][1] == "exp":
@@ -1061,7 +1070,7 @@ def _parallel(fn, stages, kinds, add) -> None:
                 why = (f"{_and([WORDS.get(b, b) for b in operands])} went in as "
                        f"{_and([f'`{OPS[change][1].format(b)}`' for b in operands])}")
             add(members[0], program(change), news, why, f"each:{change}", old=olds,
-                what=f"your `{fn}` gives what the reference gives with `{news}` in place of `{olds}`: {why}.",
+                what=f"your `{fn}` gives what the reference gives with `{news}` in place of `{olds}`: as if {why}.",
                 look=f"Find the lines of `{fn}` that compute "
                      f"{_and([WORDS.get(stages[m][0], stages[m][0]) for m in members])} and compare them with `{olds}`.")
 
@@ -1358,7 +1367,7 @@ def _pair(code: str) -> Edit | None:
     return Edit(fn, code, program, f"{one.old}; {two.old}", f"{one.new}; {two.new}", f"{one.why}; and {two.why}",
                 one.section if one.section == two.section else f"{one.section} and {two.section}",
                 what=f"your `{fn}` gives what the reference gives with {_phrase(one)}, and with {_phrase(two)}: "
-                     f"{one.why}; and {two.why}.",
+                     f"as if {one.why}; and {two.why}.",
                 look=f"Find the two lines of `{fn}` these name, and compare them with the reference's.")
 
 
@@ -1393,7 +1402,7 @@ def describe(code: str):
     if edit is None:
         raise KeyError(code)
     what = edit.what or (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of "
-                         f"`{edit.old}`{_where(edit)}: {edit.why}.")
+                         f"`{edit.old}`{_where(edit)}: as if {edit.why}.")
     stage = _stage_of(code)
     if edit.look:
         look = edit.look

@@ -50,8 +50,8 @@ CODES: dict[str, Diagnosis] = dict([
        "Look for what holds only for the example in your code (a number or a size taken from it, or a case "
        "written for its shapes); the call shown above gives the shapes it failed on."),
     _d("mutates-input", "your function changed an array it was given.",
-       "Work on a copy (`np.array(v, dtype=float)`) or build new arrays; no `-=`, `+=` or slice assignment "
-       "on an argument."),
+       "Work on a copy of the argument (`np.array(arg, dtype=float)`) or build new arrays; no `-=`, `+=` or "
+       "slice assignment on an argument."),
     _d("low-precision", "your numbers have the right structure but float32-sized errors (about 1e-7).",
        "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
     _d("timeout", "this step ran past its time limit (the other steps were still graded).",
@@ -79,9 +79,9 @@ CODES: dict[str, Diagnosis] = dict([
        "D = Q Kᵀ puts the receiving queries on the rows and the contributing keys on the columns.",
        "Use `q @ k.T` (or `np.swapaxes(k, -1, -2)`, which also works for a batch), not `q @ k` or `k @ q.T`.",
        "§15.2"),
-    _d("scores-prescaled", "your `scores` already divides by √d_k; D is the plain dot products, and "
-       "scaling is the next step's job.",
-       "Return `q @ k.T` without the division.", "§15.2"),
+    _d("scores-prescaled", "your scores were divided by √d_k before the scaling step divided them again; D "
+       "is the plain dot products, and the division by √d_k happens once, in the scaling step.",
+       "Divide by √d_k once: `scores` returns `q @ k.T` itself, and `scale` divides it.", "§15.2"),
     # §15.3: the divisor √d_k.
     _d("no-scaling", "you did not divide the scores by the divisor √d_k.",
        "Divide every score by `np.sqrt(d_k)`.", "§15.3"),

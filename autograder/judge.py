@@ -1291,7 +1291,8 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     shown, detail = (None, "")
     if first is not None:
         case, index, verdict = first
-        shown = f"{case.calls[index].shown(inspect_names(case.calls[index].fn))} on {case.label}"
+        called = case.calls[index].shown(inspect_names(case.calls[index].fn))
+        shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})

@@ -339,3 +339,19 @@ def test_a_derived_edit_s_sentence_defines_every_name_of_the_reference_it_reads(
             for used in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", right):
                 assert used not in made or used in given or f"`{used}" in where, \
                     f"{code}: says what a name is with {used}, which it leaves unexplained: {what}"
+
+
+# Words the operations table shares with English (or with the chapter's own notation).
+_ENGLISH = {"sum", "mean", "max", "min", "exp", "log", "square", "median", "outer", "abs", "round", "clip", "T",
+            "and", "same", "ones", "zeros", "sqrt", "tuple", "one", "row", "when", "total", "positive", "head", "pair"}
+
+
+@pytest.mark.parametrize("fn", sorted(derived.PROGRAMS))
+def test_a_derived_edit_s_prose_uses_words_not_the_grader_s_names_for_operations(fn):
+    """Outside its quoted lines, a sentence speaks English: "a square root rounded down", never
+    `isqrt`, "the sum", never `selsum`, which are names of the grader's own table."""
+    for code, _ in derived.models(fn):
+        prose = re.sub(r"`[^`]*`", "", describe(code).what)
+        leaked = {word for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", prose)
+                  if word in derived.OPS and word not in _ENGLISH}
+        assert not leaked, f"{code}: {sorted(leaked)} in {prose}"

@@ -250,9 +250,12 @@ def _array(value, what: str, call: str) -> np.ndarray:
 
 def _parts(value, names: tuple[str, ...], call: str) -> tuple:
     """Unpack a returned tuple (a list is accepted) of the expected length."""
-    if not isinstance(value, (tuple, list)) or len(value) != len(names):
-        raise _Problem(f"Called {call}; it returned {_describe(value)}, but the tests expected a "
-                       f"tuple ({', '.join(names)}).")
+    expected = f"a tuple of {len(names)} ({', '.join(names)})"
+    if not isinstance(value, (tuple, list)):
+        raise _Problem(f"Called {call}; it returned {_describe(value)}, but the tests expected {expected}.")
+    if len(value) != len(names):
+        raise _Problem(f"Called {call}; it returned {_describe(value)} of {len(value)} items, but the tests "
+                       f"expected {expected}.")
     return tuple(value)
 
 
@@ -477,7 +480,7 @@ def _check_ex4(ns: dict, ex) -> None:
         raise _Problem(f"Called {call}; divisor came back as {_describe(divisor)}: expected a "
                        f"float.")
     if not math.isclose(float(divisor), facts["divisor"], rel_tol=0.0, abs_tol=ATOL):
-        raise _Problem(f"Called {call}; divisor is {float(divisor)!r}, expected "
+        raise _Problem(f"Called {call}; divisor is {divisor!s}, expected "
                        f"{facts['divisor']!r}.")
     for key in ("score_shape", "output_shape"):
         shape = out[key]
@@ -544,6 +547,9 @@ def run_step(step_id: str, namespace: dict) -> Outcome:
     if earlier:
         return Outcome(step_id, problem.status, f"{step_id} builds on {', '.join(earlier)}: fix that "
                                                 f"first.\n{step_id}: {problem}\n{reread}")
+    off = _off_elsewhere(step, namespace)
+    if off:
+        return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{off}\n{reread}")
     named = _named_mistake(step_id, namespace)
     return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{named}{reread}")
 
@@ -572,6 +578,28 @@ def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
     in `namespace`, those not built on another such step: where to start fixing."""
     failing = [used for used in _all_uses(step.id) if _problem(used, namespace) is not None]
     return [used for used in failing if not set(_all_uses(used)) & set(failing)]
+
+
+def _off_elsewhere(step: Step, namespace: dict) -> str:
+    """A sentence on the first function of the steps `step` builds on that passes its check on the
+    chapter's example but not some further public example of its step (a batch, one position); or "".
+
+    The hidden graders see such a function fail, and then name no mistake in a step built on it:
+    what the step shows may be that function's doing (a softmax written for 2-D scores only, say).
+    So the self-check names none either, and says where to look first.
+    """
+    tables = known_mistakes().get("steps", {})
+    for used in _all_uses(step.id):
+        for call in (tables.get(used) or {}).get("calls", ()):
+            seen = _seen(namespace, call)
+            if seen.kind == "value" and _right(call, seen.value):
+                continue
+            shapes = ", ".join(str(tuple(np.shape(arg["array"]))) for arg in call["args"]
+                               if isinstance(arg, dict) and "array" in arg)
+            return (f"{step.id} builds on {call['function']}, which passes its own check on the chapter's "
+                    f"example but not on a further public example (arrays of shapes {shapes}); fix that first: "
+                    f"what this step shows may come from there, so no mistake is named.")
+    return ""
 
 
 # --- naming a mistake ---------------------------------------------------------------------------
@@ -662,7 +690,8 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
                       "mistake does; the hidden graders call it:", explanations[codes[0]]]
         else:
             lines += [f"On these public examples your numbers fit each of these mistakes: {', '.join(codes)}. "
-                      f"They cannot tell them apart; the hidden graders call them:"]
+                      f"They cannot tell which one you made (the hidden cases may); each, in the hidden "
+                      f"graders' words:"]
             lines += [explanations[code] for code in codes]
     return "\n".join(lines) + "\n"
 

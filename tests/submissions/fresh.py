@@ -1,6 +1,7 @@
-"""A second set of mistakes written from the chapter and the stubs alone (fresh.json): name -> the
-mistake in a line, and the module. Every step and exercise has some; a few are no numeric slip at
-all (a wrong return type, a mutated argument, code for 2-D input only, a special case for T = 1).
+"""Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json):
+name -> the mistake in a line, and the module. Every step and exercise has some; a few are no
+numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only, a special
+case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
 check what is said (the claims test and the self-check's), not the share of mistakes named.
 """
@@ -20,5 +21,10 @@ class Fresh:
         return self.source
 
 
-FRESH: dict[str, Fresh] = {entry["name"]: Fresh(entry["mistake"], entry["source"])
-                           for entry in json.loads(Path(__file__).with_name("fresh.json").read_text())}
+def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
+    return {prefix + entry["name"]: Fresh(entry["mistake"], entry["source"])
+            for entry in json.loads(Path(__file__).with_name(name).read_text())}
+
+
+# fresh2.json: a second round of 40, written the same way by another hand.
+FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-")}
