@@ -64,7 +64,8 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         text = feedback.carried_feedback(step, sources, codes, result.total, replaced=names,
                                          unwritten=all(by_id[used].status == "not_implemented" for used in sources))
         by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, codes,
-                                    result.passed, result.total, list(result.case_passed), carried_from=sources[0])
+                                    result.passed, result.total, list(result.case_passed),
+                                    carried_from=judge.carried_source(sources, codes, by_id))
     return [by_id[result.id] for result in steps]
 
 

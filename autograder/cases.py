@@ -279,6 +279,10 @@ def step_rng(seed: int, number: int, key: bytes) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest, "big"))
 
 
+# An example case that is not the chapter's example alone: said so wherever it is named.
+EXAMPLE_LABELS = {"batch": "the chapter's example, with a second sequence stacked after it"}
+
+
 def build(seed: int, key: bytes | None = None) -> dict[str, list[Case]]:
     """Every step's cases for this seed under `key` (by default this user's grading key), in step order."""
     key = local_key() if key is None else key
@@ -290,7 +294,7 @@ def build(seed: int, key: bytes | None = None) -> dict[str, list[Case]]:
         built = []
         for kind, calls in BUILDERS[step_id](rng, ex):
             if kind == "example":
-                label = "the chapter's example"
+                label = EXAMPLE_LABELS.get(step_id, "the chapter's example")
             elif kind == "property":
                 label = "the properties of your counterexample"
             else:

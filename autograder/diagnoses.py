@@ -79,8 +79,8 @@ CODES: dict[str, Diagnosis] = dict([
        "D = Q Kᵀ puts the receiving queries on the rows and the contributing keys on the columns.",
        "Use `q @ k.T` (or `np.swapaxes(k, -1, -2)`, which also works for a batch), not `q @ k` or `k @ q.T`.",
        "§15.2"),
-    _d("scores-prescaled", "your scores were divided by √d_k before the scaling step divided them again; D "
-       "is the plain dot products, and the division by √d_k happens once, in the scaling step.",
+    _d("scores-prescaled", "your scores came out already divided by √d_k, before the scaling step; D is the "
+       "plain dot products, and the division by √d_k belongs to the scaling step alone.",
        "Divide by √d_k once: `scores` returns `q @ k.T` itself, and `scale` divides it.", "§15.2"),
     # §15.3: the divisor √d_k.
     _d("no-scaling", "you did not divide the scores by the divisor √d_k.",
@@ -136,11 +136,12 @@ CODES: dict[str, Diagnosis] = dict([
        "rows, so its width is d_v.",
        "The output is [T, d_v].", "§15.4"),
     _d("batch-axes-mixed", "your head is right on one sequence but not on a [B, T, d_in] batch, so something "
-       "in it reads the batch's leading axis as a position or feature axis, or treats the examples as one "
-       "(each example must be computed on its own, as if it were alone).",
-       "Let every product and reduction act on the last two axes: `np.swapaxes(k, -1, -2)` rather than "
-       "`.T` (which reverses all three axes), `axis=-1` in the softmax, and no reshape that merges the "
-       "batch into the positions.", "§15.4"),
+       "in it finds an axis by counting from the front (`.T`, `shape[1]`, `axis=1`, a stack or reshape "
+       "along one), which a leading batch axis moves, or treats the examples as one (each example must be "
+       "computed on its own, as if it were alone).",
+       "Count axes from the end, so the batch axis never moves them: `np.swapaxes(k, -1, -2)` rather than "
+       "`.T` (which reverses all three axes), `shape[-1]`, `axis=-1` in the softmax, and no reshape or stack "
+       "that merges the batch into the positions.", "§15.4"),
     # The exercises.
     _d("zero-output", "a zero query still mixes the values: every score is 0, so the weights are equal and "
        "the output is the mean of the value rows, not zero.",
@@ -206,7 +207,8 @@ CODES: dict[str, Diagnosis] = dict([
        "§15.5"),
     _d("counterexample-row-normalized", "your counterexample is normalized over its rows, like Table 15.1; "
        "the exercise asks for columns that sum to one and a first row that does not.",
-       "Build a matrix whose columns each sum to one, for instance with one receiver taking everything.",
+       "Make every column sum to one and the first row sum to something else: for instance, let one receiver "
+       "take everything (a first row of ones).",
        "§15.8"),
     _d("counterexample-not-3x3", "your counterexample is not a [3, 3] matrix; the exercise asks for three "
        "receivers and three contributors.",

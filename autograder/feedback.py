@@ -140,10 +140,14 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     steps = ", ".join(f"`{name}`" for name in sources)
     plural = "s" if len(sources) > 1 else ""
     named = ", ".join(code for code in codes if code != "not-implemented")
+    # Several failing steps were replaced together: the numbers show that they account for this
+    # step's, not which of them does.
     cause = (f"your {steps} step{plural}, not written yet" if unwritten else
-             f"the mistake in your {steps} step{plural}" + (f" ({named})" if named else ""))
+             f"the mistakes in the failing steps it builds on, your {steps} steps" if plural else
+             f"the mistake in your {steps} step")
+    cause += f" ({named})" if named and not unwritten else ""
     if replaced is None:
-        how = "with that as you wrote it"
+        how = "with those as you wrote them" if plural else "with that as you wrote it"
     else:
         functions = [f"`{name}`" for name in replaced]
         listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]

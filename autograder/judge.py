@@ -1307,7 +1307,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
             codes = carried_codes(codes, sources, earlier)
             return StepResult(step.id, step.points, step.points, status,
                               feedback.carried_feedback(step, sources, codes, total), codes,
-                              sum(passed), total, list(passed), carried_from=sources[0])
+                              sum(passed), total, list(passed), carried_from=carried_source(sources, codes, earlier))
         if codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
@@ -1323,6 +1323,13 @@ _BUILT_ON = frozenset(used for step in STEPS for used in step.uses)
 """Steps another builds on: only their mistakes can be carried forward."""
 
 _MOST_COMBINATIONS = 64  # of the earlier steps' models tried together on one step
+
+
+def carried_source(sources: list[str], codes: list[str], earlier: dict[str, StepResult]) -> str:
+    """The step a carried step's `carried_from` names: the first of `sources` whose own diagnoses
+    include a code the step shows (a mix that transposes 3-D weights, not a scale beside it), else
+    the first cause."""
+    return next((used for used in sources if set(earlier[used].diagnoses) & set(codes)), sources[0])
 
 
 def carried_codes(codes: list[str], sources: list[str], earlier: dict[str, StepResult]) -> list[str]:

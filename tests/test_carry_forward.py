@@ -217,11 +217,18 @@ def test_a_step_wrong_in_a_way_the_earlier_mistake_does_not_explain_gets_no_carr
     assert steps["attention"]["carried_from"] is None
     assert steps["attention"]["score"] == _steps(on_its_own[name])["attention"]["score"] < BY_ID["attention"].points
     # the steps built on it are right on top of it: called again with the chapter's `softmax_rows`
-    # and `attention` in place of the student's, they pass, and the feedback names both mistakes
+    # and `attention` in place of the student's, they pass, and the feedback names both mistakes;
+    # `carried_from` is the one whose own code the step shows, else the first cause
     for sid in ("head", "batch", "ex5_intervention"):
-        assert steps[sid]["score"] == steps[sid]["max_score"] and steps[sid]["carried_from"] == "softmax"
+        codes = set(steps[sid]["diagnoses"])
+        source = next((used for used in ("softmax", "attention") if codes & set(steps_of(carried[name], used))), "softmax")
+        assert steps[sid]["score"] == steps[sid]["max_score"] and steps[sid]["carried_from"] == source
         assert "`softmax`, `attention`" in steps[sid]["feedback"] and "`attention`" in steps[sid]["feedback"]
         assert _steps(on_its_own[name])[sid]["score"] < steps[sid]["max_score"]
+
+
+def steps_of(result: dict, sid: str) -> list[str]:
+    return _steps(result)[sid]["diagnoses"]
 
 
 def test_carried_credit_never_raises_a_score_above_correct_code_or_its_own_grading(carried, on_its_own):
