@@ -135,7 +135,7 @@ CODES: dict[str, Diagnosis] = dict([
     _d("output-shape-d_k", "you gave the output the query/key width; each output row is a mixture of value "
        "rows, so its width is d_v.",
        "The output is [T, d_v].", "§15.4"),
-    _d("batch-axes-mixed", "your head is right on one sequence but not on a [B, T, d_in] batch, so something "
+    _d("batch-axes-mixed", "your head runs on one sequence but goes wrong on a [B, T, d_in] batch, so something "
        "in it finds an axis by counting from the front (`.T`, `shape[1]`, `axis=1`, a stack or reshape "
        "along one), which a leading batch axis moves, or treats the examples as one (each example must be "
        "computed on its own, as if it were alone).",

@@ -683,10 +683,17 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         namespace = module.__dict__
         # A stand-in's globals are `fresh`: it keeps only the stand-ins and what they call, so that
         # the step called again never reaches the chapter's version of itself (`scale.__globals__`).
-        needed = chapter_needs(name for name in names if namespace.get(name, absent) is not own)
+        # What they call and is not replaced is the student's own function, whose step passes: a
+        # stand-in for `attention` runs the student's `scores`, whose batch bug it must not hide.
+        replaced = {name for name in names if namespace.get(name, absent) is not own}
+        needed = chapter_needs(replaced)
         for name in CHAPTER_NAMES:
             if name not in needed:
                 del fresh[name]
+            elif name not in replaced:
+                mine = namespace.get(name, absent)
+                if callable(mine) and mine is not own:
+                    fresh[name] = mine
         for name in names:
             original = namespace.get(name, absent)
             if original is own:

@@ -119,6 +119,12 @@ SUBMISSIONS.update({
         "\n_OWN = {'scores': scores}\n"),
     # attention and the head of their own return zeros; one pair of them also looks, through the
     # globals of what stands in for `scores` or `attention`, for the chapter's version of itself
+    # scores written for 2-D keys only (right on its own cases, wrong on a batch), then the same with
+    # a scale of its own making as well: what stands in for scale and attention in the second must
+    # run this `scores`, so that the batch's mistake still costs the batch
+    "scores_2d_only": variant([("k_t = np.swapaxes(k, -1, -2)", "k_t = k.T")]),
+    "scores_2d_only_scale_wobbles": variant([("k_t = np.swapaxes(k, -1, -2)", "k_t = k.T"), (
+        "s = d / np.sqrt(d_k)  # [T, T]", "s = d / np.sqrt(d_k) * (1 + 1e-3 * np.sin(d))  # [T, T]")]),
     "scores_squashed_zero_steps": _on_squashed(
         "    return np.zeros_like(mix(softmax_rows(scale(scores(q, k), d_k)), v)), np.zeros((*q.shape[:-1], k.shape[-2]))\n",
         _ZERO_HEAD),
@@ -312,6 +318,16 @@ def test_a_step_called_again_cannot_reach_the_chapter_s_version_of_itself(carrie
     for sid in ("attention", "head", "batch"):
         assert _steps(borrow)[sid]["score"] == _steps(zero)[sid]["score"] == 0.0, sid
         assert _steps(borrow)[sid]["carried_from"] is None, sid
+
+
+def test_a_stand_in_calls_the_student_s_own_functions_where_their_steps_pass(carried):
+    """A second mistake never earns points: the stand-ins for scale and attention run the student's
+    `scores`, so its batch mistake still shows, and the batch keeps no credit it lost before."""
+    alone, more = carried["scores_2d_only"], carried["scores_2d_only_scale_wobbles"]
+    assert _steps(alone)["batch"]["score"] < BY_ID["batch"].points
+    assert _steps(more)["batch"]["carried_from"] is None
+    assert _steps(more)["batch"]["score"] == _steps(alone)["batch"]["score"]
+    assert more["score"] < alone["score"]
 
 
 def test_the_stand_in_is_the_reference_on_every_hidden_case():

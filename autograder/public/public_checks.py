@@ -605,8 +605,9 @@ def _off_elsewhere(step: Step, namespace: dict) -> str:
             shapes = ", ".join(str(tuple(np.shape(arg["array"]))) for arg in call["args"]
                                if isinstance(arg, dict) and "array" in arg)
             return (f"{step.id} builds on {call['function']}, which passes its own check on the chapter's "
-                    f"example but not on a further public example (arrays of shapes {shapes}); fix that first: "
-                    f"what this step shows may come from there, so no mistake is named.")
+                    f"example but not on a further public example (arrays of shapes {shapes}); fix that first. "
+                    f"Until then this check names no mistake here: the hidden graders, seeing it fail, may "
+                    f"name none either.")
     return ""
 
 
@@ -698,8 +699,7 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
                       "mistake does; the hidden graders call it:", explanations[codes[0]]]
         else:
             lines += [f"On these public examples your numbers fit each of these mistakes: {', '.join(codes)}. "
-                      f"They cannot tell which one you made (the hidden cases may); each, in the hidden "
-                      f"graders' words:"]
+                      f"They cannot tell them apart; each, in the hidden graders' words:"]
             lines += [explanations[code] for code in codes]
     return "\n".join(lines) + "\n"
 
