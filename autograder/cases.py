@@ -280,7 +280,7 @@ def step_rng(seed: int, number: int, key: bytes) -> np.random.Generator:
 
 
 # An example case that is not the chapter's example alone: said so wherever it is named.
-EXAMPLE_LABELS = {"batch": "the chapter's example, with a second sequence stacked after it"}
+EXAMPLE_LABELS = {"batch": "the chapter's example with a second sequence stacked after it"}
 
 
 def build(seed: int, key: bytes | None = None) -> dict[str, list[Case]]:

@@ -312,7 +312,8 @@ def test_a_step_that_looks_for_the_stand_in_gets_nothing_more_than_honest_work(c
 def test_a_step_called_again_cannot_reach_the_chapter_s_version_of_itself(carried):
     """What stands in for `scores` keeps only what it calls: `scores.__globals__` holds no
     `attention`, nor `attention.__globals__` a head, so a step that looks for one earns what the
-    step without it earns."""
+    step without it earns. (The chapter's printed head can be had in other ways, as from the book:
+    run in the first call, it is code like any the student writes, graded as such.)"""
     zero, borrow = carried["scores_squashed_zero_steps"], carried["scores_squashed_zero_steps_borrow"]
     assert borrow["score"] == zero["score"]
     for sid in ("attention", "head", "batch"):
