@@ -116,3 +116,26 @@ def test_the_self_check_names_only_what_the_hidden_graders_name(tmp_path, capsys
               f"{named_steps} of them, {len(wrong)} untrue")
     assert named_steps > 100
     assert wrong == [], "\n".join(wrong)
+
+
+def test_the_self_check_leaves_numpy_s_error_handling_as_the_student_set_it():
+    """A student who asked numpy to raise on overflow (`np.seterr(all="raise")` at import) sees the
+    hidden graders' FloatingPointError on the further public examples too; anyone else sees the
+    infinity, and no warning from an example never shown."""
+    import warnings
+
+    import numpy as np
+
+    checks = _public_checks()
+    call = {"function": "softmax_rows", "args": [{"array": [[1.0, 2.0]]}]}
+    namespace = {"softmax_rows": lambda s: np.exp(np.asarray(s) * 1000.0)}
+    old = np.seterr(all="raise")
+    try:
+        seen = checks._seen(namespace, call)
+    finally:
+        np.seterr(**old)
+    assert (seen.kind, seen.value.split(":")[0]) == ("raised", "FloatingPointError")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        seen = checks._seen(namespace, call)
+    assert seen.kind == "value" and np.isinf(seen.value).all()
