@@ -406,16 +406,18 @@ KNOWN_EXCEPTIONS = _known_exceptions()
 _CONTRACT_FUNCTIONS = frozenset(fn for step in STEPS for fn in step.functions)
 
 
-def _hidden_raise(kind: str, raised_in: str | None) -> str:
+def _hidden_raise(kind: str, raised_in: str | None, public: str = "the chapter's example") -> str:
     """What a hidden case says of an exception: its type if Python or numpy made it, and the
     student's function it came through; never its message, file, line or a class named by the
     submission, each of which the submission could spell from the hidden input."""
     shown = kind if kind in KNOWN_EXCEPTIONS else "an exception of a class of its own"
     where = f" in `{raised_in}`" if raised_in in _CONTRACT_FUNCTIONS else ""
-    return f"It raised {shown}{where}; its message and line are shown only for the chapter's example."
+    return f"It raised {shown}{where}; its message and line are shown only for {public}."
 
 
-def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: dict) -> _CallVerdict:
+def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: dict,
+                public: str = "the chapter's example") -> _CallVerdict:
+    """`public`: the label of the step's case whose messages are shown (the example a student runs)."""
     call = case.calls[call_index]
     if outcome is None:
         return _CallVerdict(False, "skipped", "not run: an earlier call in this step did not finish")
@@ -442,7 +444,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         if case.public:
             message = f"It raised {feedback.raised_text(kind, outcome.raised.get('message', ''), where)}"
         else:  # the submission's own words: on a hidden case they could carry the case out
-            message = _hidden_raise(kind, came_from)
+            message = _hidden_raise(kind, came_from, public)
         return _CallVerdict(False, "raised", message, raised=kind, raised_in=came_from,
                             raised_message=outcome.raised.get("message", ""))
     if outcome.value is EXACT:  # it returned exactly what the reference returns
@@ -453,7 +455,7 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
         text = str(exc)
         if not case.public:  # a type's name, a dtype's fields: the submission's own words, which could spell the case
             text = (f"{call.fn} returned something other than what it should ({_EXPECTED_KIND[RETURNS[call.fn][0]]}); "
-                    "what it was is shown only for the chapter's example")
+                    f"what it was is shown only for {public}")
         limit = 4 * sum(part.size for part in expected.values() if isinstance(part, np.ndarray))
         text = printable(text, one_line=True)
         return _CallVerdict(False, "wrong-type", f"Wrong type: {text}" + ("" if text.endswith("?") else "."),
@@ -1254,7 +1256,8 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                 earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
                 raised: set | None) -> StepResult:
-    verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i]) for i in range(len(case.calls))]
+    public = next((case.label for case in cases if case.public), "the chapter's example")
+    verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
     if raised is not None and any(v.kind == "raised" for case_verdicts in verdicts for v in case_verdicts):
         raised.add(step.id)

@@ -131,3 +131,19 @@ def test_a_hidden_case_never_names_a_type_or_dtype_the_submission_made(tmp_path)
     steps = steps_by_id(result)
     assert "wrong-type" in steps["scores"]["diagnoses"] and "wrong-type" in steps["mix"]["diagnoses"]
     assert "what it was is shown only for the chapter's example" in steps["scores"]["feedback"] + steps["mix"]["feedback"]
+
+
+def test_a_hidden_exception_names_the_case_whose_message_is_shown(tmp_path):
+    """The batch step's public case is the chapter's example with a second sequence stacked after
+    it: that, not the chapter's example alone, is where the message would be shown."""
+    require_sandbox()
+    path = tmp_path / "attention_head.py"
+    path.write_text(variant([("def self_attention_head(x, w_q, w_k, w_v):\n",
+                              "def self_attention_head(x, w_q, w_k, w_v):\n"
+                              "    if np.ndim(x) == 3 and np.shape(x)[:2] != (2, 3):\n"
+                              "        raise ValueError('batches of two only')\n")]))
+    steps = steps_by_id(grade_json(path, "--seed", str(SEED)))
+    assert steps["batch"]["status"] == "partial", steps["batch"]["feedback"]
+    assert "It raised ValueError in `self_attention_head`; its message and line are shown only for the " \
+           "chapter's example with a second sequence stacked after it." in steps["batch"]["feedback"], \
+        steps["batch"]["feedback"]
