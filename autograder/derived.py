@@ -136,10 +136,10 @@ OPS: dict[str, tuple[Callable, str]] = {
     "same": (lambda a, p: a[0], "{0}"),
     "exp": (lambda a, p: np.exp(a[0]), "exp({0})"),
     "log": (lambda a, p: np.log(a[0]), "log({0})"),
-    "max": (lambda a, p: np.max(a[0], axis=p["axis"], keepdims=True), "{0}.max(axis={axis})"),
-    "min": (lambda a, p: np.min(a[0], axis=p["axis"], keepdims=True), "{0}.min(axis={axis})"),
-    "sum": (lambda a, p: np.sum(a[0], axis=p["axis"], keepdims=True), "{0}.sum(axis={axis})"),
-    "mean": (lambda a, p: np.mean(a[0], axis=p["axis"], keepdims=True), "{0}.mean(axis={axis})"),
+    "max": (lambda a, p: np.max(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.max(axis={axis})"),
+    "min": (lambda a, p: np.min(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.min(axis={axis})"),
+    "sum": (lambda a, p: np.sum(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.sum(axis={axis})"),
+    "mean": (lambda a, p: np.mean(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.mean(axis={axis})"),
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
     "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
     "zeros": (lambda a, p: np.zeros(a[0]), "np.zeros({0})"),
@@ -245,7 +245,14 @@ OPS: dict[str, tuple[Callable, str]] = {
                 "{0}.{red}(axis={axis}).reshape(-1, 1)"),
     "precedence": (lambda a, p: a[0] / a[1] / 2, "{0} / {1} ** 1 / 2"),
     "stack": (lambda a, p: np.stack(a), "np.stack([{all}])"),
+    # a sum written as a loop that assigns (`=`) where it should add (`+=`): only its last term is left
+    "lastterm": (lambda a, p: a[0][..., -1:] @ a[1][..., -1:, :], "{0}[..., -1:] @ {1}[..., -1:, :]"),
 }
+
+
+def _axis(a, axis):
+    """numpy's axis, or every axis but the first for REST: what a loop over `s[i]` reduces."""
+    return tuple(range(1, np.ndim(a))) if axis == REST else axis
 
 
 def _onehot(a):
@@ -269,9 +276,9 @@ SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 # Further relatives of an operator, kept apart so that the lists above stay as they were.
-MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half",)}
+MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half",), "sub": ("div",)}
 # An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
-CLIP_BOUNDS = (50, 100, 500, 700, 709)
+CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
 INPUT_CHANGES = ("f32", "l2rows", "trunc")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
@@ -281,6 +288,9 @@ MORE_INSERTS = ("f32", "trunc", "l2rows", "log_")
 OUTWARD = {"sqrt", "exp", "log", "square"}
 REDUCTIONS = {"max": "max", "min": "min", "sum": "sum", "mean": "mean"}
 AXES = (-2, 0, 1, None)
+# Every axis but the first, as a loop over the first axis reduces each slice whole: the rows of a
+# matrix, but the whole matrix of each example in a batch. Tried for every reduction at once.
+REST = "1:"
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
 INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows")
 ROUNDINGS = (0, 2, 3, 4)
@@ -557,6 +567,14 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
     # Every reduction moved to another axis at once: `axis=1` written throughout, say.
     reducing = [i for i, stage in enumerate(stages) if stage[3].get("axis") == -1]
     if len(reducing) > 1:
+        if all(stages[i][1] in REDUCTIONS for i in reducing):
+            program = [(n, o, a, {**p, "axis": REST}) if i in reducing else (n, o, a, p)
+                       for i, (n, o, a, p) in enumerate(stages)]
+            code = _code(fn, "all", (f"{form}:" if form else "") + "axes:-1->rest")
+            found.append(Edit(fn, code, tuple(program), "axis=-1", "axis=(1, …, ndim - 1)",
+                              "every reduction ran over every axis but the first, as a loop over the first axis "
+                              "does that reduces each slice whole: the same as axis=-1 on one matrix, but over "
+                              "each example's whole matrix in a batch", SECTIONS.get("a", "§15.3")))
         for axis in AXES:
             program = [(n, o, a, {**p, "axis": axis}) if i in reducing else (n, o, a, p)
                        for i, (n, o, a, p) in enumerate(stages)]
@@ -922,6 +940,30 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             new = (name, alt, args, params)
             add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became `{OPS[alt][1].format(*args)}`",
                 f"op:{op}->{alt}")
+        if op == "matmul" and name != "o_old":
+            new = (name, "lastterm", args, params)
+            add(i, before + [new] + after, _line(new),
+                f"the sum inside `{_line(stage)}` kept only its last term, as a loop does that assigns "
+                f"(`=`) where it should add (`+=`)", "op:matmul->lastterm",
+                look=f"Find the loop (or the line) of `{fn}` that computes {WORDS.get(name, name)}, and check that "
+                     f"it adds every term rather than overwriting the last.")
+        if op == "div" and kinds.get(args[1]) == "scalar" and kinds.get(args[0]) == "array":
+            # the division done at a later line instead: the output divided, not the scores
+            for t in range(i + 1, len(stages)):
+                target = stages[t]
+                if target[0] == "return" or kinds.get(target[0]) != "array":
+                    continue
+                skipped = (name, "same", args[:1], {})
+                first = (target[0] + "'",) + target[1:]
+                moved = (target[0], "div", (target[0] + "'", args[1]), {})
+                program = before + [skipped] + list(stages[i + 1:t]) + [first, moved] + list(stages[t + 1:])
+                body = _line(target).split(" = ", 1)[1]
+                add(t, program, f"{name} = {args[0]}; {target[0]} = ({body}) / {args[1]}",
+                    f"the division by {WORDS.get(args[1], args[1])} was applied to {WORDS.get(target[0], target[0])} "
+                    f"instead of to {WORDS.get(args[0], args[0])}", f"moved:{name}",
+                    old=f"{_line(stage)}; {_line(target)}",
+                    look=f"Find where `{fn}` divides by {WORDS.get(args[1], args[1])}: it belongs on "
+                         f"{WORDS.get(args[0], args[0])} (`{_line(stage)}`), before anything else uses them.")
         if op == "sub":  # an overflow guard written as a clip, in place of the shift
             for c in CLIP_BOUNDS:
                 new = (name, "clipc", args[:1], {"c": c})
@@ -980,8 +1022,8 @@ def _partial_skips(fn, stages, kinds, add) -> None:
             continue
         for j in range(i + 2, len(stages)):
             name, jop, jargs, jparams = stages[j]
-            if name == "return":
-                continue
+            if name == "return" and jop != "tuple":
+                continue  # a tuple returned: one of its parts may be the value computed without the step
             for p, n in enumerate(jargs):
                 if n not in index or not (i < index[n] < j) or skipped not in deps[n]:
                     continue
@@ -995,9 +1037,17 @@ def _partial_skips(fn, stages, kinds, add) -> None:
                 new = (name, jop, jargs[:p] + (n + "~",) + jargs[p + 1:], jparams)
                 shown = _inline(n + "~", {s[0]: s for s in copies[1:]}).replace(skipped + "~", args[0])
                 line = _line(new).replace(n + "~", f"({shown})" if " " in shown else shown)
-                add(j, list(stages[:j]) + copies + [new] + list(stages[j + 1:]), line,
-                    f"{WORDS.get(n, n)} used here {_were(n)} computed without the step `{_line(stages[i])}`, "
-                    f"which the other lines keep", f"partial_skip:{skipped}:{n}")
+                why = (f"{WORDS.get(n, n)} {'returned' if name == 'return' else 'used here'} {_were(n)} computed "
+                       f"without the step `{_line(stages[i])}`, which the other lines keep")
+                what = "" if name != "return" else (
+                    f"your `{fn}` returns {WORDS.get(n, n)} as the reference computes them from "
+                    f"{WORDS.get(args[0], args[0])} in place of {WORDS.get(skipped, skipped)}, and the rest as the "
+                    f"reference does: as if {why}.")
+                look = "" if name != "return" else (
+                    f"Find where `{fn}` computes the {WORDS.get(n, n).removeprefix('the ')} it returns: they must "
+                    f"come from {WORDS.get(skipped, skipped)} (`{_line(stages[i])}`), as everything else does.")
+                add(j, list(stages[:j]) + copies + [new] + list(stages[j + 1:]), line, why,
+                    f"partial_skip:{skipped}:{n}", what=what, look=look)
 
 
 def _blocks_twice(fn, stages, kinds, add) -> None:

@@ -135,13 +135,15 @@ CODES: dict[str, Diagnosis] = dict([
     _d("output-shape-d_k", "you gave the output the query/key width; each output row is a mixture of value "
        "rows, so its width is d_v.",
        "The output is [T, d_v].", "§15.4"),
-    _d("batch-axes-mixed", "your head runs on one sequence but goes wrong on a [B, T, d_in] batch, so something "
-       "in it finds an axis by counting from the front (`.T`, `shape[1]`, `axis=1`, a stack or reshape "
-       "along one), which a leading batch axis moves, or treats the examples as one (each example must be "
-       "computed on its own, as if it were alone).",
+    _d("batch-axes-mixed", "your head runs on one sequence but goes wrong on a [B, T, d_in] batch: something in "
+       "it does not carry the batch axis through. It may be an axis found by counting from the front "
+       "(`.T`, `shape[1]`, `axis=1`, a stack or reshape along one), which a leading batch axis moves; or the "
+       "examples treated as one, or one example's result kept for the whole batch (each example must be "
+       "computed, and returned, on its own, as if it were alone).",
        "Count axes from the end, so the batch axis never moves them: `np.swapaxes(k, -1, -2)` rather than "
        "`.T` (which reverses all three axes), `shape[-1]`, `axis=-1` in the softmax, and no reshape or stack "
-       "that merges the batch into the positions.", "§15.4"),
+       "that merges the batch into the positions. If you loop over the examples, keep every example's "
+       "output and weights.", "§15.4"),
     # The exercises.
     _d("zero-output", "a zero query still mixes the values: every score is 0, so the weights are equal and "
        "the output is the mean of the value rows, not zero.",

@@ -695,38 +695,48 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
         return []
     call, want, verdict = calls[probe], expected[probe], verdicts[probe]
     singles = dict(derived.models(fn))
-    showing = []
+    agrees: dict[int, tuple] = {}  # id(value) -> (value, does the student's agree with it?)
+
+    def fits(value, error) -> bool:
+        if verdict.kind == "raised":
+            return error == (verdict.raised, verdict.raised_message)
+        if value is None:
+            return False
+        known = agrees.get(id(value))
+        if known is None or known[0] is not value:
+            known = agrees[id(value)] = (value, _agrees_canonical(verdict.actual, value))
+        return known[1]
+
+    showing, fitting = [], []
     for code, edit in derived.pairable(fn):
         value, error, differs = _model_value(_Candidate((code,), singles[code], False, key=(fn, "derived", code)),
                                              call, want)
         if differs or error is not None:
             showing.append(edit)
+            if fits(value, error):
+                fitting.append(edit)
     by_stage: dict[int, list] = {}
     for edit in showing:
         by_stage.setdefault(edit.at, []).append(edit)
     # Stages next to each other first: one line of a student's code often spans both.
     stage_pairs = sorted(((i, j) for i in by_stage for j in by_stage if i < j), key=lambda ij: (ij[1] - ij[0], ij[0]))
+    pairs = (pair for i, j in stage_pairs for pair in itertools.product(by_stage[i], by_stage[j]))
+    # A single edit that gives the probe's very value, but not every other call's: a second edit that
+    # leaves the probe alone may be what tells them apart (`abs(s).max()` where the probe's scores are
+    # all positive). Those pairs come first: there are few of them.
+    shown = {id(edit) for edit in showing}
+    quiet = [edit for _, edit in derived.pairable(fn) if id(edit) not in shown]
+    refined = ((one, other) if one.at < other.at else (other, one)
+               for one in fitting for other in quiet if other.at != one.at)
     survivors, tried = [], 0
-    agrees: dict[int, tuple] = {}  # id(value) -> (value, does the student's agree with it?)
     prefixes: dict = {}
-    for i, j in stage_pairs:
-        for first, second in itertools.product(by_stage[i], by_stage[j]):
-            if tried >= _MOST_PAIRS:
-                return survivors
-            tried += 1
-            value, error = _pair_value(fn, first, second, call, prefixes)
-            if verdict.kind == "raised":
-                fits = error == (verdict.raised, verdict.raised_message)
-            elif value is None:
-                fits = False
-            else:
-                known = agrees.get(id(value))
-                if known is None or known[0] is not value:
-                    known = agrees[id(value)] = (value, _agrees_canonical(verdict.actual, value))
-                fits = known[1]
-            if fits:
-                code = derived.pair_code(first.code, second.code)
-                survivors.append(_Candidate((code,), derived.model(code), False, key=(fn, "derived", code)))
+    for first, second in itertools.chain(refined, pairs):
+        if tried >= _MOST_PAIRS:
+            return survivors
+        tried += 1
+        if fits(*_pair_value(fn, first, second, call, prefixes)):
+            code = derived.pair_code(first.code, second.code)
+            survivors.append(_Candidate((code,), derived.model(code), False, key=(fn, "derived", code)))
     return survivors
 
 

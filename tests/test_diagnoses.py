@@ -343,7 +343,8 @@ def test_a_derived_edit_s_sentence_defines_every_name_of_the_reference_it_reads(
 
 # Words the operations table shares with English (or with the chapter's own notation).
 _ENGLISH = {"sum", "mean", "max", "min", "exp", "log", "square", "median", "outer", "abs", "round", "clip", "T",
-            "and", "same", "ones", "zeros", "sqrt", "tuple", "one", "row", "when", "total", "positive", "head", "pair"}
+            "and", "same", "ones", "zeros", "sqrt", "tuple", "one", "row", "when", "total", "positive", "head", "pair",
+            "add"}
 
 
 @pytest.mark.parametrize("fn", sorted(derived.PROGRAMS))
