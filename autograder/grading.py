@@ -54,7 +54,10 @@ class Grader:
         self.calls = [(step.id, [(call.fn, call.args) for case in self.cases[step.id] for call in case.calls])
                       for step in STEPS]
         """Per step, the (function, args) calls the hidden cases make, in step order."""
-        self.plan = prepare(self.calls, returned)
+        # the chapter's example first, every step's, before the submission sees any hidden input
+        self.plan = prepare(self.calls, returned, [
+            {i for i, public in enumerate(public for case in self.cases[step.id] for public in
+                                          [case.public] * len(case.calls)) if public} for step in STEPS])
 
     def disagreements_with_chapter(self) -> list[str]:
         """Where the expected values of the chapter's example differ from attention.json.

@@ -996,12 +996,15 @@ class Worker:
                 start = self.run_child(job, start, tag, used)
         else:  # each step asked for again alone, in a child of its own: nothing one keeps reaches another
             for index, names in again:
-                if type(index) is not int or not 0 <= index < len(steps) or type(names) is not list:
+                # a step, or the steps its calls were parted into (runner.prepare)
+                indexes = index if type(index) is list else [index]
+                if not indexes or any(type(i) is not int or not 0 <= i < len(steps) for i in indexes) \
+                        or type(names) is not list:
                     continue
-                alone = dict(job, steps=[places if number == index else [] for number, places in enumerate(steps)],
+                alone = dict(job, steps=[places if number in indexes else [] for number, places in enumerate(steps)],
                              replace=[name for name in names if type(name) is str])
-                start = index
-                while start is not None and start <= index:
+                start = min(indexes)
+                while start is not None and start <= max(indexes):
                     start = self.run_child(alone, start, tag, used)
         self.emit(protocol.pack({"ev": "done", "job": tag}))
         self.flush()

@@ -79,6 +79,9 @@ class Run:
     """The plan's `Prepared.exact`: result frames that need no reading."""
     generation: int = 0
     """Which start of its worker it was sent to (`Worker._generation`)."""
+    order: tuple = ()
+    """While the run is collected: the plan's `Prepared.order`, by which `receive` puts it back."""
+    sizes: tuple = ()
 
 
 EXACT = object()
@@ -98,25 +101,49 @@ class Prepared:
     exact: dict = field(default_factory=dict)
     """The result frame of each call (step, call) that returns exactly the reference's value,
     printing nothing, as a submission's process writes it. Kept here, never sent to a worker."""
+    order: tuple = ()
+    """Per step as the worker runs it, (the plan's step, [the plan's call of each of its calls]);
+    empty when the worker runs the plan as it is."""
+    sizes: tuple[int, ...] = ()
+    """Per step of the plan, its number of calls (`counts` are per step as the worker runs it)."""
 
 
-def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list] | None = None) -> Prepared:
-    """Encode `plan`; `returned`, per step and call, is what the reference returns for each call."""
+def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list] | None = None,
+            public: list[set[int]] | None = None) -> Prepared:
+    """Encode `plan`; `returned`, per step and call, is what the reference returns for each call.
+
+    `public`, per step, the calls whose messages feedback may show (the chapter's example). They all
+    run first, every step's, before any other call: a submission's process lives on from step to
+    step, and what it saw of a hidden input could otherwise come back in a later step's public
+    message. The worker then runs each step in two parts; `Worker.receive` puts the outcomes back in
+    the plan's order."""
+    order = []
+    if public is not None:
+        for part in (True, False):
+            for step_index, (_step_id, calls) in enumerate(plan):
+                picked = [c for c in range(len(calls)) if (c in public[step_index]) == part]
+                if picked:
+                    order.append((step_index, picked))
+    runs = order or [(step_index, list(range(len(calls)))) for step_index, (_, calls) in enumerate(plan)]
     exact = {}
-    for step_index, values in enumerate(returned or ()):
-        for call_index, value in enumerate(values):
-            exact[protocol.result_frame(step_index, call_index, value)] = (step_index, call_index)
     steps, frames, offset = [], [], 0
-    for step_index, (_step_id, calls) in enumerate(plan):
+    for run_index, (step_index, picked) in enumerate(runs):
+        calls = plan[step_index][1]
+        values = returned[step_index] if returned else None
         places = []
-        for call_index, (name, args) in enumerate(calls):
-            frame = protocol.call_frame(step_index, call_index, name, args)
+        for run_call, call_index in enumerate(picked):
+            name, args = calls[call_index]
+            frame = protocol.call_frame(run_index, run_call, name, args)
             places.append([offset, len(frame)])
             frames.append(frame)
             offset += len(frame)
+            if values is not None:
+                exact[protocol.result_frame(run_index, run_call, values[call_index])] = (run_index, run_call)
         steps.append(places)
     return Prepared(json.dumps(steps, separators=(",", ":")).encode(), b"".join(frames),
-                    tuple(len(calls) for _, calls in plan), exact=exact)
+                    tuple(len(picked) for _, picked in runs), exact=exact,
+                    order=tuple((step_index, tuple(picked)) for step_index, picked in order),
+                    sizes=tuple(len(calls) for _, calls in plan))
 
 
 class WorkerFailed(RuntimeError):
@@ -281,8 +308,8 @@ class Worker:
         head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
                 "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
                            "memory": limits.memory, "output": limits.output}}
-        if again is not None:
-            head["again"] = [[index, list(names)] for index, names in again]
+        if again is not None:  # a step of the plan: both its parts, in one child
+            head["again"] = [[_parts_of(prepared, index), list(names)] for index, names in again]
         # The cells in marshal's format: read by the submission's own process only, and decoded
         # there without running any of the JSON module's Python code (cheaper in a fresh fork).
         frames.append(protocol.pack(head, marshal.dumps(cells)))
@@ -291,9 +318,11 @@ class Worker:
         self._plan_id = prepared.id
         run = Run(outcomes=[[None] * count for count in prepared.counts])
         run.most_calls = sum(prepared.counts)
+        run.order = prepared.order
+        run.sizes = prepared.sizes
         if again is not None:
             run.imports = max(1, len(again))
-            run.most_calls = sum(prepared.counts[index] for index, _ in again)
+            run.most_calls = sum(prepared.counts[part] for index, _ in again for part in _parts_of(prepared, index))
         run.job = job
         run.exact = prepared.exact
         run.generation = self._generation
@@ -305,11 +334,19 @@ class Worker:
         return run
 
     def receive(self, run: Run) -> Run:
+        """The run's outcomes once it is done, indexed like the plan."""
+        try:
+            self._receive(run)
+        finally:
+            _in_plan_order(run)
+        return run
+
+    def _receive(self, run: Run) -> None:
         if run.lost:
-            return run
+            return
         if self._process is None or run.generation != self._generation:
             run.lost = "the grading worker died"  # before this run was read: never read another's
-            return run
+            return
         try:
             self._collect(run)
         except protocol.ProtocolError as exc:
@@ -318,7 +355,6 @@ class Worker:
         except OSError:
             run.lost = "the grading worker died"
             self.close()
-        return run
 
     def _collect(self, run: Run) -> None:
         limits = self.limits
@@ -427,6 +463,24 @@ def _decode(described: dict, blob: bytes):
         return protocol.decode(described, blob)
     except (ValueError, TypeError, MemoryError):
         raise protocol.ProtocolError("an array numpy cannot build")
+
+
+def _parts_of(prepared: Prepared, index: int) -> list[int]:
+    """The steps the worker runs for the plan's step `index`: the step itself, or its two parts."""
+    if not prepared.order:
+        return [index]
+    return [part for part, (step_index, _) in enumerate(prepared.order) if step_index == index]
+
+
+def _in_plan_order(run: Run) -> None:
+    """Put a run's outcomes, received per step as the worker ran them, in the plan's order (once)."""
+    if not run.order:
+        return
+    outcomes = [[None] * size for size in run.sizes]
+    for part, (step_index, picked) in enumerate(run.order):
+        for run_call, call_index in enumerate(picked):
+            outcomes[step_index][call_index] = run.outcomes[part][run_call]
+    run.outcomes, run.order = outcomes, ()
 
 
 def _record(run: Run, step: int, call: int, outcome: Outcome) -> None:

@@ -147,3 +147,62 @@ def test_a_hidden_exception_names_the_case_whose_message_is_shown(tmp_path):
     assert "It raised ValueError in `self_attention_head`; its message and line are shown only for the " \
            "chapter's example with a second sequence stacked after it." in steps["batch"]["feedback"], \
         steps["batch"]["feedback"]
+
+
+# Every input a step is called with, kept across steps; every later step's first call (the
+# chapter's example, whose message is shown) raises with the last ones it kept.
+REMEMBERS_ITS_INPUTS = """import numpy as np
+
+_seen = []
+_raised = set()
+
+
+def _keep(name, *arrays):
+    _seen.append([np.asarray(a).ravel().tolist() for a in arrays])
+    if name not in _raised:
+        _raised.add(name)
+        raise ValueError("SEEN " + repr(_seen[-2:]))
+
+
+def project_qkv(x, w_q, w_k, w_v):
+    _seen.append(np.asarray(x).ravel().tolist())
+    return x @ w_q, x @ w_k, x @ w_v
+
+
+def scores(q, k):
+    _keep("scores", q, k)
+    return q @ np.swapaxes(k, -1, -2)
+
+
+def scale(d, d_k):
+    _keep("scale", d)
+    return d / np.sqrt(d_k)
+
+
+def softmax_rows(s):
+    _keep("softmax_rows", s)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def mix(a, v):
+    _keep("mix", a, v)
+    return a @ v
+"""
+
+
+def test_no_public_message_carries_what_an_earlier_step_saw_of_a_hidden_case(tmp_path):
+    """The submission's process lives on from step to step, so every step's public calls run before
+    any hidden one: a message shown on the chapter's example cannot hold a hidden input seen before."""
+    require_sandbox()
+    path = tmp_path / "attention_head.py"
+    path.write_text(REMEMBERS_ITS_INPUTS)
+    result = grade_json(path, "--seed", str(SEED))
+    shown = json.dumps(result) + qkv_grade(str(path), "--seed", str(SEED), "--format", "gradescope").stdout
+    steps = steps_by_id(result)
+    assert "SEEN" in steps["scale"]["feedback"], steps["scale"]["feedback"]  # the message is shown
+    hidden = set()
+    for step_id in ("qkv", "scores", "scale", "softmax", "mix"):
+        hidden |= _hidden_numbers(step_id)
+    found = set(re.findall(r"\d[\d.e-]*", shown)) & hidden
+    assert not found, sorted(found)[:5]

@@ -310,14 +310,19 @@ def test_a_result_in_another_form_than_the_protocols_is_that_calls_own_fault(mod
 
 def _own_fault_only(outcome: Outcome, name: str) -> dict:
     """The attack's head_facts step failed on its own first call's result, and the step after it
-    was graded as the stub's (not lost with a failed worker)."""
+    earned what the stub earns (not lost with a failed worker). A result passed on by its first
+    bytes counts as that call's answer, so the process is handed the next call: the next step's
+    example (every step's example runs before any hidden case). What the process does then (still
+    asleep in head_facts, or answering head_facts's call at last) is that call's fault; the rest of
+    the step runs in a fresh process, as the stub's."""
     steps = steps_by_id(outcome.results[name])
     facts, after = steps["ex4_shapes"], steps["ex5_intervention"]
     assert "sent the grader something that is not a result" in facts["feedback"], facts["feedback"]
     assert "head_facts(t=5, d_k=4, d_v=3) on the chapter's example" in facts["feedback"], facts["feedback"]
     for step in (facts, after):
         assert "grading worker" not in step["feedback"], step["feedback"]
-    assert after["status"] == "not_implemented", after
+    assert after["status"] in ("not_implemented", "timeout", "error") and after["score"] == 0.0, after
+    assert "not implemented yet" in after["feedback"], after["feedback"]
     return facts
 
 
