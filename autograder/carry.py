@@ -73,7 +73,12 @@ def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outco
     """The earlier steps this one builds on that do not pass (for a step that is not implemented,
     only those its NotImplementedError came from), as the judge finds them."""
     came_from = {judge.raised_in((outcome.raised or {}).get("where")) for outcome in outcomes if outcome is not None}
-    return judge._failing_uses(step, result.status, came_from - {None}, by_id)
+    failing = judge._failing_uses(step, result.status, came_from - {None}, by_id)
+    if failing and result.status == "not_implemented":
+        # The NotImplementedError came from an earlier step; the other failing steps it builds on
+        # would raise theirs next (every one left as `pass` or as the stub alike): all are replaced.
+        failing = judge._failing_uses(step, "failed", set(), by_id)
+    return failing
 
 
 def _replaced(step: Step, failing: list[str]) -> list[str]:

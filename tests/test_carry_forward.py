@@ -38,6 +38,39 @@ def _changed(old: str, new: str) -> str:
     return SAMPLE.replace(old, new)
 
 
+_UNWRITTEN = """import numpy as np
+
+
+def project_qkv(x, w_q, w_k, w_v):
+    {body}
+
+
+def scores(q, k):
+    {body}
+
+
+def scale(d, d_k):
+    {body}
+
+
+def softmax_rows(s):
+    {body}
+
+
+def mix(a, v):
+    {body}
+
+
+def attention(q, k, v):
+    a = softmax_rows(scale(scores(q, k), q.shape[-1]))
+    return mix(a, v), a
+
+
+def self_attention_head(x, w_q, w_k, w_v):
+    return attention(*project_qkv(x, w_q, w_k, w_v))
+"""
+
+
 SUBMISSIONS = {
     "sample": SAMPLE,
     "correct": reference_source(),
@@ -136,6 +169,10 @@ SUBMISSIONS.update({
         _ZERO_HEAD.replace("    q, k, v = ", "    borrowed = getattr(attention, '__globals__', {}).get('self_attention_head')\n"
                                              "    if borrowed is not None and borrowed is not self_attention_head:\n"
                                              "        return borrowed(x, w_q, w_k, w_v)\n    q, k, v = ")),
+    # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
+    # under the later steps written as the chapter composes them
+    "unwritten_pass": _UNWRITTEN.format(body="pass"),
+    "unwritten_stub": _UNWRITTEN.format(body="raise NotImplementedError()"),
 })
 
 
@@ -471,3 +508,17 @@ def test_every_single_slip_of_the_grammar_costs_points_in_one_step_only():
     for result in results:
         home = _home(_lost(result))
         assert home in STEP_IDS, result["submission"]
+
+
+def test_steps_built_on_unwritten_ones_are_graded_alike_whatever_the_placeholder(carried):
+    """A later step's own work is credited on top of earlier steps not written yet, as on top of
+    wrong ones: the same whether they were left as the stub's NotImplementedError or as `pass`, and
+    however many of them there are (each is replaced, not only the first one to raise)."""
+    stub, empty = carried["unwritten_stub"], carried["unwritten_pass"]
+    assert stub["score"] == empty["score"] > 0
+    for sid in ("attention", "head"):
+        assert _steps(stub)[sid]["score"] == _steps(empty)[sid]["score"] == BY_ID[sid].points, sid
+        assert _steps(stub)[sid]["carried_from"] == _steps(empty)[sid]["carried_from"], sid
+    assert "not written yet" in _steps(stub)["attention"]["feedback"], _steps(stub)["attention"]["feedback"]
+    for sid in ("qkv", "scores", "scale", "softmax", "mix"):
+        assert _steps(stub)[sid]["score"] == _steps(empty)[sid]["score"] == 0.0, sid
