@@ -171,9 +171,11 @@ def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visi
 def find_submission(folder: Path) -> tuple[Path | None, str]:
     """The file to grade in Gradescope's submission folder, or None and a message for the student.
 
-    `attention_head.py` (or `.ipynb`) wins, at the top or in a folder (an uploaded zip or a
-    repository), the module before the notebook unless the module is the released starter handed
-    back untouched; otherwise a lone .py or .ipynb file is graded whatever its name.
+    `attention_head.py` (or `.ipynb`) is graded, at the top or in a folder (an uploaded zip or a
+    repository); the released starter module handed back untouched beside a notebook is passed over.
+    Where more than one such file remains (a draft and a final, a notebook and its own export), none
+    is picked: which one the student meant is theirs to say, so they are asked to upload one.
+    Otherwise a lone .py or .ipynb file is graded whatever its name.
     """
     from .results import printable
     from .submission import HELPERS, SUFFIXES, shown_name, untouched_starter, walk
@@ -188,11 +190,15 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     candidates = [path for path, _ in sorted(found, key=lambda item: (item[1], str(item[0])))]
     modules, notebooks = ([path for path in candidates if path.name == "attention_head" + suffix]
                           for suffix in SUFFIXES)
-    # The module wins, unless it is the starter handed back untouched beside the notebook worked in.
-    if modules and not (notebooks and untouched_starter(modules[0], str(modules[0].relative_to(folder)))):
-        return modules[0], ""
-    if notebooks:
-        return notebooks[0], ""
+    if notebooks:  # the starter handed back untouched beside the notebook worked in is no submission
+        modules = [path for path in modules if not untouched_starter(path, str(path.relative_to(folder)))]
+    named = modules + notebooks
+    if len(named) == 1:
+        return named[0], ""
+    if named:
+        names = ", ".join(printable(shown_name(str(path.relative_to(folder))), one_line=True) for path in named[:6])
+        return None, (f"attention_head.py: more than one file could be your submission ({names}), and none was "
+                      "picked for you. Submit again with only the one to grade.")
     if len(candidates) == 1:
         return candidates[0], ""
     if not candidates:

@@ -238,9 +238,29 @@ def test_a_notebook_uploaded_beside_the_untouched_starter_module_is_the_one_grad
     results, _ = grade(bundle, tmp_path / "both", {"attention_head.py": starter,
                                                    "attention_head.ipynb": nbformat.writes(notebook)})
     assert results["score"] == 100.0 and results["extra_data"]["submission"] == "attention_head.ipynb"
-    results, _ = grade(bundle, tmp_path / "worked", {"attention_head.py": reference_source(),
-                                                     "attention_head.ipynb": nbformat.writes(notebook)})
-    assert results["extra_data"]["submission"] == "attention_head.py"
+
+
+
+@pytest.mark.parametrize("files", [
+    {"attention_head.py": "module", "attention_head.ipynb": "notebook"},  # a notebook and its own export
+    {"draft/attention_head.ipynb": "notebook", "final/attention_head.ipynb": "notebook"},
+    {"old/attention_head.py": "module", "attention_head.ipynb": "notebook"},
+])
+def test_two_files_that_could_each_be_the_submission_are_not_picked_between(bundle, tmp_path, files):
+    """Which of two candidates the student meant is theirs to say: none is graded in silence (a
+    draft for the final), and the message names both."""
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(nbformat.v4.new_code_cell(reference_source()))
+    texts = {"module": reference_source(), "notebook": nbformat.writes(notebook)}
+    results, _ = grade(bundle, tmp_path, {name: texts[kind] for name, kind in files.items()})
+    assert results["score"] == 0.0
+    assert results["output"].startswith("Your submission could not be graded: attention_head.py: more than one "
+                                        "file could be your submission ("), results["output"]
+    for name in files:
+        assert name in results["output"], results["output"]
+    assert "Submit again with only the one to grade." in results["output"]
 
 
 def test_a_folder_nested_a_thousand_deep_beside_the_submission_changes_nothing(bundle, tmp_path):
