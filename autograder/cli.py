@@ -88,6 +88,9 @@ def _main(argv: list[str] | None = None) -> int:
     from . import sandbox
 
     sandbox.prewarm()  # the sandbox's probe runs while the grader loads
+    problem = timeout_problem(args.timeout)
+    if problem:
+        return _fail(f"--timeout {args.timeout:g}: {problem}")
     if args.gradescope_bundle is not None:
         return _gradescope_bundle(args)
     if args.nbgrader is not None:
@@ -106,8 +109,6 @@ def _main(argv: list[str] | None = None) -> int:
         return _fail(f"{path}: not a .py module or .ipynb notebook (nor a folder of them)")
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
-    if args.timeout <= 0:
-        return _fail("--timeout must be positive")
     if args.report is not None:
         import importlib.util
 
@@ -159,6 +160,19 @@ def _grade_file(grader, worker, path: Path, args) -> int:
     return 0
 
 
+MOST_CALL_SECONDS = 3600.0
+"""The longest --timeout: one call's limit, which the worker's deadlines add up call by call."""
+
+
+def timeout_problem(seconds: float) -> str:
+    """What is wrong with a per-call time limit, or "" (NaN and infinity included)."""
+    if not seconds == seconds or seconds <= 0:
+        return "it must be a positive number of seconds"
+    if seconds > MOST_CALL_SECONDS:
+        return f"it must be at most {MOST_CALL_SECONDS:g} seconds"
+    return ""
+
+
 def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     """Grade a folder into a run folder of its own (see store.py); print every grade computed,
     whatever happens to the writing."""
@@ -199,9 +213,17 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
             run.close()
             return _fail(f"the run to resume, {run.folder}, was graded under another grading key "
                          f"(${keys.VARIABLE} or {keys.key_file()}); finish it with that key")
+        if not args.carry_forward and run.manifest["options"].get("carry_forward", True):
+            run.close()
+            return _fail(f"--no-carry-forward: the run to resume, {run.folder}, carries errors forward; "
+                         "finish it as it began, or start a new run")
+        timeout = run.manifest["options"].get("timeout")
+        if not isinstance(timeout, (int, float)) or timeout_problem(timeout):
+            run.close()
+            return _fail(f"the run to resume, {run.folder}, holds no usable --timeout; start a new run")
         import dataclasses
 
-        limits = dataclasses.replace(limits, call_timeout=run.manifest["options"]["timeout"])
+        limits = dataclasses.replace(limits, call_timeout=timeout)
         args.carry_forward = run.manifest["options"].get("carry_forward", True)  # the run's own setting
     kept = {}
     for name, document in (run.kept(found.items) if args.resume else {}).items():
@@ -449,8 +471,6 @@ def _gradescope_bundle(args) -> int:
 
     if args.path is not None:
         return _fail("--gradescope-bundle builds the autograder zip and takes no PATH")
-    if args.timeout <= 0:
-        return _fail("--timeout must be positive")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     target: Path = args.gradescope_bundle
     try:

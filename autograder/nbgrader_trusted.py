@@ -1216,8 +1216,11 @@ def main(argv: list[str] | None = None) -> int:
     use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
-    if args.timeout <= 0:
-        return _fail("--timeout must be positive")
+    from .cli import timeout_problem
+
+    problem = timeout_problem(args.timeout)
+    if problem:
+        return _fail(f"--timeout {args.timeout:g}: {problem}")
     if not args.course.is_dir():
         return _fail(f"{args.course}: no such folder")
     try:

@@ -301,3 +301,41 @@ def test_a_refused_sandbox_mode_leaves_no_run_folder_to_resume(tmp_path):
     assert not [path for path in (tmp_path / "out").iterdir() if path.name.startswith(("run-", ".run-"))]
     done = qkv_grade("class", "--out", "out", "--resume", cwd=tmp_path)
     assert done.returncode == 2 and "no unfinished run" in done.stderr
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "1e9", "0", "-1"])
+def test_a_time_limit_no_call_can_be_given_is_refused_before_anything_is_written(tmp_path, timeout):
+    """NaN, infinity or a limit past the largest (an hour a call) is refused in one line, in every
+    mode, before a run folder, a bundle or a gradebook is touched."""
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "ok.py").write_text(reference_source())
+    (tmp_path / "course").mkdir()
+    for args in (["class", "--out", "out"], ["class/ok.py"], ["--gradescope-bundle", "bundle.zip"],
+                 ["--nbgrader", "course", "ps1"]):
+        done = qkv_grade(*args, f"--timeout={timeout}", cwd=tmp_path)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "--timeout" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["class", "course"]
+    assert list((tmp_path / "course").iterdir()) == []
+
+
+def test_resuming_with_another_carry_forward_or_an_unusable_time_limit_is_refused(tmp_path):
+    """A run is finished as it began: --no-carry-forward on a run that carries errors forward is
+    refused in one line, as --seed is; so is a run whose recorded time limit no call can be given."""
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "ok.py").write_text(reference_source())
+    done = qkv_grade("class", "--out", "out", "--seed", "3", *FAST, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = next((tmp_path / "out").glob("run-*"))
+    run = run.rename(run.with_name(run.name + ".incomplete"))  # as a run stopped before its end leaves it
+    (tmp_path / "out" / "latest").unlink()
+    done = qkv_grade("class", "--out", "out", "--resume", "--no-carry-forward", cwd=tmp_path)
+    assert done.returncode == 2 and "--no-carry-forward: the run to resume" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    manifest = json.loads((run / "run.json").read_text())
+    manifest["options"]["timeout"] = float("nan")  # as an older grader could record it
+    (run / "run.json").write_text(json.dumps(manifest))
+    done = qkv_grade("class", "--out", "out", "--resume", cwd=tmp_path)
+    assert done.returncode == 2 and "holds no usable --timeout" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
