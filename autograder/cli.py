@@ -24,7 +24,7 @@ import secrets  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from . import keys  # noqa: E402
-from .console import (EXIT_INTERRUPTED, EXIT_UNWRITTEN, EXIT_USAGE, OneLineParser,  # noqa: E402
+from .console import (EXIT_INTERRUPTED, EXIT_UNWRITTEN, EXIT_USAGE, OneLineParser, timeout_problem,  # noqa: E402
                       interrupts_deferred, seed_option, speak_utf8, use_own_tools)
 
 
@@ -158,19 +158,6 @@ def _grade_file(grader, worker, path: Path, args) -> int:
     else:
         sys.stdout.write(results.to_text(result, colour=_colour()))
     return 0
-
-
-MOST_CALL_SECONDS = 3600.0
-"""The longest --timeout: one call's limit, which the worker's deadlines add up call by call."""
-
-
-def timeout_problem(seconds: float) -> str:
-    """What is wrong with a per-call time limit, or "" (NaN and infinity included)."""
-    if not seconds == seconds or seconds <= 0:
-        return "it must be a positive number of seconds"
-    if seconds > MOST_CALL_SECONDS:
-        return f"it must be at most {MOST_CALL_SECONDS:g} seconds"
-    return ""
 
 
 def _grade_folder(folder: Path, args, limits, key: bytes) -> int:

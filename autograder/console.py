@@ -94,3 +94,16 @@ def use_own_tools() -> None:
            if folder]
     rest = [entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if entry not in own]
     os.environ["PATH"] = os.pathsep.join(own + rest)
+
+
+MOST_CALL_SECONDS = 3600.0
+"""The longest --timeout: one call's limit, which the worker's deadlines add up call by call."""
+
+
+def timeout_problem(seconds: float) -> str:
+    """What is wrong with a per-call time limit, or "" (NaN and infinity included)."""
+    if not seconds == seconds or seconds <= 0:
+        return "it must be a positive number of seconds"
+    if seconds > MOST_CALL_SECONDS:
+        return f"it must be at most {MOST_CALL_SECONDS:g} seconds"
+    return ""

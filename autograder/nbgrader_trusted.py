@@ -1216,7 +1216,7 @@ def main(argv: list[str] | None = None) -> int:
     use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
-    from .cli import timeout_problem
+    from .console import timeout_problem
 
     problem = timeout_problem(args.timeout)
     if problem:
