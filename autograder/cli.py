@@ -116,6 +116,9 @@ def _main(argv: list[str] | None = None) -> int:
             return _fail("--report needs a folder of submissions")
         if importlib.util.find_spec("matplotlib") is None:
             return _fail("--report needs matplotlib: pip install 'qkv-attention[report]'")
+    if args.out is not None and not path.is_dir():
+        return _fail(f"--out keeps a folder run's results: {path} is one file, whose result is printed "
+                     "(--format json prints it as JSON)")
     if args.resume and not path.is_dir():
         return _fail("--resume finishes an interrupted folder run: give that folder")
     try:

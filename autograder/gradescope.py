@@ -41,7 +41,7 @@ SOURCE_PARTS = ("pyproject.toml", "autograder", "solutions", "data/part-iv", "da
 # What the student gets whenever the grader, not the submission, is at fault.
 PLACEHOLDER = {"score": 0.0, "output": "The autograder could not grade this submission because of a problem "
                "on the course's side, not in your code. Your instructor can see the details and will regrade it.",
-               "stdout_visibility": "hidden", "tests": []}
+               "output_format": "text", "stdout_visibility": "hidden", "tests": []}
 
 
 # ------------------------------------------------------------------ building the bundle ----------
@@ -325,7 +325,7 @@ elif [ "$skip" = 1 ]; then
 elif apt_install bubblewrap; then
     say "bubblewrap: installed"
 else
-    say "warning: bubblewrap could not be installed; submissions will run in plain processes"
+    say "warning: bubblewrap could not be installed; submissions will be sealed with Landlock where the kernel offers it, and not graded where it offers no sandbox at all"
 fi
 
 python="$(pick_python || true)"

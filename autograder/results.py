@@ -149,7 +149,10 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
         missing = [name for name, ok in result.answers.items() if not ok]
         if missing:
             lines.append("Written answers still empty: " + ", ".join(missing) + ".")
-    return {"score": result.score, "output": " ".join(lines), "visibility": visibility,
+    # Plain text, said rather than left to Gradescope's default: feedback quotes what a student's
+    # code raised or printed, which no page should read as markup.
+    return {"score": result.score, "output": " ".join(lines), "output_format": "text",
+            "test_output_format": "text", "visibility": visibility,
             "stdout_visibility": "hidden", "execution_time": round(result.seconds, 2), "tests": tests,
             "extra_data": {"submission": result.submission, "seed": result.seed,
                            "isolation": result.isolation, "results_version": VERSION}}

@@ -131,6 +131,8 @@ def test_gradescope_format_has_one_test_per_step(tmp_path):
     (["notes.txt"], "notes.txt: not a .py module or .ipynb notebook (nor a folder of them)"),
     (["empty"], "empty: no .py or .ipynb submissions found"),
     (["ok.py", "--jobs", "0"], "--jobs must be at least 1"),
+    (["ok.py", "--out", "out"], "--out keeps a folder run's results: ok.py is one file, whose result is printed "
+                                "(--format json prints it as JSON)"),
 ])
 def test_bad_invocations_get_one_line_and_no_traceback(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("hello")

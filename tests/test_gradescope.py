@@ -131,6 +131,7 @@ def test_a_correct_submission_gets_full_marks_one_test_per_step(bundle, tmp_path
         assert (test["score"], test["max_score"], test["status"]) == (step.points, step.points, "passed")
         assert test["visibility"] == "visible" and test["tags"] == []
     assert results["stdout_visibility"] == "hidden"
+    assert results["output_format"] == results["test_output_format"] == "text"  # never read as markup
     assert results["extra_data"]["seed"] == SEED
 
 
