@@ -1006,7 +1006,24 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     except SQLAlchemyError as error:
         reason = str(getattr(error, "orig", None) or error).splitlines()[0]
         raise NotRecorded(graded, seed, f"{coursedir.db_url}: {reason}") from None
+    try:
+        _enrol(coursedir, [student for student, _ in missing])
+    except (OSError, SQLAlchemyError):
+        pass  # every grade is recorded; stdout still names each of them as not graded
     return graded, seed, missing
+
+
+def _enrol(coursedir, students: list[str]) -> None:
+    """Students who handed the assignment in without its notebook, made students of the gradebook:
+    `nbgrader export` then lists each with 0, as it lists anyone with nothing graded, rather than
+    leaving them out of grades.csv. Nothing of theirs is recorded as a submission."""
+    if not students:
+        return
+    from nbgrader.api import Gradebook
+
+    with Gradebook(coursedir.db_url) as gradebook:
+        for student in students:
+            gradebook.update_or_create_student(student)
 
 
 class NotRecorded(Exception):

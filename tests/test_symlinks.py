@@ -7,6 +7,7 @@ not block on it), and a linked extra file beside a real notebook (nbgrader's pat
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import secrets
@@ -123,6 +124,14 @@ def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied_nor_deep
     lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
     assert f"not graded: its {ASSIGNMENT} folder holds no {NOTEBOOK}" in lines["emp"]
     assert "(only attention_head-Copy1.ipynb: rename the one to grade)" in lines["ren"]
+    # and nbgrader export lists them, with 0, rather than leaving them out of grades.csv
+    export = subprocess.run([sys.executable, "-m", "nbgrader", "export"], cwd=course, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr
+    with open(course / "grades.csv", newline="") as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert float(rows["emp"]["score"]) == float(rows["ren"]["score"]) == 0.0 and rows["emp"]["timestamp"] == ""
+    assert float(rows["ann"]["score"]) == 100.0
     autograded = course / "autograded"
     assert not (autograded / "bea" / ASSIGNMENT / "secret.txt").exists()
     assert (autograded / "bea" / ASSIGNMENT / "data" / "notes.txt").read_text() == "copied"
