@@ -172,13 +172,14 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     """The file to grade in Gradescope's submission folder, or None and a message for the student.
 
     `attention_head.py` (or `.ipynb`) is graded, at the top or in a folder (an uploaded zip or a
-    repository); the released starter module handed back untouched beside a notebook is passed over.
+    repository); the released starter handed back untouched beside the file worked in (the module
+    beside a notebook, or the notebook beside a module) is passed over.
     Where more than one such file remains (a draft and a final, a notebook and its own export), none
     is picked: which one the student meant is theirs to say, so they are asked to upload one.
     Otherwise a lone .py or .ipynb file is graded whatever its name.
     """
     from .results import printable
-    from .submission import HELPERS, SUFFIXES, shown_name, untouched_starter, walk
+    from .submission import HELPERS, SUFFIXES, shown_name, untouched_notebook, untouched_starter, walk
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
@@ -190,8 +191,12 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     candidates = [path for path, _ in sorted(found, key=lambda item: (item[1], str(item[0])))]
     modules, notebooks = ([path for path in candidates if path.name == "attention_head" + suffix]
                           for suffix in SUFFIXES)
-    if notebooks:  # the starter handed back untouched beside the notebook worked in is no submission
+    # The starter handed back untouched beside the file worked in is no submission: the module
+    # beside a notebook, or the notebook beside a module (the whole folder uploaded).
+    if notebooks:
         modules = [path for path in modules if not untouched_starter(path, str(path.relative_to(folder)))]
+    if modules:
+        notebooks = [path for path in notebooks if not untouched_notebook(path, str(path.relative_to(folder)))]
     named = modules + notebooks
     if len(named) == 1:
         return named[0], ""

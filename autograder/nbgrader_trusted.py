@@ -1008,7 +1008,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
         raise NotRecorded(graded, seed, f"{coursedir.db_url}: {reason}") from None
     try:
         _enrol(coursedir, [student for student, _ in missing])
-    except (OSError, SQLAlchemyError):
+    except (OSError, SQLAlchemyError, ValueError):  # nbgrader's InvalidEntry (a locked database) too
         pass  # every grade is recorded; stdout still names each of them as not graded
     return graded, seed, missing
 

@@ -82,6 +82,9 @@ class Run:
     order: tuple = ()
     """While the run is collected: the plan's `Prepared.order`, by which `receive` puts it back."""
     sizes: tuple = ()
+    reimport: str | None = None
+    """How importing the module again failed, in a fresh process after a call that did not finish:
+    the steps after that point were never run."""
 
 
 EXACT = object()
@@ -358,8 +361,10 @@ class Worker:
 
     def _collect(self, run: Run) -> None:
         limits = self.limits
-        # The worker keeps each call's time; this is only a watchdog over the worker itself.
-        deadline = (time.monotonic() + run.imports * limits.import_timeout
+        # The worker keeps each call's time; this is only a watchdog over the worker itself. A call
+        # that does not finish ends its process, and a fresh one imports the module again: at most
+        # one import more per part of the plan (every step's example, then every step's hidden cases).
+        deadline = (time.monotonic() + (run.imports + len(run.outcomes)) * limits.import_timeout
                     + run.most_calls * (limits.call_timeout + 1.0) + 15.0)
         used, reader = 0, self._reader  # its own reference: another thread may close the worker
         if reader is None:
@@ -399,6 +404,8 @@ class Worker:
         if event == "done":
             return None
         if event == "imported":
+            if run.imported and obj.get("ok") is not True:  # imported again, in a fresh process, and failed
+                run.reimport = "it raised an exception"
             if not run.imported and run.import_error is None:
                 run.imported = obj.get("ok") is True
                 run.import_error = protocol.raised(obj["error"]) if "error" in obj else None
@@ -418,6 +425,9 @@ class Worker:
             if kind not in ("timeout", "exit", "memory", "crashed", "protocol", "disk"):
                 raise protocol.ProtocolError("a fault of unknown kind")
             if step is None:
+                if run.imported:  # imported again, in a fresh process after a fault, and never finished
+                    run.reimport = {"timeout": "it ran past the time limit", "exit": "it called exit",
+                                    "memory": "it ran out of memory"}.get(kind, f"its process died ({kind})")
                 run.import_fault = kind
             else:
                 _record(run, step, call, Outcome(fault=kind, detail=protocol.text(obj, "detail", True),
@@ -476,10 +486,17 @@ def _in_plan_order(run: Run) -> None:
     """Put a run's outcomes, received per step as the worker ran them, in the plan's order (once)."""
     if not run.order:
         return
+    # A part of which nothing came back, once the module had been imported, never ran: the run was
+    # lost, or importing the module again in a fresh process failed. Its calls say which. (A part cut
+    # short by a call that did not finish keeps its other calls None: skipped after that call.)
+    reason = run.lost or (f"importing your module again, in a fresh process after a call that did not finish, "
+                          f"failed: {run.reimport}" if run.reimport else None)
     outcomes = [[None] * size for size in run.sizes]
     for part, (step_index, picked) in enumerate(run.order):
+        never = reason is not None and run.imported and all(outcome is None for outcome in run.outcomes[part])
         for run_call, call_index in enumerate(picked):
-            outcomes[step_index][call_index] = run.outcomes[part][run_call]
+            outcomes[step_index][call_index] = (Outcome(fault="lost", detail=reason) if never
+                                                else run.outcomes[part][run_call])
     run.outcomes, run.order = outcomes, ()
 
 

@@ -136,6 +136,35 @@ def untouched_starter(path: Path, name: str | None = None) -> bool:
     return mine == tree
 
 
+def untouched_notebook(path: Path, name: str | None = None) -> bool:
+    """Is the notebook at `path` the released one as it was handed out (the code of the cells that
+    are graded, comments and layout aside)? A student who worked in the module often uploads the
+    whole folder, notebook and all."""
+    import ast
+
+    size, tree = _notebook_starter()
+    try:
+        if os.lstat(path).st_size > 4 * size + 65536:
+            return False
+        mine = ast.dump(ast.parse("\n".join(load(path, name).cells)))
+    except (OSError, SubmissionError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return mine == tree
+
+
+@functools.lru_cache(maxsize=1)
+def _notebook_starter() -> tuple[int, str]:
+    """The released notebook's size in bytes, and the syntax tree's dump of its graded code."""
+    import ast
+
+    from .release import notebook_cells, notebook_text
+
+    cells = notebook_cells("student")
+    code = [cell.source for cell in cells if cell.cell_type == "code"
+            and _mapping(cell.metadata.get("qkv")).get("role") not in SKIPPED_ROLES]
+    return len(notebook_text(cells).encode("utf-8")), ast.dump(ast.parse("\n".join(code)))
+
+
 @functools.lru_cache(maxsize=1)
 def _starter() -> tuple[int, str]:
     """The released starter module's size in bytes, and its syntax tree's dump."""

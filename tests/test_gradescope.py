@@ -239,6 +239,11 @@ def test_a_notebook_uploaded_beside_the_untouched_starter_module_is_the_one_grad
     results, _ = grade(bundle, tmp_path / "both", {"attention_head.py": starter,
                                                    "attention_head.ipynb": nbformat.writes(notebook)})
     assert results["score"] == 100.0 and results["extra_data"]["submission"] == "attention_head.ipynb"
+    # the whole released folder uploaded, the module worked in: the untouched notebook is passed over
+    released = (REPO / "assignments" / "attention_head" / "attention_head.ipynb").read_text()
+    results, _ = grade(bundle, tmp_path / "folder", {"hw/attention_head.py": reference_source(),
+                                                     "hw/attention_head.ipynb": released})
+    assert results["score"] == 100.0 and results["extra_data"]["submission"] == "hw/attention_head.py"
 
 
 

@@ -125,3 +125,29 @@ def test_a_step_cut_short_by_a_lost_run_says_so_on_the_call_it_lost(grader, tmp_
     assert all(steps[step].status == "error" and "not graded" in steps[step].feedback
                for step in ("ex3_value_shift", "ex4_shapes", "ex5_intervention"))
     assert steps["ex1_zero_query"].status == "passed"
+
+
+def test_parts_of_a_run_that_never_ran_say_why_once_back_in_the_plan_s_order():
+    """Every step's example runs first, then every step's hidden cases: `receive` puts each outcome
+    back at its own step and call, and a part of which nothing came back (the run lost, or the module
+    failing to import again in a fresh process) says so on each of its calls, never "skipped"."""
+    from autograder import runner
+
+    prepared = runner.prepare([("a", [("f", (1.0,)), ("f", (2.0,))]), ("b", [("g", (3.0,)), ("g", (4.0,))])],
+                              None, [{0}, {0}])
+    assert [step for step, _ in prepared.order] == [0, 1, 0, 1]  # a's example, b's, a's hidden call, b's
+    for reimport in (None, "it raised an exception"):
+        run = runner.Run(outcomes=[[None] * count for count in prepared.counts], imported=True,
+                         order=prepared.order, sizes=prepared.sizes, reimport=reimport)
+        run.outcomes[0][0] = runner.Outcome(value=1.0)
+        run.outcomes[1][0] = runner.Outcome(fault="timeout")  # b's example did not finish
+        run.outcomes[2][0] = runner.Outcome(value=2.0)  # then the fresh process ran a's hidden call
+        runner._in_plan_order(run)
+        assert [outcome.value for outcome in run.outcomes[0]] == [1.0, 2.0]
+        assert run.outcomes[1][0].fault == "timeout"
+        if reimport is None:
+            assert run.outcomes[1][1] is None
+        else:  # b's hidden call never ran: the fresh process that would have run it did not import
+            assert run.outcomes[1][1].fault == "lost" and "importing your module again" in run.outcomes[1][1].detail
+        runner._in_plan_order(run)  # once only
+        assert [outcome.value for outcome in run.outcomes[0]] == [1.0, 2.0]
