@@ -247,6 +247,9 @@ OPS: dict[str, tuple[Callable, str]] = {
     "stack": (lambda a, p: np.stack(a), "np.stack([{all}])"),
     # a sum written as a loop that assigns (`=`) where it should add (`+=`): only its last term is left
     "lastterm": (lambda a, p: a[0][..., -1:] @ a[1][..., -1:, :], "{0}[..., -1:] @ {1}[..., -1:, :]"),
+    # a mask that bars each position from itself (the diagonal), where none belongs
+    "nodiag": (lambda a, p: np.where(np.eye(np.shape(a[0])[-2], np.shape(a[0])[-1], dtype=bool), -np.inf, a[0]),
+               "np.where(np.eye(T, dtype=bool), -np.inf, {0})"),
 }
 
 
@@ -947,6 +950,15 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 f"(`=`) where it should add (`+=`)", "op:matmul->lastterm",
                 look=f"Find the loop (or the line) of `{fn}` that computes {WORDS.get(name, name)}, and check that "
                      f"it adds every term rather than overwriting the last.")
+        if name in ("d", "s") and kinds.get(name) == "array":  # the scores, before the softmax
+            first = (name + "'", op, args, params)
+            masked = (name, "nodiag", (name + "'",), {})
+            add(i, before + [first, masked] + after,
+                f"{name} = {OPS['nodiag'][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
+                f"the diagonal of {WORDS.get(name, name)} was masked with -∞, so that no position attends to "
+                f"itself", "insert:nodiag",
+                look=f"Find where `{fn}` masks {WORDS.get(name, name)}: self-attention lets each position "
+                     f"attend to every key, its own included.")
         if op == "div" and kinds.get(args[1]) == "scalar" and kinds.get(args[0]) == "array":
             # the division done at a later line instead: the output divided, not the scores
             for t in range(i + 1, len(stages)):
