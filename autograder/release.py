@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gzip
 import json
 import re
 import sys
@@ -51,7 +52,10 @@ SAMPLE_MISTAKE = (("s.max(axis=-1, keepdims=True)", "s.max(axis=-2, keepdims=Tru
 PUBLIC_FILES = ("public_checks.py", "conftest.py", "test_attention_head.py", "heatmap.py")  # copied verbatim
 # What the notebook's cells read beside it, wherever it sits: the release, a course's source and
 # released folders, the sample submission.
-BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "steps.json", "heatmap.py")
+BESIDE_NOTEBOOK = ("public_checks.py", "chapter_example.json", "known_mistakes.json.gz", "steps.json", "heatmap.py")
+MISTAKES = "known_mistakes.json.gz"
+"""What each known mistake returns on the public examples, for the self-check to name it: JSON,
+gzipped (a seventh of its size), as every student's folder holds a copy, and nbgrader several."""
 EXAMPLE_KEYS = ("inputs", "exact", "values", "exercises")  # what a student may see of the data
 IGNORED = frozenset({"__pycache__", ".pytest_cache", ".ipynb_checkpoints"})  # left by running it
 
@@ -109,7 +113,7 @@ each step against the chapter's worked example (Example 15.1: the positions red,
 | `attention_head.ipynb` | the notebook: a short lesson per step, your code, a check after each step, and a heatmap of your weights |
 | `attention_head.py` | the same functions as a plain module, for working in an editor; the written answers are the strings `ANSWER_1` to `ANSWER_5` at its end |
 | `test_attention_head.py`, `conftest.py`, `public_checks.py`, `pytest.ini` | the local self-check |
-| `chapter_example.json`, `steps.json` | the example's values, a few more public examples per step with what each known mistake returns on them, and the list of steps the self-check reads |
+| `chapter_example.json`, `known_mistakes.json.gz`, `steps.json` | the example's values; a few more public examples per step with what each known mistake returns on them (gzipped JSON); and the list of steps the self-check reads |
 | `heatmap.py` | draws the notebook's last picture, the heatmap of your weights |
 
 Work in either the notebook or the module. Leave the self-check files as they are.
@@ -514,14 +518,30 @@ def build_release(sources: Sources | None = None) -> dict[str, bytes]:
     texts = {
         "attention_head.py": sources.stub,
         "attention_head.ipynb": notebook_text(notebook_cells("student", sources)),
-        "chapter_example.json": _json_lines({**example, "mistakes": example_mistakes(example)}),
+        "chapter_example.json": _json_lines(example),
         "steps.json": _json(step_table),
         "README.md": README.format(steps=rows),
         "pytest.ini": PYTEST_INI,
     }
     for name in PUBLIC_FILES:
         texts[name] = (PUBLIC / name).read_text(encoding="utf-8")
-    return {name: text.encode("utf-8") for name, text in sorted(texts.items())}
+    files = {name: text.encode("utf-8") for name, text in texts.items()}
+    # no time or name in the header: the same sources give the same bytes
+    files[MISTAKES] = gzip.compress(_json_lines(example_mistakes(example)).encode("utf-8"), 9, mtime=0)
+    return dict(sorted(files.items()))
+
+
+def _same_content(name: str, mine: bytes, generated: bytes) -> bool:
+    """Are a release file's bytes what the sources generate? A gzipped file by what it holds: zlib
+    builds may compress the same text to other bytes."""
+    if mine == generated:
+        return True
+    if not name.endswith(".gz"):
+        return False
+    try:
+        return gzip.decompress(mine) == gzip.decompress(generated)
+    except (OSError, EOFError, ValueError):
+        return False
 
 
 def _plain(value, digits: int | None = 10):
@@ -873,7 +893,7 @@ def drift(files: dict[str, bytes], folder: Path) -> list[str]:
         path = folder / name
         if not path.is_file():
             lines.append(f"missing     {name}")
-        elif path.read_bytes() != content:
+        elif not _same_content(name, path.read_bytes(), content):
             lines.append(f"differs     {name}")
     if folder.is_dir():
         for path in sorted(folder.rglob("*")):

@@ -7,9 +7,10 @@ when there is no attention_head.py; the notebook's check cells call `check` dire
 sign, not a grade: the hidden graders try other shapes, large scores, batches and other situations.
 
 The step list (ids, titles, chapter sections, functions) comes from steps.json and the example's
-values from chapter_example.json, both next to this file. That file also holds, for each step, a
-few more public calls (a second small example, a square one, a batch, other exercise situations)
-and what each mistake the hidden graders know returns on each of them. When a check fails, your
+values from chapter_example.json, both next to this file. Beside them, known_mistakes.json.gz
+(gzipped JSON) holds, for each step, a few more public calls (a second small example, a square one,
+a batch, other exercise situations) and what each mistake the hidden graders know returns on each
+of them. When a check fails, your
 functions are called on those too, and a mistake is named, in the hidden graders' words, only
 where your numbers are that mistake's on every one of the step's public calls; where several
 mistakes fit equally well, all of them are named as possibilities, and where more than three do,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import gzip
 import importlib.util
 import json
 import math
@@ -86,8 +88,11 @@ def answer_names() -> tuple[str, ...]:
 def known_mistakes() -> dict:
     """For each step: its public calls, what each known mistake returns on each, and the mistakes'
     explanations (see _named_mistake)."""
-    data = json.loads((HERE / "chapter_example.json").read_text(encoding="utf-8"))
-    return data.get("mistakes", {})
+    try:  # gzipped JSON (every student's folder holds a copy); without it, checks name no mistake
+        with gzip.open(HERE / "known_mistakes.json.gz", "rt", encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, EOFError, ValueError):
+        return {}
 
 
 @functools.cache
