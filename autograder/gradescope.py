@@ -179,7 +179,7 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     Otherwise a lone .py or .ipynb file is graded whatever its name.
     """
     from .results import printable
-    from .submission import HELPERS, SUFFIXES, shown_name, untouched_notebook, untouched_starter, walk
+    from .submission import HELPERS, SUFFIXES, shown_name, untouched_starter, walk
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
@@ -196,7 +196,7 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     if notebooks:
         modules = [path for path in modules if not untouched_starter(path, str(path.relative_to(folder)))]
     if modules:
-        notebooks = [path for path in notebooks if not untouched_notebook(path, str(path.relative_to(folder)))]
+        notebooks = [path for path in notebooks if not untouched_starter(path, str(path.relative_to(folder)))]
     named = modules + notebooks
     if len(named) == 1:
         return named[0], ""

@@ -55,9 +55,8 @@ class Grader:
                       for step in STEPS]
         """Per step, the (function, args) calls the hidden cases make, in step order."""
         # the chapter's example first, every step's, before the submission sees any hidden input
-        self.plan = prepare(self.calls, returned, [
-            {i for i, public in enumerate(public for case in self.cases[step.id] for public in
-                                          [case.public] * len(case.calls)) if public} for step in STEPS])
+        public = [[case.public for case in self.cases[step.id] for _ in case.calls] for step in STEPS]
+        self.plan = prepare(self.calls, returned, [{i for i, shown in enumerate(flags) if shown} for flags in public])
 
     def disagreements_with_chapter(self) -> list[str]:
         """Where the expected values of the chapter's example differ from attention.json.

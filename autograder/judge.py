@@ -725,9 +725,8 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
     # leaves the probe alone may be what tells them apart (`abs(s).max()` where the probe's scores are
     # all positive). Those pairs come first: there are few of them.
     shown = {id(edit) for edit in showing}
-    quiet = [edit for _, edit in derived.pairable(fn) if id(edit) not in shown]
     refined = ((one, other) if one.at < other.at else (other, one)
-               for one in fitting for other in quiet if other.at != one.at)
+               for one in fitting for _, other in derived.pairable(fn) if id(other) not in shown and other.at != one.at)
     survivors, tried = [], 0
     prefixes: dict = {}
     for first, second in itertools.chain(refined, pairs):

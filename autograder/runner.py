@@ -82,6 +82,7 @@ class Run:
     order: tuple = ()
     """While the run is collected: the plan's `Prepared.order`, by which `receive` puts it back."""
     sizes: tuple = ()
+    """While the run is collected: the plan's `Prepared.sizes`."""
     reimport: str | None = None
     """How importing the module again failed, in a fresh process after a call that did not finish:
     the steps after that point were never run."""

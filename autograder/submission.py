@@ -122,31 +122,18 @@ def module_text(data: bytes, path: Path) -> str:
 
 
 def untouched_starter(path: Path, name: str | None = None) -> bool:
-    """Is the .py file at `path` the released starter module as it was handed out (comments and
-    layout aside)? A student who worked in the notebook often hands in both."""
+    """Is the file at `path` the released starter as it was handed out, the module or the notebook
+    (the code that is graded, comments and layout aside)? A student who worked in one often hands in
+    both, or the whole folder."""
     import ast
 
-    size, tree = _starter()
+    notebook = path.suffix == ".ipynb"
+    size, tree = _notebook_starter() if notebook else _starter()
     try:  # a file far from the starter's size is not the starter: it is not even parsed
-        if os.lstat(path).st_size > 2 * size + 4096:
+        if os.lstat(path).st_size > (4 * size + 65536 if notebook else 2 * size + 4096):
             return False
-        mine = ast.dump(ast.parse(module_text(read_bytes(path, name), path)))
-    except (OSError, SubmissionError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return mine == tree
-
-
-def untouched_notebook(path: Path, name: str | None = None) -> bool:
-    """Is the notebook at `path` the released one as it was handed out (the code of the cells that
-    are graded, comments and layout aside)? A student who worked in the module often uploads the
-    whole folder, notebook and all."""
-    import ast
-
-    size, tree = _notebook_starter()
-    try:
-        if os.lstat(path).st_size > 4 * size + 65536:
-            return False
-        mine = ast.dump(ast.parse("\n".join(load(path, name).cells)))
+        text = "\n".join(load(path, name).cells) if notebook else module_text(read_bytes(path, name), path)
+        mine = ast.dump(ast.parse(text))
     except (OSError, SubmissionError, SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return mine == tree
