@@ -707,8 +707,11 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     inner = (f"{arg}'", change, (arg,), {})
                     new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
                     shown = OPS[change][1].format(arg)
+                    why = f"{WORDS.get(arg, arg)} went in as `{shown}`"
+                    if change == "row":  # an extra leading axis of length 1 says nothing of which array had it
+                        why += " (or another array of that line was kept as a [1, n] row)"
                     add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
-                        f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}")
+                        why, f"operand:{arg}:{change}")
                     twin = arg[:-2] + "_a" if arg.endswith("_b") else None
                     if name == "return" and twin in args:
                         # the same change to its twin from the second run

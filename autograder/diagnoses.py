@@ -47,8 +47,9 @@ CODES: dict[str, Diagnosis] = dict([
        "Look for a division by zero (a total of zero, such as a sum of all-zero scores) or an exponential "
        "of a large number.", "§15.3"),
     _d("hard-coded", "you are right on the chapter's example but wrong on other inputs.",
-       "Look for what holds only for the example in your code (a number or a size taken from it, or a case "
-       "written for its shapes); the call shown above gives the shapes it failed on."),
+       "Look for what holds only for the example in your code (a number or a size taken from it, an array "
+       "built in the shape of another whose width equals it only there, or a case written for its shapes); "
+       "the call shown above gives the shapes it failed on."),
     _d("mutates-input", "your function changed an array it was given.",
        "Work on a copy of the argument (`np.array(arg, dtype=float)`) or build new arrays; no `-=`, `+=` or "
        "slice assignment on an argument."),
