@@ -44,8 +44,8 @@ CODES: dict[str, Diagnosis] = dict([
     _d("wrong-shape", "the array you returned has the wrong shape.",
        "Check which axes each product keeps and which it sums over; the docstring gives every shape."),
     _d("non-finite", "your result contains NaN or infinity although every input was finite.",
-       "Look for a division by zero (a total of zero, such as a sum of all-zero scores) or an exponential "
-       "of a large number.", "§15.3"),
+       "Look for a division by zero (a total of zero, such as a sum of all-zero scores), an exponential "
+       "of a large number, or a log or square root of a negative number.", "§15.3"),
     _d("hard-coded", "you are right on the chapter's example but wrong on other inputs.",
        "Look for what holds only for the example in your code (a number or a size taken from it, an array "
        "built in the shape of another whose width equals it only there, or a case written for its shapes); "
@@ -228,9 +228,10 @@ CODES: dict[str, Diagnosis] = dict([
     _d("score-shape-d_k", "you gave the score matrix the query/key width; it compares every receiving "
        "query with every contributing key, so it is [T, T].",
        "The score shape is (t, t).", "§15.2"),
-    _d("intervention-not-applied", "your 'after' run still uses the old W_V, so nothing was changed: the "
-       "comparison needs the same head run once with W_V and once with the new matrix.",
-       "Pass `w_v_new` to the second run of the head.", "§15.8"),
+    _d("intervention-not-applied", "your 'after' output is the 'before' one: either the second run still "
+       "used the old W_V, or its output is not what you returned as output_after. The comparison needs the "
+       "same head run once with W_V and once with the new matrix.",
+       "Pass `w_v_new` to the second run of the head, and return that run's output as output_after.", "§15.8"),
     _d("predicate-ignores-row-sums", "you checked only that the entries are non-negative; attention "
        "weights also need every row to sum to one (within 1e-9).",
        "Add the row-sum test `np.abs(a.sum(axis=1) - 1) <= 1e-9`.", "§15.3"),

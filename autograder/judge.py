@@ -1515,7 +1515,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                  or any("low-precision" in earlier[used].diagnoses for used in failing_uses))
             and not any(v.kind == "raised" for v in flat)):
         derived_codes.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
-    elif example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1:
+    elif (example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1
+          and not any(v.nonfinite for v in unexplained)):  # NaN is no size taken from the example: said below
         derived_codes.append("hard-coded")  # right on the example, wrong almost everywhere else
         if _copied(cases, verdicts, hidden_wrong):
             found.looks["hard-coded"] = ("On the hidden cases you returned the very numbers of the chapter's "
