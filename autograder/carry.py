@@ -22,28 +22,6 @@ from .runner import Outcome, Run
 from .steps import BY_ID, STEPS, Step
 
 
-def contract_forms(cases: dict[str, list[Case]]) -> dict[str, list[list]]:
-    """Per function of a step, the forms of the calls its own step's cases make: each argument's
-    number of axes (None for one that is not an array). A step called again gets the chapter's
-    computation for an earlier step's function only on a call of one of these forms; on any other
-    (a batch into a function whose contract is one sequence) the student's own function runs
-    first, and its exception stands (inside.py): a failure outside what the earlier step was graded
-    on is the later step's own, as it is where the earlier step has no other mistake."""
-    forms: dict[str, set] = {}
-    for step in STEPS:
-        for case in cases[step.id]:
-            for call in case.calls:
-                if call.fn in step.functions:
-                    forms.setdefault(call.fn, set()).add(form_of(call.args))
-    return {name: [list(form) for form in sorted(found, key=repr)] for name, found in forms.items()}
-
-
-def form_of(args) -> tuple:
-    import numpy as np
-
-    return tuple(arg.ndim if isinstance(arg, np.ndarray) else None for arg in args)
-
-
 def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
     """The steps to call again (by their index in the plan), each with the names of the failing
     earlier steps' functions to replace; empty for a submission with nothing to verify this way."""

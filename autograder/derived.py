@@ -230,6 +230,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     # a value changed on its way in or out: normalized, cast, made hard
     "l2rows": (lambda a, p: a[0] / np.linalg.norm(a[0], axis=-1, keepdims=True),
                "{0} / np.linalg.norm({0}, axis=-1, keepdims=True)"),
+    "sumrows": (lambda a, p: a[0] / np.sum(a[0], axis=-1, keepdims=True), "{0} / {0}.sum(axis=-1, keepdims=True)"),
     "f32": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float32), dtype=np.float64), "np.float32({0})"),
     "trunc": (lambda a, p: np.trunc(a[0]), "{0}.astype(int)"),
     "onehot": (lambda a, p: _onehot(a[0]), "one_hot(argmax({0}, axis=-1))"),
@@ -286,7 +287,7 @@ CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 INPUT_CHANGES = ("f32", "l2rows", "trunc")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
-MORE_INSERTS = ("f32", "trunc", "l2rows", "log_")
+MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_")
 # Operators a unary stage may be moved outside of: `√(d / d_k)` for `d / √d_k`.
 OUTWARD = {"sqrt", "exp", "log", "square"}
 REDUCTIONS = {"max": "max", "min": "min", "sum": "sum", "mean": "mean"}

@@ -21,7 +21,7 @@ from . import carry, judge, sandbox
 from . import cases as cases_module
 from .results import SubmissionResult, unreadable
 from .runner import Limits, Worker, default_jobs, prepare
-from .steps import ANSWERS, BY_ID, STEPS
+from .steps import ANSWERS, STEPS
 from .submission import Submission, SubmissionError, load, shown_name
 
 
@@ -57,9 +57,6 @@ class Grader:
         # the chapter's example first, every step's, before the submission sees any hidden input
         public = [[case.public for case in self.cases[step.id] for _ in case.calls] for step in STEPS]
         self.plan = prepare(self.calls, returned, [{i for i, shown in enumerate(flags) if shown} for flags in public])
-        self.forms = carry.contract_forms(self.cases)
-        """Per function, the forms of call its own step tried: a step called again gets the chapter's
-        computation in its place on those alone."""
 
     def disagreements_with_chapter(self) -> list[str]:
         """Where the expected values of the chapter's example differ from attention.json.
@@ -110,15 +107,7 @@ class Grader:
         name = submission.path.name if submission.path.suffix in (".py", ".ipynb") else (
             "attention_head.ipynb" if submission.notebook else "attention_head.py")
         return worker.send(name, list(submission.cells), self.plan, self._answers(submission), queued,
-                           again=None if again is None else again.asked,
-                           forms=None if again is None else self._forms_of(again))
-
-    def _forms_of(self, again: "Pending") -> dict[str, list[list]]:
-        """`forms` for the functions of the steps with a mistake of their own: an unwritten function
-        (a stub, or `pass`) is the chapter's on every call, whatever it would have done."""
-        unwritten = {fn for result in again.steps if result.status == "not_implemented"
-                     for fn in BY_ID[result.id].functions}
-        return {fn: forms for fn, forms in self.forms.items() if fn not in unwritten}
+                           again=None if again is None else again.asked)
 
     @staticmethod
     def _answers(submission: Submission) -> tuple[str, ...]:

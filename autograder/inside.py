@@ -548,19 +548,6 @@ def chapter_needs(names) -> set:
     return found
 
 
-def _contract_forms(given, names):
-    """{function name: set of forms} from the worker's `forms` (lists of ints or None), for `names`."""
-    found = {}
-    if type(given) is not dict:
-        return found
-    for name in names:
-        forms = given.get(name)
-        if type(forms) is list and all(type(form) is list and all(item is None or type(item) is int for item in form)
-                                       for form in forms) and forms:
-            found[name] = {tuple(form) for form in forms}
-    return found
-
-
 def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments, builtins_at_start):
     """`builtins_at_start`: (builtins as they are once exit and quit are replaced, a live view of
     their dict's version tag or None), made once by the fork server: a copy made here would write
@@ -599,8 +586,6 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
     run_code, numpy_module, chapter, absent = exec, sys.modules["numpy"], CHAPTER, object()
     replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
-    forms = _contract_forms(job.get("forms"), replace)
-    ndarray, copied, function_type = numpy_module.ndarray, numpy_module.array, type(_child_main)
     result_frame, write, plain_text = protocol.result_frame, os.write, protocol.plain_text
     out_cap = protocol.MAX_TEXT  # what the grader accepts; the capture itself keeps fewer (`output`)
     saved_builtins, version = builtins_at_start
@@ -709,8 +694,6 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
                 mine = namespace.get(name, absent)
                 if callable(mine) and mine is not own:
                     fresh[name] = mine
-            elif name in forms and callable(namespace.get(name, absent)):
-                fresh[name] = within_contract(fresh[name], namespace[name], forms[name])
         for name in names:
             original = namespace.get(name, absent)
             if original is own:
@@ -722,20 +705,6 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             for alias in aliases:
                 saved.append((alias, namespace.get(alias, absent)))
                 namespace[alias] = fresh[name]
-
-    def within_contract(chapter_function, own_function, tried):
-        """The chapter's function where the earlier step was graded; on a call of another form
-        (carry.contract_forms), the student's own runs first, on copies, and its exception stands.
-        Its globals are the chapter function's own (`fresh`), as a stand-in's always are, and what it
-        reads is held in its closure, out of the builtins' reach."""
-        is_a, as_tuple = isinstance, tuple
-
-        def stand_in(*args):
-            if as_tuple([arg.ndim if is_a(arg, ndarray) else None for arg in args]) not in tried:
-                own_function(*[copied(arg) if is_a(arg, ndarray) else arg for arg in args])
-            return chapter_function(*args)
-        return function_type(stand_in.__code__, chapter_function.__globals__, chapter_function.__name__,
-                             None, stand_in.__closure__)
 
     def unbind(saved):
         namespace = module.__dict__
@@ -1046,7 +1015,7 @@ class Worker:
         calls = sum(len(step) for step in job["steps"][start:])
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
-                "replace": job.get("replace"), "forms": job.get("forms") if job.get("replace") else None,
+                "replace": job.get("replace"),
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
         pid, read_end, calls_out, source_out, self.bell = self.forks.spawn(meta)
         try:

@@ -283,15 +283,13 @@ class Worker:
         return self.receive(self.send(filename, cells, plan, answers))
 
     def send(self, filename: str, cells: list[str], plan: "Prepared | list", answers: tuple[str, ...] = (),
-             queued: bool = False, again: list[tuple[int, list[str]]] | None = None,
-             forms: dict[str, list[list]] | None = None) -> Run | None:
+             queued: bool = False, again: list[tuple[int, list[str]]] | None = None) -> Run | None:
         """Start a submission's run; `receive` collects it. The worker runs one job at a time, and
         reads the next when it is done with one.
 
         `again`: call only these steps (by their index in the plan), each in a fresh child, with
         the named functions replaced by the chapter's computation (see inside.py); the run's
-        outcomes of every other step stay None. `forms`: per function, the forms of call (each
-        argument's number of axes) on which its stand-in is the chapter's alone (carry.contract_forms).
+        outcomes of every other step stay None.
 
         `queued`: another job is running, and this one waits behind it. It is sent only if it fits
         whole in the channel's free space (None otherwise: send it once the other is received), so
@@ -316,8 +314,6 @@ class Worker:
                            "memory": limits.memory, "output": limits.output}}
         if again is not None:  # a step of the plan: both its parts, in one child
             head["again"] = [[_parts_of(prepared, index), list(names)] for index, names in again]
-            if forms is not None:
-                head["forms"] = forms
         # The cells in marshal's format: read by the submission's own process only, and decoded
         # there without running any of the JSON module's Python code (cheaper in a fresh fork).
         frames.append(protocol.pack(head, marshal.dumps(cells)))

@@ -110,14 +110,7 @@ def _on_squashed(new_attention_a: str, append: str = "") -> str:
     return variant([(REF_SCORES, SQUASHED), (REF_ATTENTION_A, new_attention_a)], append)
 
 
-MIX_LINE = "    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions\n"
 SUBMISSIONS.update({
-    # mix written for one sequence only (its contract), by broadcasting: a batch, which the head's
-    # contract allows, breaks it; then the same with the weights also transposed, a second mistake
-    # that mix's own cases show; then the transposed weights alone, in a form a batch goes through
-    "mix_one_sequence": variant([(MIX_LINE, "    o = (a[:, :, None] * v[None, :, :]).sum(axis=1)\n")]),
-    "mix_one_sequence_transposed": variant([(MIX_LINE, "    o = (a[:, :, None] * v[:, None, :]).sum(axis=0)\n")]),
-    "mix_transposed_any_batch": variant([(MIX_LINE, "    o = np.swapaxes(a, -1, -2) @ v\n")]),
     "scores_squashed": SQUASHED_SCORES,
     # mix sorts each value column before mixing: a mistake no model of the grader's gives
     "mix_sorted_values": variant([(
@@ -345,10 +338,8 @@ def test_a_step_that_looks_for_the_stand_in_gets_nothing_more_than_honest_work(c
     # right only when its earlier step is the chapter's: exactly what honest work on top of it earns
     assert detects["score"] == honest["score"] and list(_lost(detects)) == ["scores"]
     # keeping the stand-in reaches no other call: `scores` is still graded as the student wrote it
-    # (and on a batch, a form its own cases never tried, the stand-in runs that `scores` first,
-    # which then calls what it kept: the batch step is graded on its own, for less)
     steals = carried["scores_squashed_attention_steals"]
-    assert steals["score"] <= honest["score"] and _steps(steals)["scores"]["score"] == _steps(honest)["scores"]["score"]
+    assert steals["score"] == honest["score"] and _steps(steals)["scores"]["score"] == _steps(honest)["scores"]["score"]
     # spoiling it only spoils that call: not verified, graded on its own
     spoils = _steps(carried["scores_squashed_attention_spoils"])
     assert spoils["attention"]["carried_from"] is None and spoils["attention"]["score"] < 8.0
@@ -531,23 +522,3 @@ def test_steps_built_on_unwritten_ones_are_graded_alike_whatever_the_placeholder
     assert "not written yet" in _steps(stub)["attention"]["feedback"], _steps(stub)["attention"]["feedback"]
     for sid in ("qkv", "scores", "scale", "softmax", "mix"):
         assert _steps(stub)[sid]["score"] == _steps(empty)[sid]["score"] == 0.0, sid
-
-
-def test_a_mistake_outside_the_earlier_step_s_cases_costs_the_same_beside_another(carried):
-    """mix's contract is one sequence, so its cases never give it a batch. One written for one
-    sequence costs the batch step its points; with a second mistake of mix's own beside it, the
-    batch step called again meets the student's mix on the batch (a call of a form mix's cases never
-    made) and fails as before: fixing one of two mistakes never lowers the score."""
-    alone, both = carried["mix_one_sequence"], carried["mix_one_sequence_transposed"]
-    assert _lost(alone) == {"batch": 8.0}, _lost(alone)
-    assert _steps(both)["batch"]["carried_from"] is None and _steps(both)["batch"]["score"] == 0.0
-    assert _steps(both)["mix"]["score"] < 7 and "wrong-mix-order" in _steps(both)["mix"]["diagnoses"]
-    assert both["score"] < alone["score"]
-    for sid in ("attention", "head", "ex5_intervention"):  # on one sequence, the order is the only mistake
-        assert _steps(both)[sid]["carried_from"] == "mix", _steps(both)[sid]["feedback"]
-
-
-def test_the_same_mistake_in_a_form_a_batch_goes_through_is_carried_to_the_batch(carried):
-    result = carried["mix_transposed_any_batch"]
-    assert list(_lost(result)) == ["mix"], _lost(result)
-    assert _steps(result)["batch"]["carried_from"] == "mix"
