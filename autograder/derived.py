@@ -667,8 +667,11 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                         exchanged = list(args)
                         exchanged[j], exchanged[m] = args[m], args[j]
                         new = (name, op, tuple(exchanged), params)
-                        add(i, before + [new] + after, _line(new), f"{WORDS.get(args[j], args[j])} and "
-                            f"{WORDS.get(args[m], args[m])} were exchanged", f"exchange:{args[j]}-{args[m]}")
+                        one, other = WORDS.get(args[j], args[j]), WORDS.get(args[m], args[m])
+                        add(i, before + [new] + after, _line(new), f"{one} and {other} were exchanged",
+                            f"exchange:{args[j]}-{args[m]}",
+                            look=f"Find where `{fn}` computes {one} and {other}, and check that each is "
+                                 f"computed as its name says and used where `{_line(stage)}` uses it.")
         # An operand replaced by another value of its kind in scope.
         for j, arg in enumerate(args):
             for other in scope:

@@ -72,9 +72,11 @@ CODES: dict[str, Diagnosis] = dict([
        "Return plain numpy arrays (or lists of numbers), in a tuple or dict where the docstring says so; "
        "check that every path through the function ends in `return`."),
     # §15.1: one input, three products.
-    _d("swapped-roles", "you projected with the wrong matrix: queries come from W_Q, keys from W_K and "
-       "values from W_V, three separate products of the same input.",
-       "Check which W each of q, k and v is multiplied by.", "§15.1"),
+    _d("swapped-roles", "a role got the wrong projection (a W swapped for another, or the three results "
+       "taken in another order): queries come from W_Q, keys from W_K and values from W_V, three separate "
+       "products of the same input.",
+       "Check which W each of q, k and v is multiplied by, and the order in which they are returned and "
+       "unpacked (q, k, v).", "§15.1"),
     # §15.2: compare every receiving row with every contributing key.
     _d("keys-not-transposed", "you compared without transposing the keys, or with queries and keys swapped: "
        "D = Q Kᵀ puts the receiving queries on the rows and the contributing keys on the columns.",
