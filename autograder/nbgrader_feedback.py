@@ -174,10 +174,17 @@ def reader_view(notebook) -> dict[str, float]:
     found (nbgrader's reading of each check cell) before taking the scores out."""
     scores = {}
     forget_reader_marks(notebook)
+    rendered = [0, 0]  # characters and tags of the markdown cells rendered so far, answers aside
     for cell in notebook.cells:
         if cell.cell_type != "code":
             if cell_grade_id(cell) in ANSWER_TITLES:
                 cell.metadata["qkv_title"] = ANSWER_TITLES[cell_grade_id(cell)]
+            elif cell.cell_type == "markdown":
+                rendered[0] += len(cell.source)
+                rendered[1] += cell.source.count("<")
+                if (rendered[0] > MOST_PAGE_MARKDOWN or rendered[1] > MOST_PAGE_TAGS) \
+                        and not FENCED.fullmatch(cell.source):
+                    cell.source = shown_as_text(cell.source)  # past the page's budget: its text, as it is
             continue
         grade_id = cell_grade_id(cell)
         outputs = cell.get("outputs", [])
@@ -264,10 +271,29 @@ class CleanMarkdown(LoggingConfigurable):
     """
 
     def __call__(self, context, source):
+        fenced = FENCED.fullmatch(source)
+        if fenced:  # text shown as it is (reader_view's, past a page's budget): no cleaner needed
+            return f"<pre><code>{html.escape(source[len(fenced.group(1)) + 1:-len(fenced.group(1)) - 1])}</code></pre>"
         if len(source) > MOST_MARKDOWN or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
             # nbconvert's search for maths starts again at every opener left unclosed: shown as text
             return f"<pre>{html.escape(source)}</pre>"
         return MARKDOWN_CLEANER.clean(self.parent.markdown2html(context, source))
+
+
+# A page's markdown cells, the written answers aside, past these in all are shown as plain text:
+# each within MOST_MARKDOWN may still cost a tenth of a second or more (thousands of tags for the
+# cleaner to balance), and a notebook may hold hundreds.
+MOST_PAGE_MARKDOWN = 100_000
+MOST_PAGE_TAGS = 1_000
+
+
+FENCED = re.compile(r"(~{3,})\n.*\n\1", re.DOTALL)  # what shown_as_text makes (once is enough)
+
+
+def shown_as_text(source: str) -> str:
+    """`source` as markdown that shows its text as it is: a fence longer than any run of tildes in it."""
+    fence = "~" * max(3, 1 + max((len(run) for run in re.findall(r"~+", source)), default=0))
+    return f"{fence}\n{source}\n{fence}"
 
 
 # A markdown cell past these is shown as plain text: rendering it costs the square of its length

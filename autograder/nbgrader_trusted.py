@@ -369,14 +369,6 @@ _CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-def _shown_raw(source: str) -> str:
-    """A raw cell as markdown that shows its text as it is: nbconvert puts a raw cell's HTML into
-    the page as it stands (ids, classes and all, past the markdown cleaner), where an element with a
-    grade's id takes that grade's place in formgrader."""
-    fence = "~" * max(3, 1 + max((len(run) for run in re.findall(r"~+", source)), default=0))
-    return f"{fence}\n{source}\n{fence}"
-
-
 def _inert_notebook(path: Path, name: str):
     """The notebook at `path` rebuilt from what nbgrader and the pages need of it: each cell's type,
     id, source, the metadata nbgrader and the grader read, and a markdown cell's attachments (each
@@ -384,6 +376,8 @@ def _inert_notebook(path: Path, name: str):
     and nbformat's validation, which nbgrader and the pages run on it again, stays cheap: its
     search for what is wrong in an invalid notebook can take minutes on a few hundred kilobytes."""
     import nbformat
+
+    from .nbgrader_feedback import shown_as_text
 
     document = _document(path, name)
     if document.get("nbformat") != 4:
@@ -402,7 +396,9 @@ def _inert_notebook(path: Path, name: str):
         if "tags" in metadata:
             metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str) and _TAG.fullmatch(tag)]
         if kind == "raw":  # the release has none: a student's, shown as text, and nothing nbgrader grades
-            kind, source, metadata = "markdown", _shown_raw(source), {}
+            # nbconvert puts a raw cell's HTML into the page as it stands (ids, classes and all, past
+            # the markdown cleaner), where an element with a grade's id takes that grade's place
+            kind, source, metadata = "markdown", shown_as_text(source), {}
         identifier = cell.get("id")
         rebuilt = {"cell_type": kind, "metadata": metadata, "source": source,
                    "id": identifier if isinstance(identifier, str) and _CELL_ID.fullmatch(identifier)
@@ -453,9 +449,14 @@ COPIED_BYTES = 16 << 20
 notebook needs none of them, and a folder of links to one large file would fill the disk."""
 
 
+# Files a browser runs as a page: never copied from a submission into autograded/, from where
+# `nbgrader generate_feedback` copies every file into the feedback folder it releases.
+PAGES = (".html", ".htm", ".xhtml", ".shtml", ".svg", ".mht", ".mhtml", ".xml")
+
+
 def _copy_files(submitted: Path, source: Path, target: Path) -> int:
     """What autograde puts beside the notebook: the submission's files, then the source's; returns
-    how many of the student's files were left out.
+    how many of the student's files were left out. No page of the student's (PAGES) is copied.
 
     Only regular files are copied, each read without following a link; a linked file or folder
     is left behind (its target is never opened), and so are hidden folders, `__pycache__` and
@@ -469,6 +470,9 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
         count, size, files = 0, 0, []
         for seen, (entry, parts, problem) in enumerate(walk(folder)):
             if problem or not entry.is_file(follow_symlinks=False) or entry.name.endswith(".ipynb"):
+                continue
+            if budgeted and entry.name.lower().endswith(PAGES):
+                left_out += 1  # a page of the student's making: generate_feedback would publish it beside theirs
                 continue
             if budgeted:
                 try:

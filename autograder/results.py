@@ -166,7 +166,12 @@ _FORMAT_RANGES = ((0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), 
                   (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
                   (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001),
                   (0xE0020, 0xE007F))
-_INVISIBLE = frozenset(code for first, last in _FORMAT_RANGES for code in range(first, last + 1))
+# And the rest of Unicode's default-ignorable code points, which a font draws as nothing though
+# they are no format characters: the combining grapheme joiner, the Hangul fillers, the variation
+# selectors (U+FE0F makes `ada\ufe0f.py` look like `ada.py` too), the tags' unassigned neighbours.
+_IGNORABLE_RANGES = ((0x34F, 0x34F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF))
+_INVISIBLE = frozenset(code for first, last in _FORMAT_RANGES + _IGNORABLE_RANGES for code in range(first, last + 1))
 
 
 # In JSON text, what a terminal or an editor would act on rather than show: C1 controls (0x9b

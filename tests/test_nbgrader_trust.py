@@ -411,6 +411,42 @@ def test_markdown_whose_maths_would_take_minutes_to_render_is_shown_as_text():
         assert shown.startswith("<pre>") and "<script>" not in shown
 
 
+def test_a_notebook_of_hundreds_of_heavy_markdown_cells_is_rendered_within_a_page_s_budget():
+    """Each cell within MOST_MARKDOWN, but hundreds of them, each thousands of nested tags for the
+    cleaner to balance (about a second apiece): past the page's budget, the reader's view shows a
+    cell's text as it is, which the markdown filter writes out without the cleaner. The written
+    answers keep their rendering whatever comes before them."""
+    import nbformat
+
+    from autograder import nbgrader_feedback
+    from autograder.nbgrader_feedback import ANSWER_TITLES, MOST_PAGE_TAGS, CleanMarkdown, reader_view
+
+    notebook = nbformat.v4.new_notebook()
+    bomb = "<b><p>" * 3333
+    notebook.cells = [nbformat.v4.new_markdown_cell("Some words, *emphasis* and <b>bold</b>.")]
+    notebook.cells += [nbformat.v4.new_markdown_cell(bomb) for _ in range(800)]
+    answer = nbformat.v4.new_markdown_cell("My answer, <b>bold</b>.")
+    answer.metadata["nbgrader"] = {"grade_id": next(iter(ANSWER_TITLES)), "grade": True, "solution": True, "points": 2}
+    notebook.cells.append(answer)
+    reader_view(notebook)
+    reader_view(notebook)  # generate_feedback runs it again on the autograded notebook: fenced once
+    cleaned = []
+    original = nbgrader_feedback.MARKDOWN_CLEANER
+    nbgrader_feedback.MARKDOWN_CLEANER = type("Counting", (), {"clean": lambda self, text: cleaned.append(text) or text})()
+    try:
+        from types import SimpleNamespace
+
+        exporter = SimpleNamespace(parent=SimpleNamespace(markdown2html=lambda context, source: source))
+        shown = [CleanMarkdown.__call__(exporter, None, cell.source) for cell in notebook.cells]
+    finally:
+        nbgrader_feedback.MARKDOWN_CLEANER = original
+    assert len(cleaned) <= 1 + MOST_PAGE_TAGS // bomb.count("<") + 1  # the first cells, and the answer
+    assert notebook.cells[0].source.startswith("Some words") and cleaned[0].startswith("Some words")
+    assert cleaned[-1] == "My answer, <b>bold</b>."
+    assert all(text.startswith("<pre><code>&lt;b&gt;&lt;p&gt;") and "<b>" not in text for text in shown[2:-1])
+    assert not any(cell.source.startswith("~~~~") for cell in notebook.cells)
+
+
 def test_a_written_answer_takes_no_grade_s_id_nor_the_page_s_banners_nor_a_picture_from_elsewhere(course, tmp_path):
     """Formgrader binds each grade's inputs to the first element with the grade's id: an answer's
     markup must name none, or one click would score another cell."""
@@ -552,6 +588,10 @@ def test_a_students_folder_of_many_files_and_links_is_copied_only_within_its_bud
     big.write_bytes(b"\0" * (COPIED_BYTES // 4))
     for number in range(8):  # eight more names for the same 4 MiB: 36 MiB if each were copied
         (folder / f"link{number}.bin").hardlink_to(big)
+    # pages of the student's own, which generate_feedback would copy into the feedback it releases
+    (folder / "pages").mkdir()
+    for name in ("grades.html", "pages/x.HTM", "pages/pic.svg"):
+        (folder / name).write_text("<script>alert(1)</script>")
     done = _trusted(path, course["root"], course["env"])
     assert done.returncode == 0, done.stderr
     copied = path / "autograded" / "alice" / ASSIGNMENT
@@ -560,6 +600,7 @@ def test_a_students_folder_of_many_files_and_links_is_copied_only_within_its_bud
     assert not [item for item in own if item.name.startswith(("link", "big"))]  # every name of it is a link
     assert sum(item.stat().st_size for item in copied.rglob("*") if item.is_file()) < COPIED_BYTES
     assert (copied / NOTEBOOK).is_file() and (copied / "steps.json").is_file()
+    assert not (copied / "grades.html").exists() and not (copied / "pages").exists()
     assert re.search(r"alice: .*\d+ of the files beside the notebook not copied", done.stdout + done.stderr)
     assert sum(gradebook_scores(path)["alice"].values()) == MAX_SCORE
 

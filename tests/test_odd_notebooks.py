@@ -256,7 +256,7 @@ def test_the_nbgrader_listing_keeps_each_student_on_one_line_whatever_their_name
 
 
 def test_every_character_without_a_glyph_of_its_own_is_shown_escaped():
-    """Unicode's format characters (category Cf): `ada\u200b.py` must not read as `ada.py`, nor a
+    """Unicode's format and default-ignorable characters: `ada\u200b.py` must not read as `ada.py`, nor a
     mark reorder a line, in a listing, a CSV, the class report or the JSON results."""
     import sys
     import unicodedata
@@ -265,6 +265,12 @@ def test_every_character_without_a_glyph_of_its_own_is_shown_escaped():
 
     hidden = [chr(code) for code in range(sys.maxunicode + 1) if unicodedata.category(chr(code)) == "Cf"]
     assert len(hidden) > 150
+    # Unicode's other default-ignorable code points (DerivedCoreProperties.txt), drawn as nothing:
+    # the combining grapheme joiner, Hangul fillers, Khmer vowels inherent, Mongolian variation
+    # selectors, variation selectors and the plane-14 block
+    for first, last in ((0x34F, 0x34F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
+                        (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF)):
+        hidden += [chr(code) for code in range(first, last + 1)]
     for char in hidden:
         name = f"ada{char}.py"
         assert char not in printable(name, one_line=True) and char not in printable(name), hex(ord(char))
