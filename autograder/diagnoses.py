@@ -57,6 +57,10 @@ CODES: dict[str, Diagnosis] = dict([
        "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
     _d("timeout", "this step ran past its time limit (the other steps were still graded).",
        "Look for a loop that never ends, or work that grows far faster than the input."),
+    _d("time-budget", "your calls, one after another, took so long that the submission's time budget ran out "
+       "(the import's limit and twenty calls' limits in all), and this step's calls were not run.",
+       "Look for what makes every call slow (a sleep, a loop that waits, work that grows with the input): "
+       "each call of the chapter's computation takes well under a millisecond."),
     _d("exit-called", "your code called exit(), sys.exit() or os._exit(), which ends the program.",
        "Remove the call; return a value instead."),
     _d("crashed", "your code raised an exception, or its process died.",

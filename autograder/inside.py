@@ -66,6 +66,7 @@ import ctypes
 import fcntl
 import gc
 import json
+import math
 import os
 import select
 import sys
@@ -967,6 +968,7 @@ class Worker:
         self.pending, self.pending_bytes = [], 0
         self.checked = 0.0  # when the scratch folder's quota was last checked
         self.bell = None  # the worker's end of the running child's bell, until the child closes it
+        self.ends = math.inf  # when the running job's time budget runs out (monotonic)
 
     def emit(self, frame):
         self.pending.append(frame)
@@ -990,9 +992,14 @@ class Worker:
     def run_job(self, job):
         steps, tag, used = job["steps"], job["job"], [0]
         again = job.get("again")
+        budget = job["limits"].get("budget")
+        self.ends = time.monotonic() + (budget if type(budget) in (int, float) and budget > 0 else math.inf)
         if again is None:
             start = 0
             while start is not None and start < len(steps):
+                if time.monotonic() >= self.ends:
+                    self.out_of_budget(steps, start, len(steps), tag)
+                    break
                 start = self.run_child(job, start, tag, used)
         else:  # each step asked for again alone, in a child of its own: nothing one keeps reaches another
             for index, names in again:
@@ -1005,8 +1012,21 @@ class Worker:
                              replace=[name for name in names if type(name) is str])
                 start = min(indexes)
                 while start is not None and start <= max(indexes):
+                    if time.monotonic() >= self.ends:
+                        self.out_of_budget(alone["steps"], start, max(indexes) + 1, tag)
+                        break
                     start = self.run_child(alone, start, tag, used)
         self.emit(protocol.pack({"ev": "done", "job": tag}))
+        self.flush()
+
+    def out_of_budget(self, steps, start, stop, tag):
+        """Say of every step from `start` (up to `stop`) that holds calls that its first call was not
+        run: the job's time budget ran out (the rest of each step is then skipped, as after a call
+        that did not finish)."""
+        for step in range(start, stop):
+            if steps[step]:
+                self.emit(protocol.pack({"ev": "fault", "job": tag, "step": step, "call": 0, "kind": "budget",
+                                         "detail": None, "out": ""}))
         self.flush()
 
     def run_child(self, job, start, tag, used):
@@ -1110,7 +1130,7 @@ class Worker:
         limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
-        deadline = time.monotonic() + limits["import_timeout"]
+        deadline = min(time.monotonic() + limits["import_timeout"], self.ends)
         sent = None  # when the expected call's time began: its hand-over, or the last result
         handed = None  # (step, last call) of the calls the child holds
         while True:
@@ -1135,7 +1155,7 @@ class Worker:
                     raw = reader.pull()
                     clean, blob = _check_child_frame(*protocol.Reader.parse(raw), expected, used)
             except protocol.ProtocolError as exc:
-                return self.stop_child(exc, pid, expected, tag)
+                return self.stop_child(exc, pid, expected, tag, start)
             event = clean["ev"]
             if event == "result":  # passed on as they came
                 self.emit(raw)
@@ -1164,18 +1184,21 @@ class Worker:
                     return self.stop_child(exc, pid, expected, tag)
                 handed = (expected[0], expected[1] + count - 1)
             sent = time.monotonic()
-            deadline = sent + limits["call_timeout"] + TOLERANCE
+            deadline = min(sent + limits["call_timeout"] + TOLERANCE, self.ends)
             self.flush_some()  # while the child works on the call
 
-    def stop_child(self, exc, pid, expected, tag):
+    def stop_child(self, exc, pid, expected, tag, start=None):
         """End a child that broke the protocol or a bound, report why for the call it was on, and
-        return where a fresh child goes on (None: nowhere)."""
+        return where a fresh child goes on (None: nowhere). A child whose import the time budget cut
+        short goes on where it began (`start`): run_job then says of each step left that the budget
+        ran out."""
         # Killed first: a child that closed its end may yet live on (past its time), and
         # is never waited for. One that was exiting keeps the status it had: a process's
         # pipes close only after its exit status is set.
         _end(pid)
         # a child that closed its end has exited: how it did is the diagnosis
         kind, detail = (self.forks.ended(pid) if isinstance(exc, protocol.Closed) else
+                        ("budget", None) if isinstance(exc, protocol.TimedOut) and time.monotonic() >= self.ends else
                         ("timeout", None) if isinstance(exc, protocol.TimedOut) else
                         ("disk", protocol.reason(exc)) if isinstance(exc, OverQuota) else
                         ("protocol", protocol.reason(exc)))
@@ -1183,6 +1206,8 @@ class Worker:
         if expected == "end":
             self.flush()
             return None
+        if kind == "budget" and position[0] is None and start is not None:
+            return start
         self.emit(protocol.pack({"ev": "fault", "job": tag, "step": position[0], "call": position[1],
                                  "kind": kind, "detail": detail, "out": ""}))
         self.flush()

@@ -29,6 +29,9 @@ JOBS_PIPE = 256 << 10
 """Bytes asked for the channel to a worker: a job queued behind another takes at most half."""
 
 
+BUDGET_CALLS = 20
+
+
 @dataclass(frozen=True)
 class Limits:
     import_timeout: float = 10.0
@@ -39,6 +42,14 @@ class Limits:
     """Address-space cap of the submission's process, in bytes."""
     output: int = 2000
     """Characters of printed output kept per call; the rest is counted, not stored."""
+
+    @property
+    def budget(self) -> float:
+        """Seconds one run (a submission's calls, or the steps it has called again) may take in
+        all: the import's limit and twenty calls' limits. Each call alone may take up to its own
+        limit; a submission whose calls, one after another, each take nearly that long would
+        otherwise hold a worker for minutes. Past it, the steps not yet run are not run."""
+        return self.import_timeout + BUDGET_CALLS * self.call_timeout
 
 
 @dataclass
@@ -311,6 +322,7 @@ class Worker:
         job = next(_jobs)
         head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
                 "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,
+                           "budget": limits.budget,
                            "memory": limits.memory, "output": limits.output}}
         if again is not None:  # a step of the plan: both its parts, in one child
             head["again"] = [[_parts_of(prepared, index), list(names)] for index, names in again]
@@ -423,11 +435,12 @@ class Worker:
         output = protocol.text(obj, "out", optional=True) or ""
         if event == "fault":
             kind = obj.get("kind")
-            if kind not in ("timeout", "exit", "memory", "crashed", "protocol", "disk"):
+            if kind not in ("timeout", "budget", "exit", "memory", "crashed", "protocol", "disk"):
                 raise protocol.ProtocolError("a fault of unknown kind")
             if step is None:
                 if run.imported:  # imported again, in a fresh process after a fault, and never finished
                     run.reimport = {"timeout": "it ran past the time limit", "exit": "it called exit",
+                                    "budget": "the run's time budget ran out",
                                     "memory": "it ran out of memory"}.get(kind, f"its process died ({kind})")
                 run.import_fault = kind
             else:

@@ -99,6 +99,39 @@ def test_an_import_that_hangs_scores_zero_and_the_command_still_exits_zero(tmp_p
     assert "did not finish" in result["steps"][0]["feedback"]
 
 
+def test_calls_each_just_within_their_limit_share_one_budget_and_the_rest_of_the_class_is_graded(tmp_path):
+    """Every call sleeps just under its limit, and every fresh process sleeps at import: each alone
+    is allowed, but one after another they would hold a worker for minutes. The run's time budget
+    (the import's limit and twenty calls' limits) ends it: the steps it never reached say so, none
+    is called again, and the classmate beside it is graded as ever."""
+    from autograder.runner import BUDGET_CALLS, Limits
+
+    slow = reference_source().replace("import numpy as np\n", "import time\nimport numpy as np\ntime.sleep(2)\n", 1)
+    for name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "is_attention_weights", "head_facts"):
+        slow = slow.replace(f"def {name}(", f"def _{name}(", 1) + (
+            f"\n\ndef {name}(*args):\n    time.sleep(0.4)\n    return _{name}(*args)\n")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "slow.py").write_text(slow)
+    (folder / "honest.py").write_text(reference_source())
+    started = time.monotonic()
+    done = qkv_grade(str(folder), "--format", "json", "--seed", "11", "--timeout", "0.5", "--out", str(tmp_path / "out"))
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    results = {result["submission"].rsplit("/", 1)[-1]: result for result in json.loads(done.stdout)}
+    assert results["honest.py"]["score"] == 100.0
+    steps = steps_by_id(results["slow.py"])
+    budget = Limits(call_timeout=0.5).budget
+    assert budget == 10 + BUDGET_CALLS * 0.5
+    unreached = [sid for sid, step in steps.items() if "time-budget" in step["diagnoses"]]
+    assert len(unreached) >= 5, {sid: step["diagnoses"] for sid, step in steps.items()}
+    for sid in unreached:
+        assert steps[sid]["status"] == "timeout" and steps[sid]["carried_from"] is None
+        assert "time budget" in steps[sid]["feedback"]
+    # 116 calls of 0.4 s, and as many imports of 2 s as calls that ran past 0.5 s: minutes without it
+    assert seconds < 3 * budget, seconds
+
+
 def test_an_import_that_fails_scores_zero_with_the_error_and_line(tmp_path):
     result = grade_source(tmp_path, "import numpy as np\n\ndef scores(q, k)\n    return q\n")
     assert result["score"] == 0.0
