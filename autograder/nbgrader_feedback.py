@@ -274,7 +274,8 @@ class CleanMarkdown(LoggingConfigurable):
         fenced = FENCED.fullmatch(source)
         if fenced:  # text shown as it is (reader_view's, past a page's budget): no cleaner needed
             return f"<pre><code>{html.escape(source[len(fenced.group(1)) + 1:-len(fenced.group(1)) - 1])}</code></pre>"
-        if len(source) > MOST_MARKDOWN or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
+        if len(source) > MOST_MARKDOWN or source.count("<") > MOST_TAGS \
+                or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
             # nbconvert's search for maths starts again at every opener left unclosed: shown as text
             return f"<pre>{html.escape(source)}</pre>"
         return MARKDOWN_CLEANER.clean(self.parent.markdown2html(context, source))
@@ -301,6 +302,7 @@ def shown_as_text(source: str) -> str:
 # in the Jupyter server's only thread. A written answer is a few sentences.
 MOST_MARKDOWN = 20_000
 MOST_MATH = 100
+MOST_TAGS = 400  # nested thousands deep, a cell's tags cost the cleaner seconds to balance
 MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 
