@@ -181,7 +181,7 @@ def reader_view(notebook) -> dict[str, float]:
                 cell.metadata["qkv_title"] = ANSWER_TITLES[cell_grade_id(cell)]
             elif cell.cell_type == "markdown":
                 rendered[0] += len(cell.source)
-                rendered[1] += cell.source.count("<")
+                rendered[1] += _elements(cell.source)
                 if (rendered[0] > MOST_PAGE_MARKDOWN or rendered[1] > MOST_PAGE_TAGS) \
                         and not FENCED.fullmatch(cell.source):
                     cell.source = shown_as_text(cell.source)  # past the page's budget: its text, as it is
@@ -274,7 +274,7 @@ class CleanMarkdown(LoggingConfigurable):
         fenced = FENCED.fullmatch(source)
         if fenced:  # text shown as it is (reader_view's, past a page's budget): no cleaner needed
             return f"<pre><code>{html.escape(source[len(fenced.group(1)) + 1:-len(fenced.group(1)) - 1])}</code></pre>"
-        if len(source) > MOST_MARKDOWN or source.count("<") > MOST_TAGS \
+        if len(source) > MOST_MARKDOWN or _elements(source) > MOST_TAGS \
                 or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
             # nbconvert's search for maths starts again at every opener left unclosed: shown as text
             return f"<pre>{html.escape(source)}</pre>"
@@ -285,7 +285,7 @@ class CleanMarkdown(LoggingConfigurable):
 # each within MOST_MARKDOWN may still cost a tenth of a second or more (thousands of tags for the
 # cleaner to balance), and a notebook may hold hundreds.
 MOST_PAGE_MARKDOWN = 100_000
-MOST_PAGE_TAGS = 1_000
+MOST_PAGE_TAGS = 2_000  # tags and lines (_elements): the release's own markdown holds some 230
 
 
 FENCED = re.compile(r"(~{3,})\n.*\n\1", re.DOTALL)  # what shown_as_text makes (once is enough)
@@ -303,6 +303,13 @@ def shown_as_text(source: str) -> str:
 MOST_MARKDOWN = 20_000
 MOST_MATH = 100
 MOST_TAGS = 400  # nested thousands deep, a cell's tags cost the cleaner seconds to balance
+
+
+def _elements(source: str) -> int:
+    """How many elements a cell's markdown may make, at most about: its tags, and a heading or an
+    item per line (`#` lines alone make thousands of headings, each costing the renderer and the
+    cleaner as much as a tag)."""
+    return source.count("<") + source.count("\n")
 MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 

@@ -449,14 +449,15 @@ COPIED_BYTES = 16 << 20
 notebook needs none of them, and a folder of links to one large file would fill the disk."""
 
 
-# Files a browser runs as a page: never copied from a submission into autograded/, from where
-# `nbgrader generate_feedback` copies every file into the feedback folder it releases.
-PAGES = (".html", ".htm", ".xhtml", ".shtml", ".svg", ".mht", ".mhtml", ".xml")
+# What of a student's own files is copied into autograded/, from where `nbgrader generate_feedback`
+# copies every file into the feedback folder it releases: code, text, data and pictures. Not a page
+# a browser would run (.html, .xht, .svg, .atom and the rest), nor anything else unknown.
+COPIED_KINDS = (".py", ".txt", ".md", ".csv", ".tsv", ".json", ".npy", ".npz", ".png", ".jpg", ".jpeg", ".gif")
 
 
 def _copy_files(submitted: Path, source: Path, target: Path) -> int:
     """What autograde puts beside the notebook: the submission's files, then the source's; returns
-    how many of the student's files were left out. No page of the student's (PAGES) is copied.
+    how many of the student's files were left out. Only the student's files of COPIED_KINDS are copied.
 
     Only regular files are copied, each read without following a link; a linked file or folder
     is left behind (its target is never opened), and so are hidden folders, `__pycache__` and
@@ -471,8 +472,10 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
         for seen, (entry, parts, problem) in enumerate(walk(folder)):
             if problem or not entry.is_file(follow_symlinks=False) or entry.name.endswith(".ipynb"):
                 continue
-            if budgeted and entry.name.lower().endswith(PAGES):
-                left_out += 1  # a page of the student's making: generate_feedback would publish it beside theirs
+            if budgeted and not entry.name.lower().endswith(COPIED_KINDS):
+                # a page of the student's making, say, which generate_feedback would publish; a file
+                # the release ships (pytest.ini) is written from the source anyway
+                left_out += not os.path.lexists(source / Path(*parts))
                 continue
             if budgeted:
                 try:
@@ -535,7 +538,8 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     left_out = _copy_files(graded.path.parent, source, folder)
     if left_out:
         graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
-                        f"autograded/ (at most {COPIED_FILES} files and {COPIED_BYTES >> 20} MiB, no hard links)"]
+                        f"autograded/ (code, text, data and pictures only: at most {COPIED_FILES} files and "
+                        f"{COPIED_BYTES >> 20} MiB, no hard links)"]
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     for cell in notebook.cells:

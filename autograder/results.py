@@ -169,8 +169,11 @@ _FORMAT_RANGES = ((0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), 
 # And the rest of Unicode's default-ignorable code points, which a font draws as nothing though
 # they are no format characters: the combining grapheme joiner, the Hangul fillers, the variation
 # selectors (U+FE0F makes `ada\ufe0f.py` look like `ada.py` too), the tags' unassigned neighbours.
-_IGNORABLE_RANGES = ((0x34F, 0x34F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
-                     (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF))
+# Then every space but the plain one, which reads as one (`jo\u00a0li.py` as `jo li.py`).
+_IGNORABLE_RANGES = ((0x34F, 0x34F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2065, 0x2065),
+                     (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF),
+                     (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029), (0x202F, 0x202F),
+                     (0x205F, 0x205F), (0x3000, 0x3000))
 _INVISIBLE = frozenset(code for first, last in _FORMAT_RANGES + _IGNORABLE_RANGES for code in range(first, last + 1))
 
 

@@ -132,6 +132,23 @@ def test_calls_each_just_within_their_limit_share_one_budget_and_the_rest_of_the
     assert seconds < 3 * budget, seconds
 
 
+def test_a_slow_import_run_again_after_each_call_that_hangs_costs_the_other_steps_nothing(tmp_path):
+    """An honest module with a slow line at import (a notebook's exploration cell, say) and a
+    softmax that hangs on inputs other than the example's: every call that hangs ends its process,
+    and the fresh one runs the slow line again. Those imports are not charged to the budget (up to
+    what the first took), so the steps that never call softmax keep their points."""
+    source = reference_source().replace("import numpy as np\n", "import time\nimport numpy as np\ntime.sleep(3)\n", 1)
+    source = source.replace("    shifted = s - s.max(axis=-1, keepdims=True)",
+                            "    while s.shape[-1] != 3:\n        pass\n    shifted = s - s.max(axis=-1, keepdims=True)", 1)
+    result = grade_source(tmp_path, source, "attention_head.py", "--timeout", "0.3")
+    steps = steps_by_id(result)
+    assert not [sid for sid, step in steps.items() if "time-budget" in step["diagnoses"]], \
+        {sid: step["diagnoses"] for sid, step in steps.items()}
+    for sid in ("qkv", "scores", "scale", "mix", "ex2_row_normalization", "ex3_value_shift", "ex4_shapes"):
+        assert steps[sid]["status"] == "passed", (sid, steps[sid]["feedback"])
+    assert steps["softmax"]["status"] == "timeout"
+
+
 def test_an_import_that_fails_scores_zero_with_the_error_and_line(tmp_path):
     result = grade_source(tmp_path, "import numpy as np\n\ndef scores(q, k)\n    return q\n")
     assert result["score"] == 0.0

@@ -336,7 +336,9 @@ def test_a_second_run_adopts_no_pending_notebook_from_autograded_either(course, 
     path = tmp_path / "course"
     shutil.copytree(course["path"], path)
     planted = path / "autograded" / "mallory" / ASSIGNMENT / f".{NOTEBOOK}.qkv-pending"
-    assert planted.exists()  # autograde's copy step brought it
+    # nbgrader autograde's own copy step brings every file of the submission (the grader's copies
+    # only code, text, data and pictures): put it there as autograde would
+    planted.write_bytes((path / "submitted" / "mallory" / ASSIGNMENT / planted.name).read_bytes())
     before = gradebook_scores(path)
     done = _trusted(path, course["root"], course["env"])
     assert done.returncode == 0, done.stderr
@@ -406,7 +408,7 @@ def test_hidden_tests_are_cut_from_a_cell_line_by_line_as_the_pattern_would_and_
 def test_markdown_whose_maths_would_take_minutes_to_render_is_shown_as_text():
     from autograder.nbgrader_feedback import CleanMarkdown
 
-    for source in ("\\begin{a}" * 5000, "\\(" * 5000, "x" * 30_000, "<b><p>" * 3000):
+    for source in ("\\begin{a}" * 5000, "\\(" * 5000, "x" * 30_000, "<b><p>" * 3000, "#\n" * 5000):
         shown = CleanMarkdown.__call__(None, None, source + "<script>")  # never rendered: no exporter needed
         assert shown.startswith("<pre>") and "<script>" not in shown
 
@@ -590,7 +592,7 @@ def test_a_students_folder_of_many_files_and_links_is_copied_only_within_its_bud
         (folder / f"link{number}.bin").hardlink_to(big)
     # pages of the student's own, which generate_feedback would copy into the feedback it releases
     (folder / "pages").mkdir()
-    for name in ("grades.html", "pages/x.HTM", "pages/pic.svg"):
+    for name in ("grades.html", "pages/x.HTM", "pages/pic.svg", "pages/y.xht", "pages/feed.atom", "pages/z"):
         (folder / name).write_text("<script>alert(1)</script>")
     done = _trusted(path, course["root"], course["env"])
     assert done.returncode == 0, done.stderr

@@ -268,9 +268,12 @@ def test_every_character_without_a_glyph_of_its_own_is_shown_escaped():
     # Unicode's other default-ignorable code points (DerivedCoreProperties.txt), drawn as nothing:
     # the combining grapheme joiner, Hangul fillers, Khmer vowels inherent, Mongolian variation
     # selectors, variation selectors and the plane-14 block
-    for first, last in ((0x34F, 0x34F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
-                        (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF)):
+    for first, last in ((0x34F, 0x34F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2065, 0x2065),
+                        (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF)):
         hidden += [chr(code) for code in range(first, last + 1)]
+    # and every space but the plain one (category Zs, and the line and paragraph separators)
+    hidden += [chr(code) for code in range(sys.maxunicode + 1)
+               if unicodedata.category(chr(code)) in ("Zs", "Zl", "Zp") and code != 0x20]
     for char in hidden:
         name = f"ada{char}.py"
         assert char not in printable(name, one_line=True) and char not in printable(name), hex(ord(char))
