@@ -999,9 +999,6 @@ class Worker:
         if again is None:
             start = 0
             while start is not None and start < len(steps):
-                if time.monotonic() >= self.ends:
-                    self.out_of_budget(steps, start, len(steps), tag)
-                    break
                 start = self.run_child(job, start, tag, used)
         else:  # each step asked for again alone, in a child of its own: nothing one keeps reaches another
             for index, names in again:
@@ -1014,25 +1011,22 @@ class Worker:
                              replace=[name for name in names if type(name) is str])
                 start = min(indexes)
                 while start is not None and start <= max(indexes):
-                    if time.monotonic() >= self.ends:
-                        self.out_of_budget(alone["steps"], start, max(indexes) + 1, tag)
-                        break
                     start = self.run_child(alone, start, tag, used)
         self.emit(protocol.pack({"ev": "done", "job": tag}))
         self.flush()
 
-    def out_of_budget(self, steps, start, stop, tag):
-        """Say of every step from `start` (up to `stop`) that holds calls that its first call was not
-        run: the job's time budget ran out (the rest of each step is then skipped, as after a call
-        that did not finish)."""
-        for step in range(start, stop):
-            if steps[step]:
-                self.emit(protocol.pack({"ev": "fault", "job": tag, "step": step, "call": 0, "kind": "budget",
-                                         "detail": None, "out": ""}))
-        self.flush()
-
     def run_child(self, job, start, tag, used):
-        """Run the plan from step `start` in a fresh sealed child; returns where to go on, or None."""
+        """Run the plan from step `start` in a fresh sealed child; returns where to go on, or None.
+        Once the job's time budget has run out, no child: each step from `start` that holds calls
+        says its first call was not run (the rest of it is then skipped, as after a call that did
+        not finish)."""
+        if time.monotonic() >= self.ends:
+            for step in range(start, len(job["steps"])):
+                if job["steps"][step]:
+                    self.emit(protocol.pack({"ev": "fault", "job": tag, "step": step, "call": 0, "kind": "budget",
+                                             "detail": None, "out": ""}))
+            self.flush()
+            return None
         limits = job["limits"]
         calls = sum(len(step) for step in job["steps"][start:])
         scratch = _new_folder(self.scratch_root, "s")
@@ -1180,10 +1174,10 @@ class Worker:
                     self.first_import = took
                 else:
                     self.ends += min(took, credit)
-            if event == "imported" and not clean["ok"]:
-                _end(pid)
-                self.flush()
-                return None
+                if not clean["ok"]:
+                    _end(pid)
+                    self.flush()
+                    return None
             expected = _next_call(steps, (start, -1) if event == "imported" else expected)
             if expected is None:  # every call answered: the child has nothing more to do
                 _end(pid)
@@ -1204,7 +1198,7 @@ class Worker:
     def stop_child(self, exc, pid, expected, tag, start=None):
         """End a child that broke the protocol or a bound, report why for the call it was on, and
         return where a fresh child goes on (None: nowhere). A child whose import the time budget cut
-        short goes on where it began (`start`): run_job then says of each step left that the budget
+        short goes on where it began (`start`): run_child then says of each step left that the budget
         ran out."""
         # Killed first: a child that closed its end may yet live on (past its time), and
         # is never waited for. One that was exiting keeps the status it had: a process's

@@ -421,18 +421,17 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
     call = case.calls[call_index]
     if outcome is None:
         return _CallVerdict(False, "skipped", "not run: an earlier call in this step did not finish")
+    if outcome.fault == "budget":
+        return _CallVerdict(False, "fault", "The call was not run: the calls before it had used up the "
+                            "submission's time budget.", ["time-budget"])
     if outcome.fault:
-        code = {"timeout": "timeout", "budget": "time-budget", "exit": "exit-called",
-                "memory": "memory-limit"}.get(outcome.fault, "crashed")
+        code = {"timeout": "timeout", "exit": "exit-called", "memory": "memory-limit"}.get(outcome.fault, "crashed")
         detail = {"timeout": "it ran past the time limit", "exit": "it called exit",
                   "memory": "it ran out of memory",
                   "protocol": f"its process sent the grader something that is not a result ({outcome.detail})",
                   "lost": str(outcome.detail),
                   "disk": f"its scratch folder outgrew its quota ({outcome.detail})",
                   }.get(outcome.fault, f"its process died ({outcome.detail})")
-        if outcome.fault == "budget":
-            return _CallVerdict(False, "fault", "The call was not run: the calls before it had used up the "
-                                "submission's time budget.", [code])
         return _CallVerdict(False, "fault", f"The call did not finish: {detail}.", [code])
     if outcome.raised:
         kind = outcome.raised.get("type", "Exception")

@@ -174,7 +174,7 @@ def reader_view(notebook) -> dict[str, float]:
     found (nbgrader's reading of each check cell) before taking the scores out."""
     scores = {}
     forget_reader_marks(notebook)
-    rendered = [0, 0]  # characters and tags of the markdown cells rendered so far, answers aside
+    rendered = [0, 0]  # characters, and tags and lines, of the markdown rendered so far, answers aside
     for cell in notebook.cells:
         if cell.cell_type != "code":
             if cell_grade_id(cell) in ANSWER_TITLES:
@@ -302,7 +302,8 @@ def shown_as_text(source: str) -> str:
 # in the Jupyter server's only thread. A written answer is a few sentences.
 MOST_MARKDOWN = 20_000
 MOST_MATH = 100
-MOST_TAGS = 400  # nested thousands deep, a cell's tags cost the cleaner seconds to balance
+MOST_TAGS = 400  # tags and lines (_elements): nested thousands deep, tags cost the cleaner seconds
+MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 
 def _elements(source: str) -> int:
@@ -310,7 +311,6 @@ def _elements(source: str) -> int:
     item per line (`#` lines alone make thousands of headings, each costing the renderer and the
     cleaner as much as a tag)."""
     return source.count("<") + source.count("\n")
-MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 
 class FeedbackExporter(HTMLExporter):

@@ -440,7 +440,6 @@ class Worker:
             if step is None:
                 if run.imported:  # imported again, in a fresh process after a fault, and never finished
                     run.reimport = {"timeout": "it ran past the time limit", "exit": "it called exit",
-                                    "budget": "the run's time budget ran out",
                                     "memory": "it ran out of memory"}.get(kind, f"its process died ({kind})")
                 run.import_fault = kind
             else:
