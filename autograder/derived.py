@@ -248,6 +248,9 @@ OPS: dict[str, tuple[Callable, str]] = {
     "stack": (lambda a, p: np.stack(a), "np.stack([{all}])"),
     # a sum written as a loop that assigns (`=`) where it should add (`+=`): only its last term is left
     "lastterm": (lambda a, p: a[0][..., -1:] @ a[1][..., -1:, :], "{0}[..., -1:] @ {1}[..., -1:, :]"),
+    # a sum written as a loop whose range is one short: its last term, or its first, left out
+    "droplast": (lambda a, p: a[0][..., :-1] @ a[1][..., :-1, :], "{0}[..., :-1] @ {1}[..., :-1, :]"),
+    "dropfirst": (lambda a, p: a[0][..., 1:] @ a[1][..., 1:, :], "{0}[..., 1:] @ {1}[..., 1:, :]"),
     # a mask that bars each position from itself (the diagonal), where none belongs
     "nodiag": (lambda a, p: np.where(np.eye(np.shape(a[0])[-2], np.shape(a[0])[-1], dtype=bool), -np.inf, a[0]),
                "np.where(np.eye(T, dtype=bool), -np.inf, {0})"),
@@ -957,6 +960,13 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 f"(`=`) where it should add (`+=`)", "op:matmul->lastterm",
                 look=f"Find the loop (or the line) of `{fn}` that computes {WORDS.get(name, name)}, and check that "
                      f"it adds every term rather than overwriting the last.")
+            for short, which, loop in (("droplast", "last", "range(n - 1)"), ("dropfirst", "first", "range(1, n)")):
+                new = (name, short, args, params)
+                add(i, before + [new] + after, _line(new),
+                    f"the sum inside `{_line(stage)}` left out its {which} term, as a loop over `{loop}` does "
+                    f"where it should run over all n terms (`range(n)`)", f"op:matmul->{short}",
+                    look=f"Find the loop (or the slice) of `{fn}` that computes {WORDS.get(name, name)}, and check "
+                         f"that it runs over every term, the {which} included.")
         if name in ("d", "s") and kinds.get(name) == "array":  # the scores, before the softmax
             first = (name + "'", op, args, params)
             masked = (name, "nodiag", (name + "'",), {})

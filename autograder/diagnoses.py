@@ -55,6 +55,12 @@ CODES: dict[str, Diagnosis] = dict([
        "slice assignment on an argument."),
     _d("low-precision", "your numbers have the right structure but float32-sized errors (about 1e-7).",
        "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
+    _d("slightly-off", "your numbers are near the expected ones (within about one part in 10 000) but not "
+       "equal to them: something on the way moves them a little, such as a small constant (an epsilon) added "
+       "to a divisor or a total, a constant typed in rounded (1.414 for √2), a value rounded part-way, or an "
+       "approximation.",
+       "Compute each quantity as the chapter writes it, with no epsilon, rounded constant, rounding or "
+       "approximation on the way; the differences shown above say how far off the numbers are."),
     _d("timeout", "this step ran past its time limit (the other steps were still graded).",
        "Look for a loop that never ends, or work that grows far faster than the input."),
     _d("time-budget", "your calls, one after another, took so long that the submission's time budget ran out "
@@ -142,15 +148,16 @@ CODES: dict[str, Diagnosis] = dict([
     _d("output-shape-d_k", "you gave the output the query/key width; each output row is a mixture of value "
        "rows, so its width is d_v.",
        "The output is [T, d_v].", "§15.4"),
-    _d("batch-axes-mixed", "your head runs on one sequence but goes wrong on a [B, T, d_in] batch: something in "
-       "it does not carry the batch axis through. It may be an axis found by counting from the front "
-       "(`.T`, `shape[1]`, `axis=1`, a stack or reshape along one), which a leading batch axis moves; or the "
-       "examples treated as one, or one example's result kept for the whole batch (each example must be "
-       "computed, and returned, on its own, as if it were alone).",
+    _d("batch-axes-mixed", "your code runs on one sequence but goes wrong on a batch, whose leading axis B "
+       "comes before the sequence's own axes: something in it does not carry the batch axis through. It may "
+       "be an axis found by counting from the front (`.T`, `shape[1]`, `axis=1`, a stack or reshape along "
+       "one), which a leading batch axis moves; `np.dot`, which on a batch pairs every example with every "
+       "other; or the examples treated as one, or one example's result kept for the whole batch (each "
+       "example must be computed, and returned, on its own, as if it were alone).",
        "Count axes from the end, so the batch axis never moves them: `np.swapaxes(k, -1, -2)` rather than "
-       "`.T` (which reverses all three axes), `shape[-1]`, `axis=-1` in the softmax, and no reshape or stack "
-       "that merges the batch into the positions. If you loop over the examples, keep every example's "
-       "output and weights.", "§15.4"),
+       "`.T` (which reverses all three axes), `shape[-1]`, `axis=-1` in the softmax, `@` rather than "
+       "`np.dot`, and no reshape or stack that merges the batch into the positions. If you loop over the "
+       "examples, keep every example's output and weights.", "§15.4"),
     # The exercises.
     _d("zero-output", "a zero query still mixes the values: every score is 0, so the weights are equal and "
        "the output is the mean of the value rows, not zero.",

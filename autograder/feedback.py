@@ -140,10 +140,13 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     steps = ", ".join(f"`{name}`" for name in sources)
     plural = "s" if len(sources) > 1 else ""
     named = ", ".join(code for code in codes if code != "not-implemented")
-    # Several failing steps were replaced together: the numbers show that they account for this
-    # step's, not which of them does.
+    # Several failing steps replaced together, called again: the step passes with all of them
+    # replaced at once; that shows they account for its numbers together, not that each of them
+    # does (one may fail only on what this step never hands it, a read-only argument say): so "one or
+    # more". A model of the named mistakes, composed, reproduces them all.
     cause = (f"your {steps} step{plural}, not written yet" if unwritten else
-             f"the mistakes in the failing steps it builds on, your {steps} steps" if plural else
+             f"the mistakes in the failing steps it builds on, your {steps} steps" if plural and replaced is None else
+             f"one or more of the failing steps it builds on, your {steps} steps" if plural else
              f"the mistake in your {steps} step")
     cause += f" ({named})" if named and not unwritten else ""
     if replaced is None:

@@ -30,7 +30,7 @@ from inprocess import Graded
 
 # Codes read from the look of the values or from the runner, not from a model.
 PROBES = {"not-implemented", "wrong-shape", "non-finite", "hard-coded", "mutates-input", "timeout", "exit-called",
-          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision"}
+          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision", "slightly-off"}
 
 
 def _calls(graded, step_id):
@@ -287,6 +287,27 @@ def _check_low_precision(graded, step_id, result):
                        if isinstance(part, np.ndarray)), f"{step_id}: low-precision said of errors beyond float32"
 
 
+def _check_slightly_off(graded, step_id, result):
+    """Near every expected number: every wrong value lies within 1e-4 of the reference's, no call raised."""
+    if "slightly-off" not in result.diagnoses or result.carried_from:
+        return
+    for call, kind, value in _failing(graded, step_id):
+        assert kind == "value", f"{step_id}: slightly-off said where a call raised or returned another type"
+        want = _reference(call.fn, call)
+        assert all(np.allclose(value[n], part, rtol=1e-4, atol=1e-6) for n, part in want.items()
+                   if isinstance(part, np.ndarray)), f"{step_id}: slightly-off said of numbers far from the reference's"
+
+
+def _check_batch_allowed(graded, step_id, result):
+    """`batch-axes-mixed` on a step of its own (not the batch step): right on every case without a
+    batch axis, wrong only on cases with one."""
+    if "batch-axes-mixed" not in result.diagnoses or result.carried_from or step_id == "batch":
+        return
+    failing = _failing(graded, step_id)
+    assert failing and all(any(np.ndim(arg) > 2 for arg in call.args) for call, _, _ in failing), \
+        f"{step_id}: batch-axes-mixed said where a call without a batch axis fails"
+
+
 def _check_batch(graded, result):
     if "batch-axes-mixed" in result.diagnoses:
         assert not any(outcome.raised for outcome in graded.outcomes["head"]), \
@@ -358,6 +379,8 @@ def check(graded: Graded) -> None:
         _check_crash_advice(graded, step.id, result.feedback)
         _check_nonfinite(graded, step.id, result)
         _check_low_precision(graded, step.id, result)
+        _check_slightly_off(graded, step.id, result)
+        _check_batch_allowed(graded, step.id, result)
         _check_carried(graded, result)
         _check_weight_claims(graded, step.id, result)
         _check_value_claims(graded, step.id, result)

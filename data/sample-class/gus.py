@@ -1,4 +1,4 @@
-"""Gus's submission: an accidental infinite loop in mix, so every step that mixes values times out (timeout); his softmax loops over one matrix only, so a batch of them raises (crashed)."""
+"""Gus's submission: an accidental infinite loop in mix, so every step that mixes values times out (timeout); his softmax loops over one matrix only, so a batch of them raises (batch-axes-mixed)."""
 import math
 
 import numpy as np

@@ -50,6 +50,8 @@ MISTAKES: dict[str, Submission] = {
     "scale_floor_division": _one(SCALE_LINE, "s = d // np.sqrt(d_k)", SCALE_ON, "integer-division"),
     "scale_by_len": _one(SCALE_LINE, "s = d / np.sqrt(len(d))", SCALE_ON, "scaled-by-positions"),
     "scale_by_float_d_k": _one(SCALE_LINE, "s = d / float(d_k)", SCALE_ON, "scaled-by-d_k"),
+    "scale_epsilon_under_the_root": _one(SCALE_LINE, "s = d / np.sqrt(d_k + 1e-8)",
+                                         ("scale", "head", "batch", "ex5_intervention"), "slightly-off"),
     "attention_d_k_from_rows": _one("d_k = q.shape[-1]", "d_k = k.shape[0]", ATTENTION_ON, "scaled-by-positions"),
     # -- §15.3: the softmax ------------------------------------------------------------------
     "softmax_global_max": _one(SOFTMAX_MAX, "shifted = s - np.max(s)", ("softmax", "attention", "head"),
@@ -57,6 +59,8 @@ MISTAKES: dict[str, Submission] = {
     "softmax_epsilon": _one(SOFTMAX_SUM, "a = e / (e.sum(axis=-1, keepdims=True) + 1e-6)",
                             SOFTMAX_ON + ("ex1_zero_query",), "softmax-epsilon"),
     "softmax_no_keepdims": _one(SOFTMAX_SUM, "a = e / e.sum(axis=-1)", SOFTMAX_ON, "missing-keepdims"),
+    "softmax_transposed_division": _one(SOFTMAX_SUM, "a = (e.T / e.sum(axis=-1)).T  # rows, by broadcasting",
+                                        ("softmax", "batch"), "batch-axes-mixed"),
     "softmax_one_hot": _one(SOFTMAX_SUM, "a = (s == s.max(axis=-1, keepdims=True)).astype(float)",
                             SOFTMAX_ON + ("ex1_zero_query",), "one-hot-weights"),
     "softmax_sum_axis_0": _one(SOFTMAX_SUM, "a = e / e.sum(axis=0)", SOFTMAX_ON, "column-normalized"),
@@ -81,6 +85,11 @@ MISTAKES: dict[str, Submission] = {
     "mix_values_transposed_first": _one(MIX_LINE, "o = v.T @ a  #", MIX_ON, "wrong-mix-order"),
     "mix_result_transposed": _one(MIX_LINE, "o = (a @ v).T  #", MIX_ON, "transposed-result"),
     "mix_elementwise": _one(MIX_LINE, "o = a * v  #", MIX_ON, "elementwise-product"),
+    "mix_loop_one_short": _one("    o = a @ v  # [T, T] @ [T, d_v] -> [T, d_v]: sums over contributing positions\n",
+                               "    o = np.zeros(a.shape[:-1] + (v.shape[-1],))\n"
+                               "    for j in range(a.shape[-1] - 1):  # each contributing position\n"
+                               "        o += a[..., :, j:j + 1] * v[..., j:j + 1, :]\n",
+                               MIX_ON, "derived-mix-o-op-matmul-to-droplast"),
     "attention_rounded": _one("    return o, a\n", "    return np.round(o, 4), np.round(a, 4)\n", ATTENTION_ON,
                               "rounded-result"),
     "attention_returns_scores": _one(ATTENTION_BODY, "    s = scale(scores(q, k), d_k)\n    a = softmax_rows(s)\n"
