@@ -1479,7 +1479,15 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     if step.id == "batch" and "head" in earlier and earlier["head"].status == "passed":
         # The same function works on one sequence, so only the batch axis can be at fault; but a
         # batch's results returned in another form (a list of pairs, say) is what wrong-type says.
-        return _Findings(codes + (["batch-axes-mixed"] if any(flat[i].kind != "wrong-type" for i in wrong) else []))
+        found = _Findings(codes + (["batch-axes-mixed"] if any(flat[i].kind != "wrong-type" for i in wrong) else []))
+        missing = _examples_left_out([flat[i] for i in wrong], [want for case in expected for want in case], wrong)
+        if missing and "batch-axes-mixed" in found.codes:
+            short = "range(B - 1)" if missing == "last" else "range(1, B)"
+            found.looks["batch-axes-mixed"] = (
+                f"Your results hold every example of the batch but the {missing}, each of them right: a loop over "
+                f"the examples one short (`{short}`, where it should be `range(B)`), or a slice that leaves "
+                f"one out. Keep every example's output and weights.")
+        return found
     if (step.id == "batch" and wrong and all(flat[i].kind == "raised" for i in wrong) and "head" in earlier
             and earlier["head"].status in ("failed", "partial")
             # the head raised on no call of its own (a model may explain an exception it raised)
@@ -1550,6 +1558,28 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
     return found
+
+
+def _examples_left_out(verdicts: list[_CallVerdict], wants: list[dict], indexes: list[int]) -> str | None:
+    """"first" or "last" when every wrong batch result is the reference's with that one example left
+    out (each remaining example right), the same one on every call; else None."""
+    which = set()
+    for verdict, i in zip(verdicts, indexes):
+        if verdict.kind != "mismatch" or not verdict.actual:
+            return None
+        for name, want in wants[i].items():
+            got = verdict.actual.get(name)
+            if not (isinstance(got, np.ndarray) and isinstance(want, np.ndarray) and want.ndim == got.ndim
+                    and got.shape[1:] == want.shape[1:] and got.shape[0] == want.shape[0] - 1):
+                return None
+            ends = {end for end, kept in (("last", want[:-1]), ("first", want[1:]))
+                    if allclose(got, kept, RTOL, ATOL, keep=False)}
+            if not ends:
+                return None
+            which = ends if not which else which & ends
+            if not which:
+                return None
+    return "last" if "last" in which else "first" if which else None
 
 
 # The steps whose function's contract allows a leading batch axis (softmax_rows: s [..., T, T]). The

@@ -103,6 +103,12 @@ MISTAKES: dict[str, Submission] = {
     "batch_only_first_example": _one(HEAD_RETURN, "    if x.ndim == 3:\n"
                                      "        return self_attention_head(x[0], w_q, w_k, w_v)\n" + HEAD_RETURN,
                                      "batch", "batch-axes-mixed"),
+    "batch_loop_one_short": _one(HEAD_RETURN, "    if x.ndim == 3:\n        outs, weights = [], []\n"
+                                 "        for b in range(x.shape[0] - 1):\n"
+                                 "            o, a = self_attention_head(x[b], w_q, w_k, w_v)\n"
+                                 "            outs.append(o)\n            weights.append(a)\n"
+                                 "        return np.stack(outs), np.stack(weights)\n" + HEAD_RETURN,
+                                 "batch", "batch-axes-mixed"),
     # -- two slips at once -------------------------------------------------------------------
     "scale_d_k_and_columns": Submission(((SCALE_LINE, "s = d / d_k"),
                                          (SOFTMAX_SUM, "a = e / e.sum(axis=0, keepdims=True)")),
