@@ -10,8 +10,11 @@ checks out and it keeps its points, carried from the earlier step; if not, or if
 raises, runs out of time or dies, it is graded on its own cases as before.
 
 Only a step that fails, and that builds on a failing earlier step, is called again; never with its
-own function replaced. Steps are judged in dependency order, so an earlier step's status and
-whether its credit was carried are known when a later step's are decided.
+own function replaced. What a step builds on is what the chapter's solution of it calls
+(`Step.uses`) and, for an exercise, every step of the head, since a student's may call more (an
+exercise that mixes with its own `mix`): the second call shows whether it did. Steps are judged in
+dependency order, so an earlier step's status and whether its credit was carried are known when a
+later step's are decided.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
     found = []
     for number, step in enumerate(STEPS):
         result = by_id.get(step.id)
-        if result is None or result.status == "passed" or result.carried_from or not step.uses \
+        if result is None or result.status == "passed" or result.carried_from \
                 or "time-budget" in result.diagnoses:  # never run: nothing to verify
             continue
         names = _replaced(step, _failing(step, result, by_id, run.outcomes[number]))
@@ -51,7 +54,7 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         result = by_id[step.id]
         if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
             continue
-        replaced = [used for used in judge._all_uses(step) if by_id[used].status != "passed"
+        replaced = [used for used in _may_use(step) if by_id[used].status != "passed"
                     and set(BY_ID[used].functions) & set(names)]
         wrong = [used for used in replaced if by_id[used].carried_from is None]  # mistakes of their own
         first = judge._first_causes(wrong)
@@ -79,7 +82,23 @@ def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outco
         # The NotImplementedError came from an earlier step; the other failing steps it builds on
         # would raise theirs next (every one left as `pass` or as the stub alike): all are replaced.
         failing = judge._failing_uses(step, "failed", set(), by_id)
+    if result.status != "not_implemented":
+        # and the other steps of the head an exercise may call, whose own work does not check out
+        # (one carried forward from an earlier step runs right once that step's function is replaced)
+        failing += [used for used in _may_use(step) if used not in failing and used in by_id
+                    and by_id[used].status != "passed" and not by_id[used].carried_from]
     return failing
+
+
+def _may_use(step: Step) -> list[str]:
+    """The earlier steps a student's solution of `step` may call: those the chapter's calls, and for
+    an exercise every step of the head too, whose functions the chapter can stand in for
+    (inside.CHAPTER_NAMES); the head's own steps call what the chapter's do."""
+    chapter = judge._all_uses(step)
+    head = judge._all_uses(BY_ID["head"]) + ["head"]
+    if step.id in head or step.id == "batch":
+        return chapter
+    return chapter + [used for used in head if used not in chapter]
 
 
 def _replaced(step: Step, failing: list[str]) -> list[str]:

@@ -164,8 +164,9 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
 def _root_line(names: list[str], state: str, verb: str) -> str:
     quoted = ", ".join(f"`{name}`" for name in names)
     if len(names) > 1:
-        return f"Your {quoted} steps are {state}; this step uses them, so {verb} those first."
-    return f"Your {quoted} step is {state}; this step uses it, so {verb} that first."
+        return (f"Your {quoted} steps are {state}; the chapter's solution of this step builds on them, so {verb} "
+                f"those first.")
+    return f"Your {quoted} step is {state}; the chapter's solution of this step builds on it, so {verb} that first."
 
 
 def raised_text(kind: str, message: str, where: str | None) -> str:

@@ -225,7 +225,7 @@ def test_run_all_with_one_mistake_names_it_without_our_frames_and_draws_a_truthf
     assert softmax.startswith("✗ softmax")
     words = " ".join(softmax.split())  # the message is wrapped to fit Validate's report
     assert "what a known mistake does" in words and "normalize each row" in words
-    assert outputs["attention"].startswith("✗ attention builds on softmax: fix that first.")
+    assert outputs["attention"].startswith("✗ attention, as the chapter solves it, builds on softmax: fix that first.")
     assert not [frame for text in outputs.values() for frame in OUR_FRAMES if frame in text]
     assert _unclipped(page, ".jp-OutputArea-output") == []
     # The weights are column-normalized, so the title must not call them row-stochastic.

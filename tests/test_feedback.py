@@ -216,7 +216,7 @@ def test_a_composite_step_whose_earlier_step_is_wrong_says_so_first():
             assert step["carried_from"] in built_on and len(step["feedback"].splitlines()) <= 3, (name, step["id"])
             assert f"`{step['carried_from']}`" in step["feedback"], (name, step["id"])
         elif built_on and step["status"] != "not_implemented":
-            assert first.startswith("Your `") and "this step uses" in first, (name, step["id"], first)
+            assert first.startswith("Your `") and "solution of this step builds on" in first, (name, step["id"], first)
         elif not built_on:
             assert not first.startswith("Your `"), (name, step["id"], first)
 
@@ -262,7 +262,7 @@ def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example(
             outcome = checks.run_step(step["id"], namespace)
             if outcome.status == "passed":
                 continue  # the self-check's calls differ from the grader's here (batch: X and 2X)
-            if f"{step['id']} builds on " in outcome.message:
+            if f"{step['id']}, as the chapter solves it, builds on " in outcome.message:
                 continue  # what the step shows may be the earlier step's mistake: nothing is named
             compared += 1
             message = outcome.message
@@ -274,6 +274,23 @@ def test_the_self_check_names_every_slip_the_hidden_grader_names_on_the_example(
             assert explanation in message, (name, step["id"])
     assert compared > 50
     assert missed == [], "\n".join(map(str, missed))
+
+
+def test_the_self_check_names_nothing_on_an_exercise_while_a_step_of_the_head_fails():
+    """The exercise mixes with the student's own (averaging) `mix`: the hidden graders carry that
+    mistake forward to it, and the self-check, which cannot call the chapter's `mix` in its place,
+    names no mistake on the exercise and points at `mix`."""
+    from submissions.realistic import MISTAKES
+
+    checks = _public_checks()
+    namespace = {"__name__": "attention_head"}
+    exec(compile(MISTAKES["mix_averaged_and_used_in_exercise_3"].text(), "mix_averaged.py", "exec"), namespace)
+    outcome = checks.run_step("ex3_value_shift", namespace)
+    assert outcome.status == "failed"
+    assert "Your mix check fails too: if your code for ex3_value_shift calls it, fix that first." in outcome.message
+    assert "[derived-" not in outcome.message and "one of:" not in outcome.message
+    namespace["mix"] = lambda a, v: a @ v  # the exercise's own work is right
+    assert checks.run_step("ex3_value_shift", namespace).status == "passed"
 
 
 _SPECIAL = [0.0, 1.0, -2.5, 1.0 + 1e-10, 1.1, np.inf, -np.inf, np.nan]

@@ -381,13 +381,13 @@ def test_a_column_normalized_softmax_fails_with_the_call_the_expected_weights_an
     assert re.search(r"mismatched elements: \d / 9", message)  # numpy's manner: how many differ
     assert "shape (3, 3)" in message.splitlines()[1]  # and the shape first
     assert run.steps()["scores"][0] == "passed"
-    assert re.search(r"attention .*it builds on softmax", run.summary)
+    assert re.search(r"attention .*the chapter's solution builds on softmax", run.summary)
     # The mistake is named as the hidden grader names it, in the same words; attention, built on
     # the failing softmax, names nothing and says to fix that first, in one line.
     named = "\n".join(feedback.diagnosis_lines(["column-normalized"], BY_ID["softmax"]))
     assert named in message
     attention = run.steps()["attention"][1]
-    assert attention.startswith("attention builds on softmax: fix that first.\n")
+    assert attention.startswith("attention, as the chapter solves it, builds on softmax: fix that first.\n")
     assert "[column-normalized]" not in attention and "known mistake" not in attention
 
 

@@ -87,7 +87,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 earlier = [use for use in failing
                            if not set(public_checks._all_uses(use)) & set(failing)]
                 if earlier:
-                    line += f" (it builds on {', '.join(earlier)}: fix that first)"
+                    line += f" (the chapter's solution builds on {', '.join(earlier)}: fix that first)"
                 write(line)
     if empty:
         write(f"Written answers still empty: {empty}")

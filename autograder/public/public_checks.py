@@ -551,9 +551,9 @@ def run_step(step_id: str, namespace: dict) -> Outcome:
                        f"{step_id}: not implemented yet: {problem}\n{reread}")
     earlier = _failing_earlier_steps(step, namespace)
     if earlier:
-        return Outcome(step_id, problem.status, f"{step_id} builds on {', '.join(earlier)}: fix that "
-                                                f"first.\n{step_id}: {problem}\n{reread}")
-    off = _off_elsewhere(step, namespace)
+        return Outcome(step_id, problem.status, f"{step_id}, as the chapter solves it, builds on "
+                                                f"{', '.join(earlier)}: fix that first.\n{step_id}: {problem}\n{reread}")
+    off = _off_elsewhere(step, namespace) or _head_step_failing(step, namespace)
     if off:
         return Outcome(step_id, problem.status, f"{step_id}: {problem}\n{off}\n{reread}")
     named = _named_mistake(step_id, namespace)
@@ -586,6 +586,27 @@ def _failing_earlier_steps(step: Step, namespace: dict) -> list[str]:
     return [used for used in failing if not set(_all_uses(used)) & set(failing)]
 
 
+def _head_step_failing(step: Step, namespace: dict) -> str:
+    """For an exercise: a sentence on the steps of the head whose checks fail, or "".
+
+    An exercise's code may call the head's functions, though the chapter's does not (a shifted
+    output mixed with the student's own `mix`). The hidden graders then call the exercise again with
+    the chapter's functions in their place, and where that passes, carry the mistake forward from
+    the head's step rather than name one here. The self-check cannot call the chapter's functions,
+    so where one of those steps fails it names no mistake here either."""
+    head = _all_uses("head") + ["head"]
+    if step.id in head or step.id == "batch":
+        return ""
+    failing = [used for used in head if used not in _all_uses(step.id) and _problem(used, namespace) is not None]
+    failing = [used for used in failing if not set(_all_uses(used)) & set(failing)]  # where to start fixing
+    if not failing:
+        return ""
+    return (f"Your {', '.join(failing)} check{'s fail' if len(failing) > 1 else ' fails'} too: if your code "
+            f"for {step.id} calls {'them' if len(failing) > 1 else 'it'}, fix {'those' if len(failing) > 1 else 'that'} "
+            f"first. Until then this check names no mistake here: the hidden graders may carry the mistake "
+            f"forward from there.")
+
+
 BATCHED = frozenset({"softmax_rows", "self_attention_head"})
 """The functions whose docstrings accept a batch ([..., T, T], [B, T, d_in]); the others take 2-D
 arrays, and the hidden graders call them with nothing else in their own steps."""
@@ -610,8 +631,9 @@ def _off_elsewhere(step: Step, namespace: dict) -> str:
                 continue
             shapes = ", ".join(str(tuple(np.shape(arg["array"]))) for arg in call["args"]
                                if isinstance(arg, dict) and "array" in arg)
-            return (f"{step.id} builds on {call['function']}, which passes its own check on the chapter's "
-                    f"example but not on a further public example (arrays of shapes {shapes}); fix that first. "
+            return (f"{step.id}, as the chapter solves it, builds on {call['function']}, which passes its own "
+                    f"check on the chapter's example but not on a further public example (arrays of shapes "
+                    f"{shapes}); fix that first. "
                     f"Until then this check names no mistake here: the hidden graders, seeing it fail, may "
                     f"name none either.")
     return ""

@@ -109,6 +109,11 @@ MISTAKES: dict[str, Submission] = {
                                  "            outs.append(o)\n            weights.append(a)\n"
                                  "        return np.stack(outs), np.stack(weights)\n" + HEAD_RETURN,
                                  "batch", "batch-axes-mixed"),
+    # an exercise that mixes with the student's own `mix`, which averages: told, and charged, once
+    "mix_averaged_and_used_in_exercise_3": Submission(
+        ((MIX_LINE, "o = a @ v / v.shape[-2]  #"),
+         ("    return a @ v_new  # [T, T] @ [T, d_v] -> [T, d_v]\n", "    return mix(a, v_new)\n")),
+        {step: ["derived-mix-o-insert-per_row"] for step in MIX_ON + ("ex3_value_shift",)}),
     # -- two slips at once -------------------------------------------------------------------
     "scale_d_k_and_columns": Submission(((SCALE_LINE, "s = d / d_k"),
                                          (SOFTMAX_SUM, "a = e / e.sum(axis=0, keepdims=True)")),
