@@ -123,7 +123,7 @@ CODES: dict[str, Diagnosis] = dict([
        "Sum along the last axis with `keepdims=True`, not over every element.", "§15.3"),
     _d("unstable-softmax", "your softmax overflows when the scores are in the thousands: without each row's "
        "maximum subtracted, `np.exp` gives infinity for large scores and 0 for very negative ones, which "
-       "leaves NaN, infinity or zero weights.",
+       "leaves NaN, infinity or zero weights (and Python's `math.exp` raises OverflowError).",
        "Subtract each row's maximum before `np.exp` (in a log-sum-exp too): the weights stay the same and no "
        "exponent is above 0.",
        "§15.3"),

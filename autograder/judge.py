@@ -539,7 +539,9 @@ _EFFECTS: dict[tuple[int, int], tuple[dict, dict, float]] = {}
 
 
 def _effect(model: dict, want: dict) -> float:
-    """How far a model's value departs from the reference's: the largest finite difference.
+    """How far a model's value departs from the reference's: the largest finite difference, or
+    infinity where the model is NaN or infinite and the reference is not (an overflow is no small
+    effect, whatever its finite entries do).
 
     Model values and reference values are both kept for the whole class, so this is computed once
     per pair: one model value may stand for several calls (see _shared), each with its reference.
@@ -552,7 +554,9 @@ def _effect(model: dict, want: dict) -> float:
         ref = want[name]
         if isinstance(part, np.ndarray) and part.shape == ref.shape:
             finite = np.isfinite(part) & np.isfinite(ref)
-            if finite.any():
+            if (np.isfinite(ref) & ~np.isfinite(part)).any():
+                effect = np.inf
+            elif finite.any():
                 effect = max(effect, float(np.max(np.abs(part - ref)[finite])))
     _EFFECTS[(id(model), id(want))] = (model, want, effect)
     return effect
@@ -884,7 +888,8 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         if verdict.kind == "raised":
             # Only the student's very exception counts: the same type and the same message, which
             # names the operation that failed and the shapes it failed on.
-            if error is not None and error == (verdict.raised, verdict.raised_message):
+            if error is not None and error == (verdict.raised, verdict.raised_message) or (
+                    error is None and value is not None and _overflow_for_overflow(verdict.raised, value)):
                 candidate.explains.add(index)
                 candidate.values += 1
                 continue
@@ -905,6 +910,15 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             return
         candidate.explains.add(index)
         candidate.values += 1
+
+
+def _overflow_for_overflow(raised: str | None, value: dict) -> bool:
+    """Did the student's code raise OverflowError where the model's numbers overflow to infinity or
+    NaN? Python's own arithmetic (`math.exp`, `float ** 2`) raises where numpy's gives infinity: the
+    same mistake, written with the other library."""
+    return raised == "OverflowError" and any(
+        not np.isfinite(part).all() for part in value.values()
+        if isinstance(part, np.ndarray) and part.dtype.kind == "f")
 
 
 _WHOLE_RESULT = frozenset(slip.code for slip in diagnoses.SLIPS if slip.knob == "result")

@@ -59,6 +59,11 @@ MISTAKES: dict[str, Submission] = {
     "softmax_epsilon": _one(SOFTMAX_SUM, "a = e / (e.sum(axis=-1, keepdims=True) + 1e-6)",
                             SOFTMAX_ON + ("ex1_zero_query",), "softmax-epsilon"),
     "softmax_no_keepdims": _one(SOFTMAX_SUM, "a = e / e.sum(axis=-1)", SOFTMAX_ON, "missing-keepdims"),
+    # Python's math.exp raises OverflowError where np.exp gives infinity: the same unshifted softmax
+    "softmax_math_exp_unshifted": Submission(
+        ((SOFTMAX_MAX, "shifted = s  # no shift needed"),
+         ("e = np.exp(shifted)", "e = np.vectorize(__import__('math').exp)(shifted)")),
+        _on(("softmax", "attention", "head"), "unstable-softmax")),
     "softmax_transposed_division": _one(SOFTMAX_SUM, "a = (e.T / e.sum(axis=-1)).T  # rows, by broadcasting",
                                         ("softmax", "batch"), "batch-axes-mixed"),
     "softmax_one_hot": _one(SOFTMAX_SUM, "a = (s == s.max(axis=-1, keepdims=True)).astype(float)",
