@@ -500,7 +500,9 @@ def _colour() -> bool:
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
-    sys.stderr.write(f"qkv-grade: error: {message}\n")
+    from .results import printable  # a message may quote a file name a student chose
+
+    sys.stderr.write(f"qkv-grade: error: {printable(message)}\n")
     return code
 
 

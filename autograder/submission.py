@@ -583,7 +583,44 @@ def discover(folder: Path) -> Found:
             items.append((path, name))
             continue
         skipped.append((name, reason))
+    items, more = _one_per_student(items)
+    skipped += more
     return Found(items, sorted((shown_name(name), reason) for name, reason in skipped))
+
+
+COURSE_FOLDERS = ("submitted", "autograded")
+"""nbgrader's folders of student folders: graded from the course's root, a student is one level down."""
+
+
+def _student(name: str) -> str | None:
+    """The student folder a submission found below the folder graded belongs to: its first folder
+    (nbgrader's `submitted/<student>/`), or the second below a course's `submitted/`; None for a
+    file directly in the folder graded, which is a student's on its own."""
+    parts = name.split("/")
+    if len(parts) < 2:
+        return None
+    if parts[0] in COURSE_FOLDERS and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0]
+
+
+def _one_per_student(items: list[tuple[Path, str]]) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
+    """At most one submission per student folder: the shallowest, then the first by name. A student's
+    folder holds their work, and what else they put there (a copy in `backup/`, thirty copies of a
+    classmate's) is listed as skipped, never graded as more students."""
+    kept: dict[str, tuple[Path, str]] = {}
+    for path, name in items:
+        student = _student(name)
+        if student is None:
+            continue
+        best = kept.get(student)
+        if best is None or (name.count("/"), name) < (best[1].count("/"), best[1]):
+            kept[student] = (path, name)
+    graded = [(path, name) for path, name in items if _student(name) is None or kept[_student(name)][1] == name]
+    skipped = [(name, f"{shown_name(kept[_student(name)][1])} is graded: one submission per student folder "
+                      f"({shown_name(_student(name))}/)") for _, name in items
+               if _student(name) is not None and kept[_student(name)][1] != name]
+    return graded, skipped
 
 
 MAX_DEPTH = 32

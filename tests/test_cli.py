@@ -341,3 +341,13 @@ def test_resuming_with_another_carry_forward_or_an_unusable_time_limit_is_refuse
     done = qkv_grade("class", "--out", "out", "--resume", cwd=tmp_path)
     assert done.returncode == 2 and "holds no usable --timeout" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_folder_of_skipped_files_is_refused_in_one_line_its_names_escaped(tmp_path):
+    """The one error line quotes a file name a student chose: its control characters (a window
+    title, a bell) are shown escaped, never sent to the terminal."""
+    (tmp_path / "x\x1b]0;PWNED\x07.PY").write_text(reference_source())
+    done = qkv_grade(str(tmp_path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "x\\x1b]0;PWNED\\x07.PY: a .PY file" in done.stderr

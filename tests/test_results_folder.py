@@ -112,6 +112,36 @@ def test_a_folder_nested_a_thousand_deep_is_listed_as_skipped_and_everyone_is_gr
     assert deep.startswith("submitted/mallory/ps1/d/d/") and "32 folders down" in rows[deep]["skipped"]
 
 
+def test_a_student_folder_is_one_submission_however_many_copies_it_holds(tmp_path):
+    """One student's folder holding thirty copies of a wrong submission in folders of its own, and a
+    right one further down, adds no students to the class: each student folder gives one submission
+    (the shallowest, then the first by name), here and from the course's root; the rest are listed."""
+    wrong = variant(NO_SCALING)
+    for root in ("class", "course/submitted"):
+        folder = tmp_path / root
+        for student in ("ann", "bea"):
+            (folder / student / "ps1").mkdir(parents=True)
+            (folder / student / "ps1" / "attention_head.py").write_text(reference_source())
+        (folder / "mal" / "ps1" / "zz").mkdir(parents=True)
+        (folder / "mal" / "ps1" / "zz" / "attention_head.py").write_text(reference_source())
+        for n in range(30):
+            (folder / "mal" / "ps1" / f"copy{n:02d}").mkdir()
+            (folder / "mal" / "ps1" / f"copy{n:02d}" / "attention_head.py").write_text(wrong)
+    for graded, prefix in ((tmp_path / "class", ""), (tmp_path / "course", "submitted/")):
+        out = tmp_path / f"out-{graded.name}"
+        done = qkv_grade(str(graded), "--out", str(out), "--seed", "4", "--format", "json", *FAST)
+        assert done.returncode == 0, done.stderr
+        results = {result["submission"]: result["score"] for result in json.loads(done.stdout)}
+        assert set(results) == {f"{prefix}ann/ps1/attention_head.py", f"{prefix}bea/ps1/attention_head.py",
+                                f"{prefix}mal/ps1/copy00/attention_head.py"}, sorted(results)
+        assert results[f"{prefix}mal/ps1/copy00/attention_head.py"] < 100
+        rows = {row["submission"]: row for row in csv.DictReader((out / "latest" / "summary.csv").open())}
+        skipped = {name: row["skipped"] for name, row in rows.items() if row["skipped"]}
+        assert len(skipped) == 30 and all(name.startswith(f"{prefix}mal/ps1/") for name in skipped)
+        assert skipped[f"{prefix}mal/ps1/zz/attention_head.py"] == (
+            f"{prefix}mal/ps1/copy00/attention_head.py is graded: one submission per student folder ({prefix}mal/)")
+
+
 def test_a_notebook_handed_in_beside_the_untouched_starter_module_is_the_one_graded(tmp_path):
     folder, out = tmp_path / "class", tmp_path / "out"
     starter = (REPO / "assignments" / "attention_head" / "attention_head.py").read_text()
