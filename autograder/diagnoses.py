@@ -131,8 +131,9 @@ CODES: dict[str, Diagnosis] = dict([
        "negative scores give negative weights and a zero total divides by zero.",
        "Apply `np.exp` to the (shifted) scores before normalizing.", "§15.3"),
     _d("not-normalized", "you exponentiated the scores but did not divide by each row's total, so the rows "
-       "do not sum to one.",
-       "Divide each row of exponentials by its own sum.", "§15.3"),
+       "do not sum to one (a total taken over an axis of length one, as along the wrong axis of a "
+       "[1, T] row, divides each exponential by itself and leaves it as it was).",
+       "Divide each row of exponentials by its own sum, taken along the row's own axis (`axis=-1`).", "§15.3"),
     _d("column-max-subtracted", "you subtracted each column's maximum; the shift must be one number per "
        "receiving row (its own maximum), or the weights change.",
        "Use `s.max(axis=-1, keepdims=True)`.", "§15.3"),
