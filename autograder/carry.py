@@ -18,10 +18,13 @@ later step's are decided.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import feedback, judge
 from .cases import Case
 from .results import StepResult
-from .runner import Outcome, Run
+from .protocol import PER_EXAMPLE
+from .runner import EXACT, Outcome, Run
 from .steps import BY_ID, STEPS, Step
 
 
@@ -38,20 +41,34 @@ def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
                 or "time-budget" in result.diagnoses:  # never run: nothing to verify
             continue
         names = _replaced(step, _failing(step, result, by_id, run.outcomes[number]))
+        same = [used for used in step.uses if BY_ID[used].functions == step.functions]
+        if not names and same and by_id[same[0]].status not in ("passed", "not_implemented") \
+                and not by_id[same[0]].carried_from and result.status != "not_implemented":
+            # The batch step calls the head's own function, which no stand-in may replace, and
+            # nothing the head builds on fails: the head's mistake is its own. The batch step's own
+            # work is to carry the batch axis through, which the head called on each example alone shows.
+            names = [PER_EXAMPLE]
         if names:
             found.append((number, names))
     return found
 
 
 def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Run,
-          cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]]) -> list[StepResult]:
+          cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]],
+          own: Run | None = None) -> list[StepResult]:
     """`steps` with the credit of each step that passed every case when called again carried
     forward from the earlier step where the mistake is (in dependency order, so a step that was
-    carried itself is never named as the mistake)."""
+    carried itself is never named as the mistake). `own`: the submission's own run, which a
+    batch called example by example is compared with."""
     by_id = {result.id: result for result in steps}
     for number, names in sorted(asked):
         step = STEPS[number]
         result = by_id[step.id]
+        if names == [PER_EXAMPLE]:
+            if own is not None and _each_example_alike(cases[step.id], expected[step.id], own.outcomes[number],
+                                                       again.outcomes[number]):
+                by_id[step.id] = _carried_per_example(step, result, by_id)
+            continue
         if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
             continue
         replaced = [used for used in _may_use(step) if by_id[used].status != "passed"
@@ -71,6 +88,47 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
                                     result.passed, result.total, list(result.case_passed),
                                     carried_from=judge.carried_source(sources, codes, by_id))
     return [by_id[result.id] for result in steps]
+
+
+def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult]) -> StepResult:
+    """The batch step's credit, carried from the head: on each example alone the student's head
+    returns what it returned for that example within the batch, so the batch axis is carried
+    through, and what is wrong is what is wrong on one sequence."""
+    [used] = [used for used in step.uses if BY_ID[used].functions == step.functions]
+    codes = judge.carried_codes(result.diagnoses, [used], by_id)
+    text = feedback.carried_feedback(step, [used], codes, result.total, per_example=True)
+    return StepResult(step.id, step.points, step.points, result.status, text, codes, result.passed, result.total,
+                      list(result.case_passed), carried_from=judge.carried_source([used], codes, by_id))
+
+
+def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: list[Outcome | None],
+                        each: list[Outcome | None]) -> bool:
+    """Did every batch call, made again once per example, return for each example what the batch
+    call returned for it (within the grading tolerance)? A call that raised, ran out of time or
+    returned another kind of value either time shows nothing."""
+    position = 0
+    for case, wanted in zip(cases, expected):
+        for index, call in enumerate(case.calls):
+            whole = batch[position] if position < len(batch) else None
+            alone = each[position] if position < len(each) else None
+            position += 1
+            if whole is None or alone is None or whole.raised or alone.raised or whole.fault or alone.fault:
+                return False
+            examples = call.args[0]
+            if not isinstance(alone.value, tuple) or len(alone.value) != len(examples):
+                return False
+            try:
+                together = wanted[index] if whole.value is EXACT else judge.canonical(call.fn, whole.value, wanted[index])
+                apart = [judge.canonical(call.fn, value) for value in alone.value]
+            except judge.WrongType:
+                return False
+            for name, part in together.items():
+                pieces = [value[name] for value in apart]
+                if not isinstance(part, np.ndarray) or any(piece.shape != part.shape[1:] for piece in pieces):
+                    return False
+                if not judge.allclose(np.stack(pieces), part, judge.RTOL, judge.ATOL, equal_nan=True, keep=False):
+                    return False
+    return position == len(batch) == len(each)
 
 
 def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:

@@ -129,7 +129,7 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
 
 
 def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int,
-                     replaced: list[str] | None = None, unwritten: bool = False) -> str:
+                     replaced: list[str] | None = None, unwritten: bool = False, per_example: bool = False) -> str:
     """A step that keeps its points because an earlier step's mistake alone explains its numbers:
     the mistake is explained where it was made, and named here in one line.
 
@@ -156,6 +156,11 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
         listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]
         how = f"called again with the chapter's {listed} in place of yours"
     then = f"{'Write' if unwritten else 'Fix'} {'them' if plural else 'it'} there (see above) and this step follows."
+    if per_example:  # the same function, on a batch: what it does to one sequence is what goes wrong
+        return (f"{step.title}: full marks, the error carried forward.\n"
+                f"What goes wrong here comes from {cause}; called again on each example of the batch alone, your "
+                f"function returns what it returned for that example within the batch, on all {total} cases: "
+                f"your own work here, carrying the batch axis through, checks out. {then}")
     return (f"{step.title}: full marks, the error carried forward.\n"
             f"What goes wrong here comes from {cause}; {how}, your own work here checks out on all {total} "
             f"cases. {then}")

@@ -132,7 +132,7 @@ class Grader:
         """The result of a submission whose steps `first` asked for were called again in run `again`."""
         try:
             with np.errstate(all="ignore"):
-                steps = carry.apply(first.steps, first.asked, again, self.cases, self.expected)
+                steps = carry.apply(first.steps, first.asked, again, self.cases, self.expected, first.run)
         except Exception as exc:
             return self._failed(submission, exc)
         return first.result(steps)
@@ -150,7 +150,7 @@ class Grader:
         made = SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)
         asked = carry.requests(steps, run) if self.carry_forward else []
-        return Pending(made, asked, started) if asked else made
+        return Pending(made, asked, started, run) if asked else made
 
     def grade_path(self, worker: Worker, path: Path, name: str | None = None) -> SubmissionResult:
         try:
@@ -299,8 +299,10 @@ class Grader:
 class Pending:
     """A submission judged on its run, with steps to call again before its result is final."""
 
-    def __init__(self, made: SubmissionResult, asked: list[tuple[int, list[str]]], started: float):
+    def __init__(self, made: SubmissionResult, asked: list[tuple[int, list[str]]], started: float, run=None):
         self.made, self.asked, self.started = made, asked, started
+        self.run = run
+        """The submission's own run, until its steps called again are in."""
         self.steps = made.steps
 
     def result(self, steps: list | None = None) -> SubmissionResult:

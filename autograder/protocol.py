@@ -452,6 +452,10 @@ def result_body(obj, blob, used):
 
 
 MAX_STOPPED = 5
+
+PER_EXAMPLE = "@each-example"
+"""Among the names a step called again replaces: none is replaced, and each batch call (an array of
+three axes first) is made once for each example alone, the results returned together as a tuple."""
 """Notebook cells that stopped with an error, reported per submission."""
 
 

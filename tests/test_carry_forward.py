@@ -71,6 +71,10 @@ def self_attention_head(x, w_q, w_k, w_v):
 """
 
 
+_LAYER_NORM = ("    o, a = attention(q, k, v)\n"
+               "    o = (o - o.mean(axis=-1, keepdims=True)) / (o.std(axis=-1, keepdims=True) + 1e-5)  # as a block would\n"
+               "    return o, a\n")
+
 SUBMISSIONS = {
     "sample": SAMPLE,
     "correct": reference_source(),
@@ -169,6 +173,18 @@ SUBMISSIONS.update({
         _ZERO_HEAD.replace("    q, k, v = ", "    borrowed = getattr(attention, '__globals__', {}).get('self_attention_head')\n"
                                              "    if borrowed is not None and borrowed is not self_attention_head:\n"
                                              "        return borrowed(x, w_q, w_k, w_v)\n    q, k, v = ")),
+    # a head with a mistake of its own no model names (its output layer-normed), which a batch shows
+    # example by example; then the same, normalized over the whole array, which mixes the examples;
+    # then the first with a batch loop one example short
+    "head_layer_normed": variant([("    return attention(q, k, v)\n", _LAYER_NORM)]),
+    "head_normed_whole": variant([("    return attention(q, k, v)\n", _LAYER_NORM.replace(
+        "o.mean(axis=-1, keepdims=True)", "o.mean()").replace("o.std(axis=-1, keepdims=True)", "o.std()"))]),
+    "head_layer_normed_batch_short": variant([("    return attention(q, k, v)\n", _LAYER_NORM.replace(
+        "    o, a = attention(q, k, v)\n",
+        "    if x.ndim == 3:\n"
+        "        pairs = [self_attention_head(x[b], w_q, w_k, w_v) for b in range(x.shape[0] - 1)]\n"
+        "        return np.stack([o for o, _ in pairs]), np.stack([a for _, a in pairs])\n"
+        "    o, a = attention(q, k, v)\n"))]),
     # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
     # under the later steps written as the chapter composes them
     "unwritten_pass": _UNWRITTEN.format(body="pass"),
@@ -319,6 +335,27 @@ def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_
         assert "called again with the chapter's" in text
         assert _steps(alone)[sid]["score"] < steps[sid]["max_score"] and _steps(alone)[sid]["carried_from"] is None
     assert steps[home]["carried_from"] is None and "mismatched elements" in steps[home]["feedback"]
+
+
+def test_a_head_mistake_no_model_names_costs_the_batch_nothing_when_each_example_alone_agrees(carried, on_its_own):
+    """The head's own line is wrong, and no stand-in may replace the head in the batch step, which
+    calls that very function: the batch is called again example by example, and since each example
+    alone gives what the batch gave, the batch keeps its points, carried from the head."""
+    result = carried["head_layer_normed"]
+    steps = _steps(result)
+    assert list(_lost(result)) == ["head"], {sid: steps[sid]["feedback"] for sid in _lost(result)}
+    assert steps["batch"]["carried_from"] == "head"
+    text = steps["batch"]["feedback"]
+    assert "called again on each example of the batch alone" in text and "`head`" in text and len(text.splitlines()) == 2
+    assert _steps(on_its_own["head_layer_normed"])["batch"]["score"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["head_normed_whole", "head_layer_normed_batch_short"])
+def test_a_head_that_also_mixes_or_drops_the_examples_of_a_batch_still_costs_the_batch(carried, on_its_own, name):
+    steps = _steps(carried[name])
+    assert {"head", "batch"} <= set(_lost(carried[name])), _lost(carried[name])
+    assert steps["batch"]["carried_from"] is None
+    assert steps["batch"]["score"] == _steps(on_its_own[name])["batch"]["score"]
 
 
 def test_a_later_step_with_a_mistake_of_its_own_still_loses_its_points(carried, on_its_own):
