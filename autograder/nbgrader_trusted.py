@@ -148,9 +148,26 @@ def step_cells(coursedir, assignment: str) -> dict[str, str]:
     return cells
 
 
+def odd_name(name: str) -> str:
+    """Why a name a student chose (their folder's, which is their id, or a file's) cannot be passed
+    on to nbgrader as it is, or "" when it can: nbgrader's gradebook holds only UTF-8 text (SQLite
+    refuses the rest), and nbgrader's own commands print names raw in their logs, where a control
+    character would drive the terminal of whoever reads them."""
+    from .results import printable
+
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not UTF-8 text, which nbgrader's gradebook cannot hold"
+    if printable(name, one_line=True) != name:
+        return "holds control characters or invisible marks, which nbgrader's commands print raw"
+    return ""
+
+
 def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
     """(notebook path, student id) for every submission, sorted by student; and (student id,
-    why) for every student whose assignment folder holds no notebook of that name.
+    why) for every student who handed the assignment in and is not graded: their assignment
+    folder holds no notebook of that name, or their id is one nbgrader cannot take (`odd_name`).
 
     No symbolic link is followed: a student folder, assignment folder or notebook that is a link
     is still that student's submission, which reading then finds unreadable.
@@ -166,7 +183,10 @@ def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], lis
         if entry.name.startswith("."):
             continue
         notebook = Path(entry.path) / pattern.name / NOTEBOOK
-        if entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and (
+        handed_in = entry.is_symlink() or entry.is_dir(follow_symlinks=False) and os.path.lexists(notebook.parent)
+        if handed_in and (odd := odd_name(entry.name)):
+            missing.append((entry.name, f"the folder's name {odd}: rename the folder to grade it"))
+        elif entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and (
                 os.path.islink(notebook.parent) or os.path.lexists(notebook))):
             found.append((notebook, entry.name))
         elif entry.is_dir(follow_symlinks=False) and notebook.parent.is_dir():
@@ -1015,7 +1035,7 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
         reason = str(getattr(error, "orig", None) or error).splitlines()[0]
         raise NotRecorded(graded, seed, f"{coursedir.db_url}: {reason}") from None
     try:
-        _enrol(coursedir, [student for student, _ in missing])
+        _enrol(coursedir, [student for student, _ in missing if not odd_name(student)])
     except (OSError, SQLAlchemyError, ValueError):  # nbgrader's InvalidEntry (a locked database) too
         pass  # every grade is recorded; stdout still names each of them as not graded
     return graded, seed, missing
@@ -1166,11 +1186,13 @@ def _autograded_path(coursedir, assignment: str, student: str) -> Path:
 
 def report(graded: list[Graded], assignment: str, seed: int, seconds: float, recorded: bool = True,
            missing: list[tuple[str, str]] = ()) -> str:
-    """`missing`: (student, why) for each student who submitted the assignment without its notebook."""
+    """`missing`: (student, why) for each student who handed the assignment in and is not graded."""
     from .results import printable
+    from .submission import shown_name
 
-    # student ids and their files' names are the students' own: one line each, escapes escaped
-    names = {student: printable(student, one_line=True) for student in [one.student for one in graded]
+    # student ids and their files' names are the students' own: one line each, escapes escaped, and
+    # bytes that are not UTF-8 (kept by Python as lone surrogates) shown as their escapes
+    names = {student: printable(shown_name(student), one_line=True) for student in [one.student for one in graded]
              + [student for student, _ in missing]}
     width = max(len(name) for name in names.values())
     lines = []

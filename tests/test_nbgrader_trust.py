@@ -31,7 +31,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import (ASSIGNMENT, FORMGRADE, IN_CI, NOTEBOOK, filled_notebook, gradebook_scores,
+from support import (ASSIGNMENT, FORMGRADE, IN_CI, NOTEBOOK, build_course, filled_notebook, gradebook_scores,
                      reference_source, released_course, submit_notebook)
 
 from autograder import release
@@ -629,3 +629,37 @@ def test_a_notebook_whose_invalid_cells_would_stall_nbformats_validation_costs_t
     assert sum(gradebook_scores(path)["vera"].values()) == MAX_SCORE
     written = json.loads((path / "autograded" / "vera" / ASSIGNMENT / NOTEBOOK).read_text())
     assert not [cell for cell in written["cells"] if cell["cell_type"] == "markdown" and "outputs" in cell]
+
+
+# --- what one student hands in never stops the run, nor nbgrader's own pages ----------------------
+
+# Student folders whose names the gradebook cannot hold (not UTF-8, as a folder planted in nbgrader's
+# shared exchange and collected can be) or that nbgrader's own logs would print raw: name -> how the
+# listing shows it, and a word of its reason.
+ODD_IDS = {b"m\xffallory": ("m\\xffallory", "not UTF-8"),
+           "eve\x1b]0;all good\x07\x1b[2J".encode(): ("eve\\x1b]0;all good\\x07\\x1b[2J", "control characters")}
+
+
+@pytest.fixture(scope="module")
+def odd_course(tmp_path_factory):
+    """A course where alice and zed hand in the reference and every other student hands in
+    something odd, graded by `qkv-grade --nbgrader` alone, then `nbgrader generate_feedback`."""
+    root = tmp_path_factory.mktemp("oddcourse")
+    path, env = build_course(root, {"alice": reference_source(), "zed": reference_source()})
+    for name in ODD_IDS:  # each the reference too: only the folder's name is odd
+        shutil.copytree(path / "submitted" / "zed", os.fsdecode(os.fsencode(path / "submitted") + b"/" + name))
+    trusted = _trusted(path, root, env)
+    feedback = _nbgrader("generate_feedback", path, env)
+    return {"path": path, "root": root, "env": env, "trusted": trusted, "feedback": feedback}
+
+
+def test_a_student_id_the_gradebook_cannot_hold_is_one_line_and_everyone_else_is_recorded(odd_course):
+    trusted = odd_course["trusted"]
+    assert trusted.returncode == 0 and "Traceback" not in trusted.stderr, trusted.stderr[-2000:]
+    for shown, why in ODD_IDS.values():
+        lines = [line for line in trusted.stdout.splitlines() if line.startswith(shown)]
+        assert len(lines) == 1 and "not graded" in lines[0] and why in lines[0], (shown, trusted.stdout)
+    assert not any(char in trusted.stdout + trusted.stderr for char in "\x1b\x07\udcff")
+    scores = gradebook_scores(odd_course["path"])
+    assert sorted(scores) == ["alice", "zed"] and sum(scores["alice"].values()) == sum(scores["zed"].values()) == MAX_SCORE
+    assert odd_course["feedback"].returncode == 0, odd_course["feedback"].stderr[-2000:]
