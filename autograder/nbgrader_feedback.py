@@ -17,6 +17,9 @@ Everything in a submitted notebook is the student's, and so is every output its 
 page shows it as text, a picture that is a checked PNG, or markdown rendered and then cleaned to
 plain formatting (`CleanMarkdown`, which formgrader's exporter and the feedback's both use), so
 no script, event handler, frame or SVG of a student's reaches a grader's or a student's browser.
+What a page costs to render is bounded the same way: markdown and code past their budgets (per
+cell and per page, counted by `reader_view`) are shown as their text, neither rendered nor
+highlighted.
 """
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ from pathlib import Path
 import bleach
 from jinja2 import pass_context
 from nbconvert import HTMLExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -165,7 +170,7 @@ def forget_reader_marks(notebook) -> None:
         metadata.pop("qkv", None)
     for cell in notebook.get("cells", []):
         if isinstance(cell.get("metadata"), dict):
-            for mark in ("qkv_title", "qkv_pending"):
+            for mark in ("qkv_title", "qkv_pending", PLAIN_CODE):
                 cell.metadata.pop(mark, None)
 
 
@@ -175,6 +180,7 @@ def reader_view(notebook) -> dict[str, float]:
     scores = {}
     forget_reader_marks(notebook)
     rendered = [0, 0]  # characters, and tags and lines, of the markdown rendered so far, answers aside
+    highlighted = 0  # characters of code highlighted so far
     for cell in notebook.cells:
         if cell.cell_type != "code":
             if cell_grade_id(cell) in ANSWER_TITLES:
@@ -197,6 +203,10 @@ def reader_view(notebook) -> dict[str, float]:
             cell.execution_count = None
             cell.metadata["qkv_title"] = CHECK_TITLES[grade_id]
         cell.outputs = plain_outputs(outputs)
+        if within_code_budget(cell.source) and highlighted + len(cell.source) <= MOST_PAGE_CODE:
+            highlighted += len(cell.source)
+        else:  # past a cell's or the page's budget: its text, as it is
+            cell.metadata[PLAIN_CODE] = True
     return scores
 
 
@@ -257,6 +267,57 @@ def _link_allowed(tag: str, name: str, value: str) -> bool:
     return tag == "img" and name in ("alt", "width", "height") or tag in ("td", "th") and name == "align"
 
 
+# A code cell past these is shown as its text, escaped, never highlighted: pygments' Python lexer
+# reads some lines in time growing with the square of their length (`1.1.1…`: 46 s for one line of
+# 100 000 characters), and formgrader renders a page in the Jupyter server's only thread. On lines
+# of MOST_CODE_LINE such characters it takes some 12 µs a character, on ordinary code 5: a page of
+# MOST_PAGE_CODE characters costs about a second at worst. The release's code is some 8 000
+# characters, its longest line about 100.
+MOST_CODE = 20_000
+MOST_CODE_LINE = 1_000
+MOST_PAGE_CODE = 100_000
+PLAIN_CODE = "qkv_plain"  # reader_view's mark on a code cell past a cell's or the page's budget
+
+
+def within_code_budget(source: str) -> bool:
+    """Whether a code cell is short enough to highlight: at most MOST_CODE characters, and at most
+    MOST_CODE_LINE on any line (as pygments reads lines: a carriage return ends none here)."""
+    return len(source) <= MOST_CODE and max(map(len, source.split("\n"))) <= MOST_CODE_LINE
+
+
+class BoundedHighlight(Highlight2HTML):
+    """The `highlight_code` filter of formgrader's and the feedback's pages: nbconvert's own, with
+    the IPython 3 lexer whatever a notebook's or a cell's metadata names (a student picks no
+    lexer), for a cell within the budgets for code that `reader_view` has not marked; any other
+    cell is shown as its text, escaped, in the same frame."""
+
+    def __call__(self, source, language=None, metadata=None):
+        marked = isinstance(metadata, dict) and metadata.get(PLAIN_CODE)
+        if not marked and within_code_budget(source):
+            return super().__call__(source, "ipython3")
+        return f'<div class=" highlight hl-ipython3"><pre>{html.escape(source)}</pre></div>'
+
+
+class _ReaderRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer, less the highlighting of fenced code: pygments would spend
+    seconds on a long line, and the cleaner drops every class it sets anyway."""
+
+    def block_code(self, code: str, info: str | None = None) -> str:
+        return super(IPythonRenderer, self).block_code(code)  # mistune's: the code escaped, as it is
+
+
+def _markdown_html(exporter, context, source: str) -> str:
+    """What the exporter's own markdown2html makes of `source` (its settings, the cell's
+    attachments), rendered by `_ReaderRenderer`."""
+    cell = context.get("cell", {}) or {}
+    renderer = _ReaderRenderer(
+        escape=False, attachments=cell.get("attachments", {}), embed_images=exporter.embed_images,
+        path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+        anchor_link_text=exporter.anchor_link_text, exclude_anchor_links=exporter.exclude_anchor_links,
+        **exporter.lexer_options)
+    return MarkdownWithMath(renderer=renderer).render(source)
+
+
 MARKDOWN_CLEANER = bleach.Cleaner(tags=MARKDOWN_TAGS, attributes=_link_allowed,
                                   protocols=["http", "https", "mailto", "data"], strip_comments=True)
 
@@ -278,7 +339,7 @@ class CleanMarkdown(LoggingConfigurable):
                 or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
             # nbconvert's search for maths starts again at every opener left unclosed: shown as text
             return f"<pre>{html.escape(source)}</pre>"
-        return MARKDOWN_CLEANER.clean(self.parent.markdown2html(context, source))
+        return MARKDOWN_CLEANER.clean(_markdown_html(self.parent, context, source))
 
 
 # A page's markdown cells, the written answers aside, past these in all are shown as plain text:
@@ -346,4 +407,6 @@ def configure(c) -> None:
     # A student's markdown and outputs are shown cleaned, on both pages (FeedbackExporter is an
     # HTMLExporter): nbconvert's sanitize_html for outputs, CleanMarkdown for markdown cells.
     c.HTMLExporter.sanitize_html = True
-    c.HTMLExporter.filters = {"markdown2html": f"{__name__}.CleanMarkdown"}
+    # Code is highlighted within the budgets for code (BoundedHighlight), and shown as text past them.
+    c.HTMLExporter.filters = {"markdown2html": f"{__name__}.CleanMarkdown",
+                              "highlight_code": f"{__name__}.BoundedHighlight"}

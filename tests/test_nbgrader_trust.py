@@ -433,20 +433,66 @@ def test_a_notebook_of_hundreds_of_heavy_markdown_cells_is_rendered_within_a_pag
     reader_view(notebook)
     reader_view(notebook)  # generate_feedback runs it again on the autograded notebook: fenced once
     cleaned = []
-    original = nbgrader_feedback.MARKDOWN_CLEANER
+    original = nbgrader_feedback.MARKDOWN_CLEANER, nbgrader_feedback._markdown_html
     nbgrader_feedback.MARKDOWN_CLEANER = type("Counting", (), {"clean": lambda self, text: cleaned.append(text) or text})()
+    nbgrader_feedback._markdown_html = lambda exporter, context, source: source
     try:
         from types import SimpleNamespace
 
-        exporter = SimpleNamespace(parent=SimpleNamespace(markdown2html=lambda context, source: source))
-        shown = [CleanMarkdown.__call__(exporter, None, cell.source) for cell in notebook.cells]
+        shown = [CleanMarkdown.__call__(SimpleNamespace(parent=None), None, cell.source) for cell in notebook.cells]
     finally:
-        nbgrader_feedback.MARKDOWN_CLEANER = original
+        nbgrader_feedback.MARKDOWN_CLEANER, nbgrader_feedback._markdown_html = original
     assert len(cleaned) <= 1 + MOST_PAGE_TAGS // bomb.count("<") + 1  # the first cells, and the answer
     assert notebook.cells[0].source.startswith("Some words") and cleaned[0].startswith("Some words")
     assert cleaned[-1] == "My answer, <b>bold</b>."
     assert all(text.startswith("<pre><code>&lt;b&gt;&lt;p&gt;") and "<b>" not in text for text in shown[2:-1])
     assert not any(cell.source.startswith("~~~~") for cell in notebook.cells)
+
+
+def test_code_past_a_cell_s_or_a_page_s_budget_is_shown_as_text_and_never_highlighted():
+    """pygments' Python lexer reads some lines in time growing with the square of their length
+    (`1.1.1…`: 46 s for 100 000 characters): a code cell past MOST_CODE characters or MOST_CODE_LINE
+    on one line, and every cell once MOST_PAGE_CODE characters have been highlighted on the page,
+    is marked by the reader's view and shown by the pages' highlighter as its text, escaped."""
+    import time
+
+    import nbformat
+
+    from autograder.nbgrader_feedback import (MOST_CODE, MOST_CODE_LINE, MOST_PAGE_CODE, BoundedHighlight,
+                                              reader_view)
+
+    notebook = nbformat.v4.new_notebook()
+    lines = ("x = 1  # <b>\n" * MOST_CODE)[:MOST_CODE - 100]  # within a cell's budget
+    notebook.cells = [nbformat.v4.new_code_cell("y = 2  # <b>"), nbformat.v4.new_code_cell(LONG_LINE),
+                      nbformat.v4.new_code_cell("1." * (MOST_CODE_LINE // 2 + 1)),
+                      *[nbformat.v4.new_code_cell(lines) for _ in range(MOST_PAGE_CODE // MOST_CODE + 2)],
+                      nbformat.v4.new_code_cell("z = 3")]
+    reader_view(notebook)
+    plain = [bool(cell.metadata.get("qkv_plain")) for cell in notebook.cells]
+    assert plain[:3] == [False, True, True] and plain[3:3 + MOST_PAGE_CODE // MOST_CODE] == [False] * (MOST_PAGE_CODE // MOST_CODE)
+    assert all(plain[3 + MOST_PAGE_CODE // MOST_CODE:-1]) and not plain[-1]  # past the page's budget; a small cell fits
+    highlight = BoundedHighlight()
+    started = time.perf_counter()
+    shown = [highlight(cell.source, metadata=cell.metadata) for cell in notebook.cells]
+    assert time.perf_counter() - started < 10
+    assert '<span class="n">y</span>' in shown[0] and "<b>" not in shown[0]
+    assert LONG_LINE in shown[1] and "<span" not in shown[1] and "&lt;b&gt;" in shown[-2] and "<b>" not in shown[-2]
+    assert "<span" not in highlight(LONG_LINE)  # unmarked, past a cell's budget all the same
+
+
+def test_no_fenced_code_in_markdown_is_handed_to_pygments(monkeypatch):
+    """The cleaner drops highlighting's classes anyway; pygments would spend seconds on a long line."""
+    from nbconvert import HTMLExporter
+    from nbconvert.filters import markdown_mistune
+
+    from autograder.nbgrader_feedback import CleanMarkdown
+
+    def refuse(*_):
+        raise AssertionError("handed to pygments")
+
+    monkeypatch.setattr(markdown_mistune, "highlight", refuse)
+    shown = CleanMarkdown(parent=HTMLExporter())({}, "Some *words*.\n\n```python\nx = 1.1.1 < 2\n```\n")
+    assert "<em>words</em>" in shown and "<pre><code>x = 1.1.1 &lt; 2" in shown
 
 
 def test_a_written_answer_takes_no_grade_s_id_nor_the_page_s_banners_nor_a_picture_from_elsewhere(course, tmp_path):
@@ -633,6 +679,9 @@ def test_a_notebook_whose_invalid_cells_would_stall_nbformats_validation_costs_t
 
 # --- what one student hands in never stops the run, nor nbgrader's own pages ----------------------
 
+LONG_LINE = "1." * 100_000
+
+
 # Student folders whose names the gradebook cannot hold (not UTF-8, as a folder planted in nbgrader's
 # shared exchange and collected can be) or that nbgrader's own logs would print raw: name -> how the
 # listing shows it, and a word of its reason.
@@ -648,6 +697,13 @@ def odd_course(tmp_path_factory):
     path, env = build_course(root, {"alice": reference_source(), "zed": reference_source()})
     for name in ODD_IDS:  # each the reference too: only the folder's name is odd
         shutil.copytree(path / "submitted" / "zed", os.fsdecode(os.fsencode(path / "submitted") + b"/" + name))
+    released = path / "release" / ASSIGNMENT / NOTEBOOK
+    # lena: the reference, with a code cell of one long line, which pygments' Python lexer reads in
+    # time growing with the square of its length (some 3 minutes), and markdown of fenced code alike
+    lena = filled_notebook(released, reference_source())
+    lena.cells.append(nbformat.v4.new_code_cell(LONG_LINE))
+    lena.cells += [nbformat.v4.new_markdown_cell(f"```python\n{LONG_LINE[:18_000]}\n```") for _ in range(5)]
+    submit_notebook(path, "lena", lena)
     trusted = _trusted(path, root, env)
     feedback = _nbgrader("generate_feedback", path, env)
     return {"path": path, "root": root, "env": env, "trusted": trusted, "feedback": feedback}
@@ -661,5 +717,34 @@ def test_a_student_id_the_gradebook_cannot_hold_is_one_line_and_everyone_else_is
         assert len(lines) == 1 and "not graded" in lines[0] and why in lines[0], (shown, trusted.stdout)
     assert not any(char in trusted.stdout + trusted.stderr for char in "\x1b\x07\udcff")
     scores = gradebook_scores(odd_course["path"])
-    assert sorted(scores) == ["alice", "zed"] and sum(scores["alice"].values()) == sum(scores["zed"].values()) == MAX_SCORE
+    assert not {os.fsdecode(name) for name in ODD_IDS} & set(scores)  # nothing recorded of them
+    assert sum(scores["alice"].values()) == sum(scores["zed"].values()) == MAX_SCORE
     assert odd_course["feedback"].returncode == 0, odd_course["feedback"].stderr[-2000:]
+
+
+def _seconds(argv: list[str], course, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+    import time
+
+    started = time.perf_counter()
+    done = _run(argv, course["path"], course["env"], timeout=timeout)
+    return done, time.perf_counter() - started
+
+
+def test_a_code_cell_of_one_long_line_costs_the_feedback_and_formgrader_pages_nothing_to_speak_of(odd_course):
+    """Past the budgets for code a cell is shown as its text, never handed to pygments: the pages
+    of a notebook with a cell of 200 000 characters on one line (minutes before) take about as
+    long as an honest notebook's."""
+    assert sum(gradebook_scores(odd_course["path"])["lena"].values()) == MAX_SCORE
+    times = {}
+    for student in ("alice", "lena"):
+        feedback, times[student, "feedback"] = _seconds([sys.executable, "-m", "nbgrader", "generate_feedback",
+                                                         ASSIGNMENT, "--student", student], odd_course)
+        assert feedback.returncode == 0, feedback.stderr[-2000:]
+        notebook = odd_course["path"] / "autograded" / student / ASSIGNMENT / NOTEBOOK
+        formgrader, times[student, "formgrader"] = _seconds([sys.executable, "-c", FORMGRADE, str(notebook)], odd_course)
+        assert formgrader.returncode == 0, formgrader.stderr[-2000:]
+        times[student, "page"] = formgrader.stdout
+    for page in ("feedback", "formgrader"):
+        assert times["lena", page] < times["alice", page] + 10, times
+    for page in (_page(odd_course, "lena"), times["lena", "page"]):
+        assert LONG_LINE in page  # shown, as its text
