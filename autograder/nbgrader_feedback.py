@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import html
+import itertools
 import re
 import struct
 import zlib
@@ -35,7 +36,7 @@ import bleach
 from jinja2 import pass_context
 from nbconvert import HTMLExporter
 from nbconvert.filters.highlight import Highlight2HTML
-from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from nbconvert.filters.markdown_mistune import MISTUNE_V3, IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -142,6 +143,47 @@ def pictures(outputs) -> list:
     return kept
 
 
+ATTACHMENT = "attachment:"  # how markdown refers to a picture its cell carries
+MOST_ATTACHMENTS = 20  # looked at per cell, each costing a search of the cell's text
+PICTURE_SIGNATURES = {"image/jpeg": (b"\xff\xd8\xff",), "image/gif": (b"GIF87a", b"GIF89a")}
+
+
+def attached_picture(bundle) -> dict | None:
+    """An attachment's bundle as a page may show it: its picture alone, a PNG of its pixels
+    (`clean_png`) or else a JPEG or a GIF (base64 of bytes that start as one does); None where it
+    holds no such picture (nbconvert fails on an empty bundle, and shows any other type it finds)."""
+    if not isinstance(bundle, dict):
+        return None
+    png = clean_png(bundle.get("image/png"))
+    if png is not None:
+        return {"image/png": png}
+    for kind, signatures in PICTURE_SIGNATURES.items():
+        data = bundle.get(kind)
+        if not isinstance(data, str) or len(data) > PNG_MAX_BYTES * 4 // 3 + 4:
+            continue
+        try:
+            raw = base64.b64decode("".join(data.split()), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if raw.startswith(signatures):
+            return {kind: base64.b64encode(raw).decode("ascii")}
+    return None
+
+
+def kept_attachments(source: str, attachments) -> dict:
+    """Of a markdown cell's attachments, those a page shows: each one its text refers to
+    (`attachment:NAME`), as `attached_picture` keeps it; of the first MOST_ATTACHMENTS only."""
+    if not isinstance(attachments, dict):
+        return {}
+    kept = {}
+    for name, bundle in itertools.islice(attachments.items(), MOST_ATTACHMENTS):
+        if isinstance(name, str) and ATTACHMENT + name in source:
+            picture = attached_picture(bundle)
+            if picture is not None:
+                kept[name] = picture
+    return kept
+
+
 def plain_outputs(outputs) -> list:
     """A kernel's outputs as a reader may see them: streams and errors (shown as text), checked
     pictures and plain text; no HTML, SVG, JavaScript or other rich output."""
@@ -183,6 +225,11 @@ def reader_view(notebook) -> dict[str, float]:
     highlighted = 0  # characters of code highlighted so far
     for cell in notebook.cells:
         if cell.cell_type != "code":
+            attachments = kept_attachments(cell.source, cell.get("attachments"))
+            if attachments and cell.cell_type == "markdown":
+                cell.attachments = attachments
+            else:
+                cell.pop("attachments", None)
             if cell_grade_id(cell) in ANSWER_TITLES:
                 cell.metadata["qkv_title"] = ANSWER_TITLES[cell_grade_id(cell)]
             elif cell.cell_type == "markdown":
@@ -305,6 +352,19 @@ class _ReaderRenderer(IPythonRenderer):
     def block_code(self, code: str, info: str | None = None) -> str:
         return super(IPythonRenderer, self).block_code(code)  # mistune's: the code escaped, as it is
 
+    def image(self, text: str, url: str, title: str | None = None) -> str:
+        """A picture; one the cell refers to but does not carry as a picture (nbconvert raises on
+        it) is its alternative text."""
+        if not MISTUNE_V3:  # mistune 2 hands the two the other way round
+            text, url = url, text
+        if url.startswith(ATTACHMENT):
+            attachments = self.attachments if isinstance(self.attachments, dict) else {}
+            picture = attached_picture(attachments.get(url[len(ATTACHMENT):]))
+            if picture is None:
+                return text
+            url = "data:{};base64,{}".format(*next(iter(picture.items())))
+        return super().image(*((text, url) if MISTUNE_V3 else (url, text)), title)
+
 
 def _markdown_html(exporter, context, source: str) -> str:
     """What the exporter's own markdown2html makes of `source` (its settings, the cell's
@@ -339,7 +399,11 @@ class CleanMarkdown(LoggingConfigurable):
                 or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
             # nbconvert's search for maths starts again at every opener left unclosed: shown as text
             return f"<pre>{html.escape(source)}</pre>"
-        return MARKDOWN_CLEANER.clean(_markdown_html(self.parent, context, source))
+        try:
+            rendered = _markdown_html(self.parent, context, source)
+        except Exception:  # whatever a student's markdown makes the renderer raise: its text, not a failed page
+            return f"<pre>{html.escape(source)}</pre>"
+        return MARKDOWN_CLEANER.clean(rendered)
 
 
 # A page's markdown cells, the written answers aside, past these in all are shown as plain text:

@@ -391,13 +391,13 @@ _TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 def _inert_notebook(path: Path, name: str):
     """The notebook at `path` rebuilt from what nbgrader and the pages need of it: each cell's type,
-    id, source, the metadata nbgrader and the grader read, and a markdown cell's attachments (each
-    a picture's text); no output, no other key. So it is valid nbformat 4 whatever was handed in,
+    id, source, the metadata nbgrader and the grader read, and the pictures a markdown cell refers
+    to (`kept_attachments`); no output, no other key. So it is valid nbformat 4 whatever was handed in,
     and nbformat's validation, which nbgrader and the pages run on it again, stays cheap: its
     search for what is wrong in an invalid notebook can take minutes on a few hundred kilobytes."""
     import nbformat
 
-    from .nbgrader_feedback import shown_as_text
+    from .nbgrader_feedback import kept_attachments, shown_as_text
 
     document = _document(path, name)
     if document.get("nbformat") != 4:
@@ -425,12 +425,9 @@ def _inert_notebook(path: Path, name: str):
                    else f"cell-{index}"}
         if kind == "code":
             rebuilt.update(outputs=[], execution_count=None)
-        attachments = cell.get("attachments")
-        if kind != "code" and isinstance(attachments, dict):
-            kept = {key: {mime: text for mime, text in bundle.items() if isinstance(text, str)}
-                    for key, bundle in attachments.items() if isinstance(key, str) and isinstance(bundle, dict)}
-            if kept:
-                rebuilt["attachments"] = kept
+        attachments = kept_attachments(source, cell.get("attachments")) if kind == "markdown" else {}
+        if attachments:
+            rebuilt["attachments"] = attachments
         cells.append(rebuilt)
     return nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
 
@@ -473,11 +470,16 @@ notebook needs none of them, and a folder of links to one large file would fill 
 # copies every file into the feedback folder it releases: code, text, data and pictures. Not a page
 # a browser would run (.html, .xht, .svg, .atom and the rest), nor anything else unknown.
 COPIED_KINDS = (".py", ".txt", ".md", ".csv", ".tsv", ".json", ".npy", ".npz", ".png", ".jpg", ".jpeg", ".gif")
+# Nor anything below a folder named as nbgrader names what it reads and writes there:
+# generate_feedback converts every `*.ipynb` it finds (a folder so named too), and writes the page
+# `<notebook>.html`, failing where a folder of that name stands.
+NBGRADER_NAMES = (".ipynb", ".html", ".htm")
 
 
 def _copy_files(submitted: Path, source: Path, target: Path) -> int:
     """What autograde puts beside the notebook: the submission's files, then the source's; returns
-    how many of the student's files were left out. Only the student's files of COPIED_KINDS are copied.
+    how many of the student's files were left out. Only the student's files of COPIED_KINDS are
+    copied, and none below a folder named like a notebook or a page (NBGRADER_NAMES).
 
     Only regular files are copied, each read without following a link; a linked file or folder
     is left behind (its target is never opened), and so are hidden folders, `__pycache__` and
@@ -492,7 +494,8 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
         for seen, (entry, parts, problem) in enumerate(walk(folder)):
             if problem or not entry.is_file(follow_symlinks=False) or entry.name.endswith(".ipynb"):
                 continue
-            if budgeted and not entry.name.lower().endswith(COPIED_KINDS):
+            if budgeted and (not entry.name.lower().endswith(COPIED_KINDS)
+                             or any(part.lower().endswith(NBGRADER_NAMES) for part in parts)):
                 # a page of the student's making, say, which generate_feedback would publish; a file
                 # the release ships (pytest.ini) is written from the source anyway
                 left_out += not os.path.lexists(source / Path(*parts))
@@ -558,8 +561,8 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     left_out = _copy_files(graded.path.parent, source, folder)
     if left_out:
         graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
-                        f"autograded/ (code, text, data and pictures only: at most {COPIED_FILES} files and "
-                        f"{COPIED_BYTES >> 20} MiB, no hard links)"]
+                        f"autograded/ (code, text, data and pictures only, none in a folder named like a notebook "
+                        f"or a page: at most {COPIED_FILES} files and {COPIED_BYTES >> 20} MiB, no hard links)"]
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     for cell in notebook.cells:

@@ -680,6 +680,15 @@ def test_a_notebook_whose_invalid_cells_would_stall_nbformats_validation_costs_t
 # --- what one student hands in never stops the run, nor nbgrader's own pages ----------------------
 
 LONG_LINE = "1." * 100_000
+PICTURE = base64.b64encode(_png(b"a picture")).decode()
+# (a markdown cell, its attachments): none of these but the last shows a picture
+ATTACHMENTS = [("see ![missing](attachment:nope.png)", None),
+               ("see ![empty](attachment:p.png)", {"p.png": {}}),
+               ("see ![svg](attachment:s.svg) and ![text](attachment:t.txt)",
+                {"s.svg": {"image/svg+xml": "<svg onload='window.__pwned = 1'/>"}, "t.txt": {"text/plain": "x"}}),
+               ("see ![not png](attachment:q.png)", {"q.png": {"image/png": "PHNjcmlwdD4="}}),
+               ("see ![kept](attachment:k.png)", {"k.png": {"image/png": PICTURE, "text/html": "<b>x</b>"},
+                                                  "unused.png": {"image/png": PICTURE}})]
 
 
 # Student folders whose names the gradebook cannot hold (not UTF-8, as a folder planted in nbgrader's
@@ -704,6 +713,25 @@ def odd_course(tmp_path_factory):
     lena.cells.append(nbformat.v4.new_code_cell(LONG_LINE))
     lena.cells += [nbformat.v4.new_markdown_cell(f"```python\n{LONG_LINE[:18_000]}\n```") for _ in range(5)]
     submit_notebook(path, "lena", lena)
+    # mia: the reference, with pictures her markdown cells refer to but do not carry, or carry in no
+    # shape a page can show, beside one that is a picture (an answer among them)
+    mia = filled_notebook(released, reference_source())
+    for source, attachments in ATTACHMENTS:
+        cell = nbformat.v4.new_markdown_cell(source)
+        if attachments is not None:
+            cell["attachments"] = attachments
+        mia.cells.insert(1, cell)
+    answer = next(cell for cell in mia.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == "answer-ANSWER_1")
+    answer.source += " ![gone](attachment:gone.png)"
+    written = submit_notebook(path, "mia", mia)
+    document = json.loads(written.read_text())  # and one that is no bundle at all, which nbformat cannot write
+    next(cell for cell in document["cells"] if "s.svg" in cell.get("attachments", {}))["attachments"]["n.png"] = "?"
+    written.write_text(json.dumps(document))
+    # hal: the reference, with folders named as nbgrader names its notebooks and the page it writes
+    hal = submit_notebook(path, "hal", filled_notebook(released, reference_source())).parent
+    for folder in ("attention_head.html", "Other.HTM", "old.ipynb"):
+        (hal / folder).mkdir()
+        (hal / folder / "notes.txt").write_text("x")
     trusted = _trusted(path, root, env)
     feedback = _nbgrader("generate_feedback", path, env)
     return {"path": path, "root": root, "env": env, "trusted": trusted, "feedback": feedback}
@@ -748,3 +776,56 @@ def test_a_code_cell_of_one_long_line_costs_the_feedback_and_formgrader_pages_no
         assert times["lena", page] < times["alice", page] + 10, times
     for page in (_page(odd_course, "lena"), times["lena", "page"]):
         assert LONG_LINE in page  # shown, as its text
+
+
+def test_pictures_a_markdown_cell_refers_to_but_cannot_show_never_stop_a_page(odd_course, tmp_path):
+    """nbconvert raises on a reference to an attachment a cell does not carry, or carries as `{}`:
+    `nbgrader generate_feedback` exited 1 and formgrader failed. A page keeps only the pictures a
+    cell refers to, each a picture a page can show; a reference to any other is its alt text."""
+    feedback = odd_course["feedback"]
+    assert feedback.returncode == 0 and "Traceback" not in feedback.stderr, feedback.stderr[-3000:]
+    from autograder.nbgrader_feedback import clean_png
+
+    for page in (_page(odd_course, "mia"), _formgrader_page(odd_course, "mia", tmp_path)):
+        assert re.findall(r"data:image/png;base64,([\w+/=]*)", page) == [clean_png(PICTURE)]  # its pixels alone
+        for shown in ("see missing", "see empty", "see svg and text", "see not png", "gone"):
+            assert shown in page, shown
+        assert "attachment:" not in page and "svg+xml" not in page and "PHNjcmlwdD4=" not in page
+    notebook = nbformat.read(odd_course["path"] / "autograded" / "mia" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    kept = {name for cell in notebook.cells for name in cell.get("attachments", {})}
+    assert kept == {"k.png"}
+    assert sum(gradebook_scores(odd_course["path"])["mia"].values()) == MAX_SCORE
+
+
+def test_the_reader_s_view_keeps_only_pictures_a_page_can_show_wherever_the_notebook_comes_from():
+    """nbgrader autograde's own notebook keeps the student's attachments as they were: the reader's
+    view (which autograde and generate_feedback both run) keeps the same as the trusted rebuild,
+    and the markdown filter shows a reference to any other as its alt text."""
+    from nbconvert import HTMLExporter
+
+    from autograder.nbgrader_feedback import CleanMarkdown, reader_view
+
+    notebook = nbformat.v4.new_notebook()
+    for source, attachments in ATTACHMENTS:
+        cell = nbformat.v4.new_markdown_cell(source)
+        cell["attachments"] = attachments or {}
+        notebook.cells.append(cell)
+    notebook.cells[2]["attachments"]["n.png"] = "?"
+    reader_view(notebook)
+    assert [set(cell.get("attachments", {})) for cell in notebook.cells] == [set()] * 4 + [{"k.png"}]
+    markdown = CleanMarkdown(parent=HTMLExporter())
+    assert markdown({"cell": {}}, "see ![missing](attachment:nope.png)").strip() == "<p>see missing</p>"
+    assert markdown({"cell": {"attachments": {"p.png": {}}}}, "![empty](attachment:p.png)").strip() == "<p>empty</p>"
+    shown = markdown({"cell": notebook.cells[-1]}, notebook.cells[-1].source)
+    assert re.findall(r'src="data:image/png;base64,[\w+/=]+"', shown) and "<b>" not in shown
+
+
+def test_no_folder_named_like_a_notebook_or_the_page_nbgrader_writes_is_copied(odd_course):
+    """A folder `attention_head.html` made generate_feedback fail writing the page there
+    (IsADirectoryError), and one named `*.ipynb` is read as a notebook: neither is copied, and the
+    student is told how many files were left out."""
+    autograded = odd_course["path"] / "autograded" / "hal" / ASSIGNMENT
+    assert (autograded / NOTEBOOK).is_file() and not [path for path in autograded.rglob("notes.txt")]
+    assert re.search(r"hal: 3 of the files beside the notebook not copied", odd_course["trusted"].stdout)
+    assert _page(odd_course, "hal")
+    assert sum(gradebook_scores(odd_course["path"])["hal"].values()) == MAX_SCORE
