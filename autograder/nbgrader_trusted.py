@@ -389,6 +389,16 @@ _CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _kept_metadata(metadata) -> dict:
+    """Of a cell's metadata, what the rebuild keeps (_CELL_METADATA, tags that are words)."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    metadata = {key: value for key, value in metadata.items()
+                if key in _CELL_METADATA and isinstance(value, _CELL_METADATA[key])}
+    if "tags" in metadata:
+        metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str) and _TAG.fullmatch(tag)]
+    return metadata
+
+
 def _inert_notebook(path: Path, name: str):
     """The notebook at `path` rebuilt from what nbgrader and the pages need of it: each cell's type,
     id, source, the metadata nbgrader and the grader read, and the pictures a markdown cell refers
@@ -400,8 +410,10 @@ def _inert_notebook(path: Path, name: str):
     from .nbgrader_feedback import kept_attachments, shown_as_text
 
     document = _document(path, name)
-    if document.get("nbformat") != 4:
-        raise ValueError(f"an nbformat {document.get('nbformat')!r} notebook, not nbformat 4")
+    if document.get("nbformat") in (1, 2, 3) and not isinstance(document.get("nbformat"), bool):
+        document = _converted(document)
+    elif document.get("nbformat") != 4:
+        raise ValueError(f"an nbformat {document.get('nbformat')!r} notebook, not nbformat 1 to 4")
     cells = []
     for index, cell in enumerate(c for c in document.get("cells", []) if isinstance(c, dict)):
         kind = cell.get("cell_type")
@@ -410,11 +422,7 @@ def _inert_notebook(path: Path, name: str):
         source = cell.get("source", "")
         source = "".join(part for part in source if isinstance(part, str)) if isinstance(source, list) else source
         source = source if isinstance(source, str) else ""
-        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        metadata = {key: value for key, value in metadata.items()
-                    if key in _CELL_METADATA and isinstance(value, _CELL_METADATA[key])}
-        if "tags" in metadata:
-            metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str) and _TAG.fullmatch(tag)]
+        metadata = _kept_metadata(cell.get("metadata"))
         if kind == "raw":  # the release has none: a student's, shown as text, and nothing nbgrader grades
             # nbconvert puts a raw cell's HTML into the page as it stands (ids, classes and all, past
             # the markdown cleaner), where an element with a grade's id takes that grade's place
@@ -430,6 +438,49 @@ def _inert_notebook(path: Path, name: str):
             rebuilt["attachments"] = attachments
         cells.append(rebuilt)
     return nbformat.from_dict({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+
+
+# What an older notebook's cell may hold that its conversion reads: its text (`input` or `code` of
+# code, `source` or `text` of the rest), a heading's level, and its metadata.
+_OLDER_TEXT = ("input", "code", "source", "text")
+
+
+def _converted(document: dict):
+    """An nbformat 1 to 3 notebook as nbformat 4, converted by nbformat as nbgrader converts it
+    (nbformat.read with as_version=4), once cut down to each cell's type, text, heading level and
+    the metadata the rebuild keeps, each of the shape the old format allows: the conversion and
+    its validation then cost what the text costs, whatever else the file holds. Raises ValueError
+    where there is no list of cells."""
+    import json
+
+    import nbformat
+
+    sheets = document["worksheets"] if "worksheets" in document else [document]  # nbformat 1: no worksheets
+    if not isinstance(sheets, list) or not all(isinstance(sheet, dict) and isinstance(sheet.get("cells"), list)
+                                               for sheet in sheets):
+        raise ValueError("an older notebook without a list of cells")
+    cells = []
+    for cell in (cell for sheet in sheets for cell in sheet["cells"] if isinstance(cell, dict)):
+        kept = {"cell_type": cell.get("cell_type"), "metadata": _kept_metadata(cell.get("metadata"))}
+        for key in _OLDER_TEXT:
+            text = cell.get(key)
+            text = "".join(text) if isinstance(text, list) and all(isinstance(part, str) for part in text) else text
+            if isinstance(text, str):
+                kept[key] = text
+        if kept["cell_type"] == "code":
+            kept.update(outputs=[], language="python")
+        elif kept["cell_type"] == "heading":
+            level = cell.get("level")
+            kept["level"] = level if isinstance(level, int) and not isinstance(level, bool) and 1 <= level <= 6 else 1
+        elif kept["cell_type"] not in ("markdown", "raw", "text", "html"):
+            continue
+        cells.append(kept)
+    reduced = {"nbformat": document["nbformat"], "nbformat_minor": 0, "metadata": {"name": ""}}
+    if "worksheets" in document:
+        reduced["worksheets"] = [{"cells": cells, "metadata": {}}]
+    else:
+        reduced["cells"] = cells
+    return nbformat.reads(json.dumps(reduced), as_version=4, capture_validation_error={})
 
 
 def _check_outputs(step) -> list:

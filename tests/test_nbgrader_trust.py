@@ -727,6 +727,9 @@ def odd_course(tmp_path_factory):
     document = json.loads(written.read_text())  # and one that is no bundle at all, which nbformat cannot write
     next(cell for cell in document["cells"] if "s.svg" in cell.get("attachments", {}))["attachments"]["n.png"] = "?"
     written.write_text(json.dumps(document))
+    # vic: the reference, in nbformat 3 (which nbgrader autograde converts, and folder mode grades)
+    vic = submit_notebook(path, "vic", filled_notebook(released, reference_source()))
+    vic.write_text(nbformat.writes(nbformat.convert(nbformat.read(vic, as_version=4), 3), version=3))
     # hal: the reference, with folders named as nbgrader names its notebooks and the page it writes
     hal = submit_notebook(path, "hal", filled_notebook(released, reference_source())).parent
     for folder in ("attention_head.html", "Other.HTM", "old.ipynb"):
@@ -829,3 +832,15 @@ def test_no_folder_named_like_a_notebook_or_the_page_nbgrader_writes_is_copied(o
     assert re.search(r"hal: 3 of the files beside the notebook not copied", odd_course["trusted"].stdout)
     assert _page(odd_course, "hal")
     assert sum(gradebook_scores(odd_course["path"])["hal"].values()) == MAX_SCORE
+
+
+def test_a_notebook_in_nbformat_3_is_graded_as_nbgrader_and_folder_mode_grade_it(odd_course):
+    """nbgrader autograde reads an older notebook converted to nbformat 4 (and folder mode grades
+    it): the grader converts it the same way, then rebuilds it as any other."""
+    assert json.loads((odd_course["path"] / "submitted" / "vic" / ASSIGNMENT / NOTEBOOK).read_text())["nbformat"] == 3
+    assert sum(gradebook_scores(odd_course["path"])["vic"].values()) == MAX_SCORE
+    assert not [line for line in odd_course["trusted"].stdout.splitlines() if line.startswith("vic") and "not" in line]
+    notebook = nbformat.read(odd_course["path"] / "autograded" / "vic" / ASSIGNMENT / NOTEBOOK, as_version=nbformat.NO_CONVERT)
+    assert notebook.nbformat == 4 and notebook.metadata["qkv"]["trusted_scores"]["softmax"] == 10
+    page = _page(odd_course, "vic")
+    assert "Step 4: Normalize each receiving row (softmax)" in page and "softmax: 10 / 10, passed" in page

@@ -154,6 +154,34 @@ def test_the_nbgrader_steps_read_odd_metadata_as_absent(tmp_path):
     assert reader_view(rebuilt) == {}
 
 
+def test_an_older_notebook_is_rebuilt_for_nbgrader_as_nbformat_4_from_its_cells_alone(tmp_path):
+    """nbgrader reads an nbformat 1 to 3 notebook converted to nbformat 4, and so does the trusted
+    path: converted by nbformat once cut down to each cell's type, text and the metadata kept, so
+    an old notebook's outputs or odd values cost the conversion nothing and hide no source."""
+    from autograder.nbgrader_trusted import _inert_notebook
+
+    def rebuilt(document: dict) -> list:
+        path = tmp_path / "old.ipynb"
+        path.write_text(json.dumps(document))
+        return [(cell.cell_type, cell.source, dict(cell.metadata)) for cell in _inert_notebook(path, "old.ipynb").cells]
+
+    hidden = {"jupyter": {"source_hidden": True}, "nbgrader": {"solution": True}}
+    v3 = {"nbformat": 3, "nbformat_minor": 0, "metadata": [], "worksheets": [{"cells": [
+        {"cell_type": "heading", "level": "x", "source": ["Step ", "one"]},
+        {"cell_type": "code", "input": ["x = 1\n", "y = 2"], "metadata": hidden, "outputs": [[0]] * 60000},
+        {"cell_type": "raw", "source": "<b>raw</b>"}, 7, {"cell_type": "code", "input": 5}]}]}
+    started = time.monotonic()
+    assert rebuilt(v3) == [("markdown", "# Step one", {}), ("code", "x = 1\ny = 2", {"nbgrader": {"solution": True}}),
+                           ("markdown", "~~~\n<b>raw</b>\n~~~", {}), ("code", "", {})]
+    assert time.monotonic() - started < 10
+    v2 = {"nbformat": 2, "metadata": {}, "worksheets": [{"cells": [{"cell_type": "code", "input": "x = 1"}]}]}
+    v1 = {"nbformat": 1, "cells": [{"cell_type": "code", "code": "x = 1"}, {"cell_type": "text", "text": "words"}]}
+    assert rebuilt(v2) == [("code", "x = 1", {})] and rebuilt(v1) == [("code", "x = 1", {}), ("markdown", "words", {})]
+    for odd in ({"nbformat": 3, "worksheets": 5}, {"nbformat": 3}, {"nbformat": True, "cells": []}, {"nbformat": 5}):
+        with pytest.raises(ValueError):
+            rebuilt(odd)
+
+
 @pytest.mark.parametrize("planted", ["x", {"qkv": "a"}, {"qkv": float("nan")}, {"qkv": True}, {"qkv": 8.0}])
 def test_in_kernel_scores_planted_in_a_notebook_never_reach_the_notebook_the_grader_builds(tmp_path, planted):
     """nbgrader carries a submitted notebook's metadata into the autograded one, so a student can
