@@ -313,10 +313,43 @@ def _autograded_cells(coursedir, assignment: str, student: str, notebook) -> lis
 
 
 def _quiet_log() -> logging.Logger:
-    """nbgrader's own steps warn about every hidden-test cell's checksum; keep their errors only."""
+    """nbgrader's own steps warn about every hidden-test cell's checksum; keep their errors only
+    (written by the handler `route_logging` puts in place)."""
     log = logging.getLogger("qkv-grade.nbgrader")
     log.setLevel(logging.ERROR)
     return log
+
+
+MOST_LOG_CHARACTERS = 2_000
+"""Of one log record of the libraries the command drives, what is written at most: nbgrader's
+metadata check logs its whole traceback, which quotes a student's cell."""
+
+
+class PrintableLog(logging.StreamHandler):
+    """Writes a log record as a terminal may show it: its text escaped where a character would act
+    rather than show (a student's escape sequences), at most MOST_LOG_CHARACTERS of it, and each
+    line after its first indented, so that no line of it passes for one of the command's own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from .results import printable
+
+        text = super().format(record)
+        shown = printable(text[:MOST_LOG_CHARACTERS])
+        if len(text) > MOST_LOG_CHARACTERS or len(shown) > MOST_LOG_CHARACTERS:  # escapes lengthen it
+            shown = shown[:MOST_LOG_CHARACTERS] + "…"
+        return shown.rstrip("\n").replace("\n", "\n    ")
+
+
+def route_logging() -> None:
+    """Write every log record of the libraries this command drives (nbgrader's steps, traitlets,
+    SQLAlchemy) and every warning Python would print, warnings and worse, through `PrintableLog`
+    on stderr: before, they reached stderr raw, escape sequences, line breaks and all."""
+    handler = PrintableLog(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s (%(name)s): %(message)s"))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)
 
 
 def _resources(coursedir, assignment: str, student: str) -> dict:
@@ -530,7 +563,8 @@ NBGRADER_NAMES = (".ipynb", ".html", ".htm")
 def _copy_files(submitted: Path, source: Path, target: Path) -> int:
     """What autograde puts beside the notebook: the submission's files, then the source's; returns
     how many of the student's files were left out. Only the student's files of COPIED_KINDS are
-    copied, and none below a folder named like a notebook or a page (NBGRADER_NAMES).
+    copied, none below a folder named like a notebook or a page (NBGRADER_NAMES), and none whose
+    path holds a name nbgrader's logs would print raw or not as UTF-8 (`odd_name`).
 
     Only regular files are copied, each read without following a link; a linked file or folder
     is left behind (its target is never opened), and so are hidden folders, `__pycache__` and
@@ -546,7 +580,7 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
             if problem or not entry.is_file(follow_symlinks=False) or entry.name.endswith(".ipynb"):
                 continue
             if budgeted and (not entry.name.lower().endswith(COPIED_KINDS)
-                             or any(part.lower().endswith(NBGRADER_NAMES) for part in parts)):
+                             or any(part.lower().endswith(NBGRADER_NAMES) or odd_name(part) for part in parts)):
                 # a page of the student's making, say, which generate_feedback would publish; a file
                 # the release ships (pytest.ini) is written from the source anyway
                 left_out += not os.path.lexists(source / Path(*parts))
@@ -613,7 +647,8 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     if left_out:
         graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
                         f"autograded/ (code, text, data and pictures only, none in a folder named like a notebook "
-                        f"or a page: at most {COPIED_FILES} files and {COPIED_BYTES >> 20} MiB, no hard links)"]
+                        f"or a page, no name with control characters: at most {COPIED_FILES} files and "
+                        f"{COPIED_BYTES >> 20} MiB, no hard links)"]
     results = {step.id: step for step in graded.result.steps}
     steps_of = {grade_id: step for step, grade_id in step_ids.items()}
     for cell in notebook.cells:
@@ -1314,6 +1349,7 @@ def main(argv: list[str] | None = None) -> int:
     from .console import EXIT_UNWRITTEN, interrupts_deferred, speak_utf8, use_own_tools
 
     speak_utf8()
+    route_logging()
     use_own_tools()  # nbgrader runs alembic by name when it creates or upgrades a gradebook
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")

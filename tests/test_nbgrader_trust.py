@@ -680,6 +680,7 @@ def test_a_notebook_whose_invalid_cells_would_stall_nbformats_validation_costs_t
 # --- what one student hands in never stops the run, nor nbgrader's own pages ----------------------
 
 LONG_LINE = "1." * 100_000
+TERMINAL_ESCAPES = "\x1b]0;qkv-grade: all checks passed\x07\x1b[2J\x1b[H\x1b[32m"  # a title, a cleared screen
 PICTURE = base64.b64encode(_png(b"a picture")).decode()
 # (a markdown cell, its attachments): none of these but the last shows a picture
 ATTACHMENTS = [("see ![missing](attachment:nope.png)", None),
@@ -730,11 +731,25 @@ def odd_course(tmp_path_factory):
     # vic: the reference, in nbformat 3 (which nbgrader autograde converts, and folder mode grades)
     vic = submit_notebook(path, "vic", filled_notebook(released, reference_source()))
     vic.write_text(nbformat.writes(nbformat.convert(nbformat.read(vic, as_version=4), 3), version=3))
+    # ida: the reference, with a written answer nbgrader's metadata check refuses, which it logs
+    # with its traceback, the cell's source in it: a terminal's escapes and 50 000 more characters
+    ida = filled_notebook(released, reference_source())
+    answer = nbformat.v4.new_markdown_cell(TERMINAL_ESCAPES + "\nqkv-grade --nbgrader: all graded\n" + "A" * 50_000)
+    answer.metadata["nbgrader"] = {"solution": True, "grade": False, "locked": False, "grade_id": "nope",
+                                   "schema_version": 3}
+    ida.cells.insert(1, answer)
+    submit_notebook(path, "ida", ida)
     # hal: the reference, with folders named as nbgrader names its notebooks and the page it writes
     hal = submit_notebook(path, "hal", filled_notebook(released, reference_source())).parent
     for folder in ("attention_head.html", "Other.HTM", "old.ipynb"):
         (hal / folder).mkdir()
         (hal / folder / "notes.txt").write_text("x")
+    # kit: the reference, with files whose names a terminal would not show as they are
+    kit = os.fsencode(submit_notebook(path, "kit", filled_notebook(released, reference_source())).parent)
+    for name in (TERMINAL_ESCAPES.encode() + b"all good.txt", b"n\xffote.txt", b"d\x1b[2J/notes.txt"):
+        os.makedirs(os.path.dirname(kit + b"/" + name), exist_ok=True)
+        with open(kit + b"/" + name, "w") as file:
+            file.write("x")
     trusted = _trusted(path, root, env)
     feedback = _nbgrader("generate_feedback", path, env)
     return {"path": path, "root": root, "env": env, "trusted": trusted, "feedback": feedback}
@@ -742,7 +757,8 @@ def odd_course(tmp_path_factory):
 
 def test_a_student_id_the_gradebook_cannot_hold_is_one_line_and_everyone_else_is_recorded(odd_course):
     trusted = odd_course["trusted"]
-    assert trusted.returncode == 0 and "Traceback" not in trusted.stderr, trusted.stderr[-2000:]
+    crashed = [line for line in trusted.stderr.splitlines() if line.startswith("Traceback")]  # not a logged one
+    assert trusted.returncode == 0 and not crashed, trusted.stderr[-2000:]
     for shown, why in ODD_IDS.values():
         lines = [line for line in trusted.stdout.splitlines() if line.startswith(shown)]
         assert len(lines) == 1 and "not graded" in lines[0] and why in lines[0], (shown, trusted.stdout)
@@ -844,3 +860,31 @@ def test_a_notebook_in_nbformat_3_is_graded_as_nbgrader_and_folder_mode_grade_it
     assert notebook.nbformat == 4 and notebook.metadata["qkv"]["trusted_scores"]["softmax"] == 10
     page = _page(odd_course, "vic")
     assert "Step 4: Normalize each receiving row (softmax)" in page and "softmax: 10 / 10, passed" in page
+
+
+def test_what_nbgrader_logs_of_a_student_s_cell_reaches_the_terminal_escaped_and_bounded(odd_course):
+    """nbgrader's metadata check logs its traceback, which quotes the cell's source: on stderr it is
+    escaped, each record bounded and its later lines indented, so it neither drives the terminal
+    nor passes for a line of the grader's."""
+    trusted = odd_course["trusted"]
+    assert "\x1b" not in trusted.stderr + trusted.stdout and "\x07" not in trusted.stderr + trusted.stdout
+    from autograder.nbgrader_trusted import MOST_LOG_CHARACTERS
+
+    assert "\\x1b]0;qkv-grade: all checks passed" in trusted.stderr  # logged, as text
+    assert len(trusted.stderr) < 4 * MOST_LOG_CHARACTERS, len(trusted.stderr)
+    assert not [line for line in trusted.stderr.splitlines() if line.startswith("qkv-grade --nbgrader: all graded")]
+    ida = [line for line in trusted.stdout.splitlines() if line.startswith("ida")]
+    assert ida and all(len(line) < 1000 for line in ida), ida
+    assert sum(gradebook_scores(odd_course["path"])["alice"].values()) == MAX_SCORE
+
+
+def test_a_file_whose_name_a_terminal_would_not_show_as_it_is_is_not_copied(odd_course):
+    """nbgrader generate_feedback logs the name of every file it copies from autograded/, raw: a
+    name with escape sequences (or bytes that are not UTF-8) stays out of autograded/, counted
+    among the files left out."""
+    autograded = os.fsencode(odd_course["path"] / "autograded" / "kit" / ASSIGNMENT)
+    assert sorted(name for name in os.listdir(autograded) if b"\x1b" in name or b"\xff" in name) == []
+    assert re.search(r"kit: 3 of the files beside the notebook not copied", odd_course["trusted"].stdout)
+    feedback = odd_course["feedback"]
+    assert "\x1b" not in feedback.stdout + feedback.stderr and "Copying" in feedback.stdout + feedback.stderr
+    assert _page(odd_course, "kit")
