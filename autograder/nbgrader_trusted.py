@@ -379,6 +379,7 @@ def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, 
     sanitized notebook is kept in `kept`, by student, to be written into autograded/."""
     import nbformat
 
+    from .results import clipped
     from .submission import Submission, SubmissionError, load, notebook_cells, shown_name
 
     def loader(path: Path, name: str) -> Submission:
@@ -388,7 +389,8 @@ def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, 
             notebook = _sanitized(path, coursedir, config, assignment, student)
             text = nbformat.writes(notebook)
         except Exception as error:  # nbgrader's own refusal: that student's, in one line
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            # which may quote a value of the student's whole: a few hundred characters of it
+            reason = clipped(str(error)) or type(error).__name__
             raise SubmissionError(f"{name}: nbgrader cannot take it as this assignment's notebook ({reason})") from None
         kept[student] = notebook
         return Submission(path, shown_name(name), tuple(notebook_cells(text, Path(name))), True)
@@ -1213,7 +1215,9 @@ def record(graded: list[Graded], coursedir, config, assignment: str, step_ids: d
                 except OSError:
                     raise
                 except Exception as error:  # nbgrader refuses the notebook: the scores still count
-                    one.feedback_notebook = f"not written: {type(error).__name__}: {error}"
+                    from .results import clipped
+
+                    one.feedback_notebook = f"not written: {type(error).__name__}: {clipped(str(error))}"
                     _remove(_pending(coursedir, assignment, one.student))
                     notebook = None
                 if notebook is not None:

@@ -213,6 +213,21 @@ def printable(text: str, one_line: bool = False) -> str:
         else "\\u%04x" % ord(char) if ord(char) <= 0xFFFF else "\\U%08x" % ord(char) for char in text)
 
 
+MOST_QUOTED = 300
+"""Characters of a message kept where it may quote what a student wrote: nbgrader's refusal of a
+notebook quotes the value it refused whole (a cell's `points`, 15 MB of it)."""
+_SPACE = re.compile(r"\s*")
+
+
+def clipped(text: str, most: int = MOST_QUOTED) -> str:
+    """The first line of a message, at most `most` characters of it, then "…" where it goes on;
+    read no further than that, however long the message."""
+    start = _SPACE.match(text).end()
+    head = text[start:start + most + 1]
+    line = head.splitlines()[0].rstrip() if head else ""
+    return line if len(line) <= most else line[:most] + "…"
+
+
 def spreadsheet_cell(text: str) -> str:
     """`text` as a CSV cell that a spreadsheet shows as text, never runs as a formula, and that a
     terminal shows as it is: control characters and direction marks (a student's file name may

@@ -744,6 +744,12 @@ def odd_course(tmp_path_factory):
     for folder in ("attention_head.html", "Other.HTM", "old.ipynb"):
         (hal / folder).mkdir()
         (hal / folder / "notes.txt").write_text("x")
+    # pia: the reference, with a written answer's points a string of a million characters, which
+    # nbgrader's error quotes whole ("could not convert string to float: '…'")
+    pia = filled_notebook(released, reference_source())
+    next(cell for cell in pia.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == "answer-ANSWER_1") \
+        .metadata["nbgrader"]["points"] = TERMINAL_ESCAPES + "P" * 1_000_000
+    submit_notebook(path, "pia", pia)
     # kit: the reference, with files whose names a terminal would not show as they are
     kit = os.fsencode(submit_notebook(path, "kit", filled_notebook(released, reference_source())).parent)
     for name in (TERMINAL_ESCAPES.encode() + b"all good.txt", b"n\xffote.txt", b"d\x1b[2J/notes.txt"):
@@ -888,3 +894,22 @@ def test_a_file_whose_name_a_terminal_would_not_show_as_it_is_is_not_copied(odd_
     feedback = odd_course["feedback"]
     assert "\x1b" not in feedback.stdout + feedback.stderr and "Copying" in feedback.stdout + feedback.stderr
     assert _page(odd_course, "kit")
+
+
+def test_what_a_student_wrote_is_quoted_in_an_error_to_a_few_hundred_characters(odd_course):
+    """nbgrader's refusal of a notebook quotes the value it refused whole: a million characters on
+    one line of stdout, and in every step's feedback. It is quoted to a few hundred, then "…"."""
+    trusted = odd_course["trusted"]
+    pia = [line for line in trusted.stdout.splitlines() if line.startswith("pia")]
+    assert pia and sum(map(len, pia)) < 2000 and "…" in "".join(pia), [line[:300] for line in pia]
+    assert "could not convert string to float" in "".join(pia) and "\\x1b]0;qkv-grade" in "".join(pia)
+    assert len(trusted.stdout) < 20_000 and "PPPP" * 200 not in trusted.stdout + trusted.stderr
+    assert sum(gradebook_scores(odd_course["path"])["pia"].values()) == 0.0
+
+
+def test_a_message_is_kept_to_its_first_line_and_a_few_hundred_characters_however_long():
+    from autograder.results import MOST_QUOTED, clipped
+
+    assert clipped("  could not convert: 'x'\nsecond line") == "could not convert: 'x'" and clipped("") == ""
+    assert clipped("x" * 15_000_000) == "x" * MOST_QUOTED + "…"
+    assert clipped(" \n" * 5_000_000 + "y" * (MOST_QUOTED + 1)) == "y" * MOST_QUOTED + "…"
