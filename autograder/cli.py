@@ -24,7 +24,7 @@ import secrets  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from . import keys  # noqa: E402
-from .console import (EXIT_INTERRUPTED, EXIT_UNWRITTEN, EXIT_USAGE, OneLineParser, timeout_problem,  # noqa: E402
+from .console import (EXIT_INTERRUPTED, EXIT_UNWRITTEN, EXIT_USAGE, OneLineParser, interrupt, timeout_problem,  # noqa: E402
                       interrupts_deferred, seed_option, speak_utf8, use_own_tools)
 
 
@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, ^C is KeyboardInterrupt
+        signal.signal(signal.SIGINT, interrupt)  # from here, ^C is KeyboardInterrupt
     speak_utf8()
     try:
         return _main(argv)

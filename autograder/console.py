@@ -60,6 +60,21 @@ def speak_utf8() -> None:
             stream.reconfigure(encoding="utf-8", errors="backslashreplace")
 
 
+def interrupt(number, frame) -> None:
+    """Ctrl-C as KeyboardInterrupt (signal.default_int_handler), except where Python would print it
+    and drop it: in a weak reference's callback or a finalizer, which the garbage collector may be
+    running when the signal lands. There the signal is sent again a moment later, to land outside it."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and (code.co_name == "__del__" or code.co_filename.endswith(("weakref.py", "_weakrefset.py"))):
+        import threading
+
+        again = threading.Timer(0.01, os.kill, (os.getpid(), number))
+        again.daemon = True
+        again.start()
+        return
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def interrupts_deferred():
     """Hold back Ctrl-C (and SIGTERM) until the block is done, then raise KeyboardInterrupt.

@@ -351,3 +351,25 @@ def test_a_folder_of_skipped_files_is_refused_in_one_line_its_names_escaped(tmp_
     assert done.returncode == 2 and done.stdout == ""
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     assert done.stderr.count("\n") == 1 and "x\\x1b]0;PWNED\\x07.PY: a .PY file" in done.stderr
+
+
+def test_ctrl_c_landing_in_a_finalizer_is_delivered_after_it_not_dropped():
+    """Python prints and drops an exception raised in a finalizer or a weak reference's callback,
+    which the garbage collector may be running when Ctrl-C lands: the command's handler sends the
+    signal again a moment later, so the interrupt still ends the command, without a traceback."""
+    import signal
+    import time
+
+    from autograder import console
+
+    class Finalized:
+        def __del__(self):
+            console.interrupt(signal.SIGINT, sys._getframe())  # as if the signal landed here
+
+    previous = signal.signal(signal.SIGINT, console.interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Finalized()  # finalized at once: the signal is not raised inside it
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
