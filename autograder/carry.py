@@ -41,9 +41,9 @@ def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
                 or "time-budget" in result.diagnoses:  # never run: nothing to verify
             continue
         names = _replaced(step, _failing(step, result, by_id, run.outcomes[number]))
-        same = [used for used in step.uses if BY_ID[used].functions == step.functions]
-        if not names and same and by_id[same[0]].status not in ("passed", "not_implemented") \
-                and not by_id[same[0]].carried_from and result.status != "not_implemented":
+        same = _same_function(step)
+        if not names and same and by_id[same].status not in ("passed", "not_implemented") \
+                and not by_id[same].carried_from and result.status != "not_implemented":
             # The batch step calls the head's own function, which no stand-in may replace, and
             # nothing the head builds on fails: the head's mistake is its own. The batch step's own
             # work is to carry the batch axis through, which the head called on each example alone shows.
@@ -94,11 +94,16 @@ def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepRe
     """The batch step's credit, carried from the head: on each example alone the student's head
     returns what it returned for that example within the batch, so the batch axis is carried
     through, and what is wrong is what is wrong on one sequence."""
-    [used] = [used for used in step.uses if BY_ID[used].functions == step.functions]
+    used = _same_function(step)
     codes = judge.carried_codes(result.diagnoses, [used], by_id)
     text = feedback.carried_feedback(step, [used], codes, result.total, per_example=True)
     return StepResult(step.id, step.points, step.points, result.status, text, codes, result.passed, result.total,
                       list(result.case_passed), carried_from=judge.carried_source([used], codes, by_id))
+
+
+def _same_function(step: Step) -> str | None:
+    """The earlier step whose function this step calls too (the head's, for the batch), or None."""
+    return next((used for used in step.uses if BY_ID[used].functions == step.functions), None)
 
 
 def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: list[Outcome | None],

@@ -156,14 +156,13 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
         listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]
         how = f"called again with the chapter's {listed} in place of yours"
     then = f"{'Write' if unwritten else 'Fix'} {'them' if plural else 'it'} there (see above) and this step follows."
+    checks = f"{how}, your own work here checks out on all {total} cases"
     if per_example:  # the same function, on a batch: what it does to one sequence is what goes wrong
-        return (f"{step.title}: full marks, the error carried forward.\n"
-                f"What goes wrong here comes from {cause}; called again on each example of the batch alone, your "
-                f"function returns what it returned for that example within the batch, on all {total} cases: "
-                f"your own work here, carrying the batch axis through, checks out. {then}")
+        checks = (f"called again on each example of the batch alone, your function returns what it returned for "
+                  f"that example within the batch, on all {total} cases: your own work here, carrying the batch "
+                  f"axis through, checks out")
     return (f"{step.title}: full marks, the error carried forward.\n"
-            f"What goes wrong here comes from {cause}; {how}, your own work here checks out on all {total} "
-            f"cases. {then}")
+            f"What goes wrong here comes from {cause}; {checks}. {then}")
 
 
 def _root_line(names: list[str], state: str, verb: str) -> str:

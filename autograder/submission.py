@@ -608,18 +608,19 @@ def _one_per_student(items: list[tuple[Path, str]]) -> tuple[list[tuple[Path, st
     """At most one submission per student folder: the shallowest, then the first by name. A student's
     folder holds their work, and what else they put there (a copy in `backup/`, thirty copies of a
     classmate's) is listed as skipped, never graded as more students."""
-    kept: dict[str, tuple[Path, str]] = {}
+    kept: dict[str, str] = {}  # student folder -> the name of the submission graded
+    for _, name in items:
+        student = _student(name)
+        if student is not None:
+            kept[student] = min(kept.get(student, name), name, key=lambda found: (found.count("/"), found))
+    graded, skipped = [], []
     for path, name in items:
         student = _student(name)
-        if student is None:
-            continue
-        best = kept.get(student)
-        if best is None or (name.count("/"), name) < (best[1].count("/"), best[1]):
-            kept[student] = (path, name)
-    graded = [(path, name) for path, name in items if _student(name) is None or kept[_student(name)][1] == name]
-    skipped = [(name, f"{shown_name(kept[_student(name)][1])} is graded: one submission per student folder "
-                      f"({shown_name(_student(name))}/)") for _, name in items
-               if _student(name) is not None and kept[_student(name)][1] != name]
+        if student is None or kept[student] == name:
+            graded.append((path, name))
+        else:
+            skipped.append((name, f"{shown_name(kept[student])} is graded: one submission per student folder "
+                                  f"({shown_name(student)}/)"))
     return graded, skipped
 
 
