@@ -119,7 +119,9 @@ def _validate_failed(run: Ran) -> list[str]:
     assert "Success!" not in run.output, run.output[-3000:]
     reported = re.search(r"VALIDATION FAILED ON (\d+) CELL\(S\)", run.output)
     assert reported, run.output[-3000:]
-    cells = run.output.split("The following cell failed:")[1:]
+    # each cell's report, up to nbgrader's own log lines after the last one (where a kernel shutting
+    # down may log a traceback of its own, no cell's)
+    cells = [cell.split("\n[ValidateApp")[0] for cell in run.output.split("The following cell failed:")[1:]]
     assert len(cells) == int(reported.group(1))
     for cell in cells:
         for unexpected in ("ModuleNotFoundError", "NameError", "Traceback"):
