@@ -1402,6 +1402,12 @@ def pair_code(first: str, second: str) -> str:
     return first + PAIR + second[len(f"derived-{fn_of(second)}-"):]
 
 
+def pair_parts(code: str) -> tuple[str, str]:
+    """The codes of the two edits of a pair's code (`pair_code`'s inverse)."""
+    first, _, rest = code.partition(PAIR)
+    return first, f"derived-{fn_of(code)}-{rest}"
+
+
 def pair_program(first: Edit, second: Edit) -> tuple:
     """The reference's stages with two edits of different stages made, `first` the earlier."""
     stages = tuple(PROGRAMS[first.fn][1])

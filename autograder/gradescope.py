@@ -36,6 +36,7 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 # What the bundle carries of the repository: the grader, the reference and the data it reads.
 # Not the student release, the tests or the sample class.
 SOURCE_PARTS = ("pyproject.toml", "autograder", "solutions", "data/part-iv", "data/derived-edits.json",
+                "data/example-values.npz",
                 "data/results.schema.json", "data/gradescope-results.schema.json")
 
 # What the student gets whenever the grader, not the submission, is at fault.

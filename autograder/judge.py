@@ -34,7 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import derived, diagnoses, feedback
+from . import atlas, derived, diagnoses, feedback
 from .cases import Case
 from .protocol import Bad, plain_text
 from .results import StepResult, printable
@@ -274,6 +274,7 @@ def forget() -> None:
                   _DIFFERS, _PRUNED, _RAISING, _CARRIED):
         cache.clear()
     _HELD[0] = 0
+    atlas.forget()
     # The models made for the mistakes this class met go too: kept, they would pin the pages their
     # neighbours in the emptied caches held, and each refill would take fresh pages beside them.
     for made in (diagnoses.through_reference, diagnoses.through_references):
@@ -599,6 +600,8 @@ class _Candidate:
     """A call the student got right, where the model would not have."""
     key: tuple = ()
     """Identifies the model across submissions, so its value on a hidden call is computed once."""
+    stopped: int | None = None
+    """The call where weighing it stopped: the first it did not reproduce, or contradicted."""
 
 
 # An earlier step with one of these (or failing with no code at all) returns values no model
@@ -677,9 +680,8 @@ def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     if entry is not None and entry[0] is call:
         return entry[1:]
     value = error = None
-    try:
-        with np.errstate(all="ignore"):
-            raw = derived.run_pair(fn, first, second, call.args, prefixes)
+    try:  # under np.errstate(all="ignore"): see grade_step
+        raw = derived.run_pair(fn, first, second, call.args, prefixes)
         value = _shared(canonical(call.fn, raw))  # many pairs come to the same value: held once
     except WrongType:
         pass
@@ -691,10 +693,13 @@ def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     return value, error
 
 
-def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict]):
+def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+                   screen: "_Screen", passes: Callable | None = None):
     """Pairs of derived edits on two different stages, worth weighing on every call: those that
     reproduce the first failing call (its wrong value, or its very exception). Of the single edits,
-    only those that change that call's value (or raise there) are paired."""
+    only those that change that call's value (or raise there) are paired. Pairs the screen rules
+    out are never run (they count toward the pairs tried all the same). `passes(pair)`: False for
+    a pair that a call already rules out (see `_passes_where_stopped`)."""
     probe = next((i for i in indexes if verdicts[i].kind == "mismatch"), None)
     if probe is None:
         probe = next((i for i in indexes if verdicts[i].kind == "raised" and verdicts[i].raised_message), None)
@@ -703,31 +708,34 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
     call, want, verdict = calls[probe], expected[probe], verdicts[probe]
     singles = dict(derived.models(fn))
     agrees: dict[int, tuple] = {}  # id(value) -> (value, does the student's agree with it?)
+    on_probe = _Screen([(call, verdict)])  # what the probe alone rules out
 
     def fits(value, error) -> bool:
+        """As the weighing will judge it on the probe (see `_weigh`)."""
         if verdict.kind == "raised":
             return error == (verdict.raised, verdict.raised_message)
         if value is None:
             return False
         known = agrees.get(id(value))
         if known is None or known[0] is not value:
-            known = agrees[id(value)] = (value, _agrees_canonical(verdict.actual, value))
+            known = agrees[id(value)] = (value, _agrees_canonical(verdict.actual, value)
+                                         and _accounts_for(verdict.actual, value, want))
         return known[1]
 
     showing, fitting = [], []
     for code, edit in derived.pairable(fn):
-        value, error, differs = _model_value(_Candidate((code,), singles[code], False, key=(fn, "derived", code)),
-                                             call, want)
+        key = (fn, "derived", code)
+        shows = on_probe.shows(key)
+        if shows is False:
+            continue
+        if shows and on_probe.excludes(key):
+            showing.append(edit)  # it changes the probe's value, but not to the student's
+            continue
+        value, error, differs = _value_of(key, singles[code], call, want)
         if differs or error is not None:
             showing.append(edit)
             if fits(value, error):
                 fitting.append(edit)
-    by_stage: dict[int, list] = {}
-    for edit in showing:
-        by_stage.setdefault(edit.at, []).append(edit)
-    # Stages next to each other first: one line of a student's code often spans both.
-    stage_pairs = sorted(((i, j) for i in by_stage for j in by_stage if i < j), key=lambda ij: (ij[1] - ij[0], ij[0]))
-    pairs = (pair for i, j in stage_pairs for pair in itertools.product(by_stage[i], by_stage[j]))
     # A single edit that gives the probe's very value, but not every other call's: a second edit that
     # leaves the probe alone may be what tells them apart (`abs(s).max()` where the probe's scores are
     # all positive). Those pairs come first: there are few of them.
@@ -736,14 +744,129 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
                for one in fitting for _, other in derived.pairable(fn) if id(other) not in shown and other.at != one.at)
     survivors, tried = [], 0
     prefixes: dict = {}
-    for first, second in itertools.chain(refined, pairs):
+    for (first, second), refining in itertools.chain(((pair, True) for pair in refined),
+                                                     ((pair, False) for pair in stage_ordered_pairs(showing))):
         if tried >= _MOST_PAIRS:
             return survivors
         tried += 1
-        if fits(*_pair_value(fn, first, second, call, prefixes)):
-            code = derived.pair_code(first.code, second.code)
-            survivors.append(_Candidate((code,), derived.model(code), False, key=(fn, "derived", code)))
+        if screen.excludes(("pair", first.code, second.code)):
+            continue
+        # A refined pair gives the probe's value whatever its second edit does: where its first
+        # edit alone was ruled out is what the second must change, so it is looked at first.
+        code = derived.pair_code(first.code, second.code)
+        if refining and passes is not None and not passes(code):
+            continue
+        value, error = _pair_value(fn, first, second, call, prefixes)
+        if fits(value, error):
+            key = (fn, "derived", code)
+            # its value on the probe, where the weighing will look first
+            _MODEL_VALUES.setdefault((key, id(call)), (call, value, error, value is not None and _differs(value, want)))
+            survivors.append(_Candidate((code,), derived.model(code), False, key=key))
     return survivors
+
+
+def _passes_where_stopped(code: str, stopped: dict, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+                          agreed: dict, screen: "_Screen") -> bool:
+    """Could the pair of edits `code` be accepted, as far as the call where the weighing of either
+    of its edits alone stopped can tell? (A pair that fails that call would be ruled out there.)"""
+    fn = derived.fn_of(code)
+    for part in derived.pair_parts(code):
+        index = stopped.get((fn, "derived", part))
+        if index is None or verdicts[index].kind not in ("ok", "mismatch", "raised"):
+            continue
+        candidate = _Candidate((code,), derived.model(code), False, key=(fn, "derived", code))
+        _weigh(candidate, calls, verdicts, expected, agreed, [index], screen)
+        return candidate.stopped is None
+    return True
+
+
+def stage_ordered_pairs(showing: list):
+    """Pairs of edits of two different stages, `first` the earlier: stages next to each other
+    first, as one line of a student's code often spans both."""
+    by_stage: dict[int, list] = {}
+    for edit in showing:
+        by_stage.setdefault(edit.at, []).append(edit)
+    stage_pairs = sorted(((i, j) for i in by_stage for j in by_stage if i < j), key=lambda ij: (ij[1] - ij[0], ij[0]))
+    return (pair for i, j in stage_pairs for pair in itertools.product(by_stage[i], by_stage[j]))
+
+
+class _Screen:
+    """What the shipped atlas (atlas.py) rules out for one student, from their verdicts on the
+    example calls it holds: a model that cannot be accepted, found without running it."""
+
+    def __init__(self, seen: list):
+        """`seen`: (call, the student's verdict on it) for calls that may be example calls."""
+        self.seen = seen
+        self._parts: list | None = None
+
+    @property
+    def parts(self) -> list:
+        """(table, mask of the models ruled out, verdict) per example call: worked out when first asked."""
+        if self._parts is None:
+            self._parts = []
+            for call, verdict in self.seen:
+                table = atlas.table(call)
+                if table is not None:
+                    mask = table.excluded(verdict)
+                    if mask is not None:
+                        self._parts.append((table, mask, verdict))
+        return self._parts
+
+    def excludes(self, key: tuple) -> bool:
+        parts = self.parts
+        if not parts:
+            return False
+        if len(key) == 3 and key[1] == "derived" and derived.PAIR in key[2]:
+            key = ("pair",) + derived.pair_parts(key[2])  # a pair of edits, as the atlas names it
+        for table, mask, _ in parts:
+            n = table.entry(key)
+            if n >= 0 and mask[n]:
+                return True
+        return False
+
+    def shows(self, key: tuple) -> bool | None:
+        """Does the model change the (first) call's value, or raise there? None: unknown."""
+        for table, _, _ in self.parts[:1]:
+            n = table.entry(key)
+            if n >= 0:
+                status = table.status[n]
+                if status == atlas.INAPPLICABLE:
+                    return False
+                if status == atlas.RAISES or table.differs[n]:
+                    return True
+        return None
+
+
+def example_outcomes(call, want: dict) -> list[tuple]:
+    """What the search may run on an example call, as it would find it there: (key, (value, error,
+    could the slip not show?, differs from the reference?)) for the step's slips, their
+    compositions, the derived edits, and the pairs of edits tried where this call is the probe.
+    For the atlas (atlas.py)."""
+    fn, found = call.fn, []
+
+    def add(key, value, error, inapplicable):
+        differs = value is not None and not inapplicable and bool(differences(value, want, False, describe=False))
+        found.append((key, (value, error, inapplicable, differs)))
+        return differs or error is not None
+
+    with np.errstate(all="ignore"):
+        if fn in diagnoses.PIPELINES:
+            for depth in (1, 2):
+                for n, (_, _, model) in enumerate(diagnoses.models(fn, depth)):
+                    add((fn, depth, n), *_outcome(model, call, want)[:3])
+        shows = {code for code, model in derived.models(fn)
+                 if add((fn, "derived", code), *_outcome(model, call, want)[:3])}
+        showing = [edit for code, edit in derived.pairable(fn) if code in shows]
+        prefixes: dict = {}
+        for first, second in itertools.islice(stage_ordered_pairs(showing), _MOST_PAIRS):
+            try:
+                value, error = canonical(fn, derived.run_pair(fn, first, second, call.args, prefixes)), None
+            except (WrongType, diagnoses.Inapplicable):
+                value, error = None, None
+            except Exception as exc:
+                value, error = None, _error_of(exc)
+            add(("pair", first.code, second.code), value, error, False)
+    return found
 
 
 _CARRIED: dict[tuple, Callable] = {}
@@ -789,32 +912,44 @@ def _shared(value: dict) -> dict:
 
 
 def _model_value(candidate: _Candidate, call, want: dict) -> tuple:
-    key = (candidate.key, id(call))
+    return _value_of(candidate.key, candidate.model, call, want)
+
+
+def _value_of(key: tuple, model: Callable, call, want: dict) -> tuple:
+    """(canonical value or None, (exception name, message) or None, differs from the reference?) of
+    a model on a call, computed once per class (see _MODEL_VALUES)."""
+    key = (key, id(call))
     entry = _MODEL_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
-    try:  # under np.errstate(all="ignore"): see grade_step
-        raw, error = candidate.model(*call.args), None
-    except diagnoses.Inapplicable:  # the slip cannot show on this call: it behaves as the reference
+    value, error, inapplicable, raw = _outcome(model, call, want)
+    if inapplicable:  # the slip cannot show on this call: it behaves as the reference
         _MODEL_VALUES[key] = (call, want, None, False)
         return want, None, False
-    except Exception as exc:  # the model fails where the misconception would: evidence too
-        raw, error = None, _error_of(exc)
-    value = None
-    if error is None:
-        if RETURNS[call.fn][0] == "facts":  # the facts a slip gets wrong, the reference's for the rest
-            value = {**want, **raw} if isinstance(raw, dict) else None
-        else:
-            try:
-                value = canonical(call.fn, raw)
-            except WrongType:
-                value = None
-                _MODEL_RAW[key] = (call, raw)
-        if value is not None:
-            value = _shared(value)
+    if raw is not None:
+        _MODEL_RAW[key] = (call, raw)
+    if value is not None:
+        value = _shared(value)
     entry = (call, value, error, value is not None and _differs(value, want))
     _MODEL_VALUES[key] = entry  # one assignment: grading threads share this cache
     return entry[1:]
+
+
+def _outcome(model: Callable, call, want: dict) -> tuple:
+    """(canonical value or None, (exception name, message) or None, could the slip not show?, the
+    object of the wrong type it returned or None) of one run of a model on a call."""
+    try:  # under np.errstate(all="ignore"): see grade_step
+        raw = model(*call.args)
+    except diagnoses.Inapplicable:
+        return None, None, True, None
+    except Exception as exc:  # the model fails where the misconception would: evidence too
+        return None, _error_of(exc), False, None
+    if RETURNS[call.fn][0] == "facts":  # the facts a slip gets wrong, the reference's for the rest
+        return ({**want, **raw} if isinstance(raw, dict) else None), None, False, None
+    try:
+        return canonical(call.fn, raw), None, False, None
+    except WrongType:
+        return None, None, False, raw
 
 
 def _error_of(exc: Exception) -> tuple[str, str]:
@@ -856,7 +991,7 @@ _DIFFERS: dict[tuple, tuple] = {}
 
 
 def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], expected: list[dict],
-           agreed: dict, order: list[int]) -> None:
+           agreed: dict, order: list[int], screen: "_Screen") -> None:
     """Run the model on the calls of one function that returned or raised, and tally the evidence.
 
     `order` lists those calls, failing calls first. A model is accepted only when it reproduces
@@ -865,8 +1000,11 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
     the first, a call that fails for most students, whose value is then computed once for the
     class); then the passing calls, until one the model gets wrong. `explains` is complete only
     for a model that reproduced every failing call. `agreed` remembers, for one step, whether a
-    student's value and a model value agree, by their ids.
+    student's value and a model value agree, by their ids. A model the screen rules out (by what
+    it gives on the example, atlas.py) is not run at all.
     """
+    if screen.excludes(candidate.key):
+        return
     for index in order:
         call, verdict, want = calls[index], verdicts[index], expected[index]
         value, error, differs = _model_value(candidate, call, want)
@@ -893,13 +1031,15 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
                 candidate.explains.add(index)
                 candidate.values += 1
                 continue
+            candidate.stopped = index
             return
         if verdict.kind == "ok":  # the student matched the reference: the model must too
             if differs or error is not None:
-                candidate.contradicted = True
+                candidate.contradicted, candidate.stopped = True, index
                 return
             continue
         if not differs:  # the reference's value here: it cannot reproduce a wrong one
+            candidate.stopped = index
             return
         pair = (id(verdict.actual), id(value))
         known = agreed.get(pair)
@@ -907,6 +1047,7 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             known = agreed[pair] = (value, _agrees_canonical(verdict.actual, value)
                                     and _accounts_for(verdict.actual, value, want))
         if not known[1]:
+            candidate.stopped = index
             return
         candidate.explains.add(index)
         candidate.values += 1
@@ -1013,21 +1154,28 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         # happens to give that shape would name a line the student never wrote; one of the
         # function's own lines (`weights[None, :] @ v`) may. Else the shape is what wrong-shape says.
         reshaped = _only_reshaped([verdicts[i] for i in to_explain], [expected[i] for i in to_explain])
+        screen = _Screen([(calls[i], verdicts[i]) for i in indexes])
+        stopped: dict[tuple, int] = {}  # a derived edit's key -> where its weighing stopped (by fn_calls)
         for depth in (1, 2, 3, 4):
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
             elif depth == 2:
-                candidates = _screened(fn, indexes, calls, verdicts, expected, set()) if own else []
+                candidates = _screened(fn, indexes, calls, verdicts, expected, set(), screen) if own else []
             elif depth == 3:
                 candidates = _derived(fn) if own else []
             else:
-                candidates = _derived_pairs(fn, indexes, calls, verdicts, expected) if own else []
+                candidates = _derived_pairs(fn, indexes, calls, verdicts, expected, screen,
+                                            lambda pair: _passes_where_stopped(pair, stopped, fn_calls, fn_verdicts,
+                                                                               fn_expected, agreed, screen)) \
+                    if own else []
             for candidate in candidates:
                 if not candidate.carried and any(c.carried for c in accepted):
                     break  # an earlier diagnosis explains every failure: no model of its own can outrank it
                 if reshaped and depth >= 3 and derived.inside_a_call(candidate.codes[0]):
                     continue
-                _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order)
+                _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order, screen)
+                if depth == 3 and candidate.stopped is not None:
+                    stopped[candidate.key] = candidate.stopped
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
                         and to_explain <= candidate.explains):
@@ -1099,38 +1247,44 @@ def _transposed(shapes: tuple) -> tuple:
 
 
 def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict],
-              covered: set) -> list:
+              covered: set, screen: "_Screen") -> list:
     """The compositions of two slips worth weighing on every call: those that reproduce one failure.
 
     The probe is the first call with a wrong value that no single slip explained. A composition is
     pruned before it is run: when neither of its slips alone changes the probe's value; by shape,
     when the student's shapes are the reference's and exactly one of its slips changes them (unless
     the other's stage may drop that value, `slips.DROPPED_BY`), or when they are not and neither
-    slip alone gives them (or their transpose). When every wrong value is explained and only
-    exceptions are left, the probe is the first of those, and a composition is run only when one
-    of its slips alone raises the student's very exception there (`_screened_by_exception`).
-    What the pruning keeps depends only on the probe and the student's shapes, so it is worked out
-    once per class (`_pruned`); each student's values are then compared with each distinct model
+    slip alone gives them (or their transpose); and when the screen rules it out. When every wrong
+    value is explained and only exceptions are left, the probe is the first of those, and a
+    composition is run only when one of its slips alone raises the student's very exception there
+    (`_screened_by_exception`). What the pruning keeps depends only on the probe and the student's
+    shapes, so it is worked out once per class (`_pruned`); each composition's value there is
+    computed once per class too, and each student's values are compared with each distinct model
     value once.
     """
     probe = next((i for i in indexes if verdicts[i].kind == "mismatch" and i not in covered), None)
     if probe is None:
         return _screened_by_exception(fn, indexes, calls, verdicts, expected, covered)
-    call, got = calls[probe], verdicts[probe].actual
+    call, got, want = calls[probe], verdicts[probe].actual, expected[probe]
     agrees: dict[int, bool] = {}
     survivors = []
-    for n, codes, model, value in _pruned(fn, call, expected[probe], _shapes(got)):
+    for n, codes, model in _pruned(fn, call, want, _shapes(got)):
+        key = (fn, 2, n)
+        if screen.excludes(key):
+            continue
+        value, error, differs = _value_of(key, model, call, want)
+        if error is not None or value is None or not differs:
+            continue
         if id(value) not in agrees:
             agrees[id(value)] = _agrees_canonical(got, value)
         if agrees[id(value)]:
-            survivors.append(_Candidate(codes, model, False, key=(fn, 2, n)))
+            survivors.append(_Candidate(codes, model, False, key=key))
     return survivors
 
 
-# (fn, id(call), the student's shapes) -> (call, [(number, codes, model, value), ...]): the
-# compositions the pruning of `_screened` keeps on that probe, with their values there, for those
-# that return a value differing from the reference's. Bounded: a class whose students return ever
-# new shapes starts it afresh.
+# (fn, id(call), the student's shapes) -> (call, [(number, codes, model), ...]): the compositions the
+# pruning of `_screened` keeps on that probe. Bounded: a class whose students return ever new shapes
+# starts it afresh.
 _PRUNED: dict[tuple, tuple] = {}
 _MOST_PRUNED = 512
 
@@ -1161,9 +1315,7 @@ def _pruned(fn: str, call, want: dict, student: tuple | None) -> list[tuple]:
         if None not in shapes and student != reference \
                 and student not in changed + [_transposed(shape) for shape in changed]:
             continue
-        value, error, differs = _model_value(_Candidate(codes, model, False, key=(fn, 2, n)), call, want)
-        if error is None and value is not None and differs:
-            kept.append((n, codes, model, value))
+        kept.append((n, codes, model))
     if len(_PRUNED) >= _MOST_PRUNED:
         _PRUNED.clear()
     _PRUNED[key] = (call, kept)  # one assignment: grading threads share this cache

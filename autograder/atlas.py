@@ -1,0 +1,301 @@
+"""What every misconception model gives on the chapter's example, worked out once and shipped.
+
+The chapter's example is the same in every run, so what a model gives there (a slip, two slips, a
+derived edit, a pair of edits: all the judge may try) is the same in every run too. Working it out
+is most of the judge's cost in a class of varied mistakes: tens of thousands of models, each run on
+each step's example. `python -m autograder.atlas --write` works it out once and keeps it in
+data/example-values.npz, not as the values themselves but as a screen, per model and example call:
+
+- what the model did there: returned finite numbers, returned NaN or infinity, raised, could not
+  show (it behaves as the reference), or something the screen does not describe;
+- whether it surely departs from the reference's value (by far more than the grading tolerance);
+- a signature of its numbers: their layout (each part's name and shape) and one weighted sum,
+  with the bound within which the same sum of any value agreeing with them must fall.
+
+From a student's verdict on the example (passed, a wrong value, an exception) the screen rules a
+model out without running it: one that departs from the reference where the student was right,
+one whose signature cannot be a wrong value's, one that returns numbers where the student raised.
+The screen only ever rules out; a model it lets through is run and compared exactly as before, so
+no verdict depends on it, only how much work a verdict takes. It is kept under a digest of every
+file the models are made from, with numpy's version: a file that does not match is ignored (and
+everything is computed as it would be without it). Write it again after changing them.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import sys
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+ATLAS = Path(__file__).resolve().parents[1] / "data" / "example-values.npz"
+
+# What a model did on the example call.
+VALUE, NONFINITE, RAISES, INAPPLICABLE, OTHER = range(5)
+
+# Tolerance of a model's agreement with a student's value (judge.MODEL_RTOL, MODEL_ATOL), and the
+# slack that covers rounding in the sums and a model computed by another build of numpy.
+_RTOL, _ATOL, _SLACK = 1e-6, 1e-8, 1e-9
+
+
+def weights(size: int) -> np.ndarray:
+    """The weights of the signature's sum: fixed, varied, none larger than 1."""
+    return np.cos(np.arange(size) * 1.7 + 0.3)
+
+
+def layout(value: dict) -> tuple | None:
+    """Each part's name and shape, or None when a part is not a float array."""
+    if not all(isinstance(part, np.ndarray) and part.dtype == np.float64 for part in value.values()):
+        return None
+    return tuple((name, part.shape) for name, part in value.items())
+
+
+def signature(value: dict) -> tuple[float, float, bool]:
+    """(weighted sum, weighted sum of magnitudes, every number finite) of a value's numbers."""
+    flat = np.concatenate([part.ravel() for part in value.values()]) if value else np.zeros(0)
+    w = weights(flat.size)
+    finite = bool(np.isfinite(flat).all())
+    return float(w @ flat) if finite else 0.0, float(np.abs(w) @ np.abs(flat)) if finite else 0.0, finite
+
+
+def error_hash(error: tuple[str, str]) -> int:
+    """Of an exception's (type name, message), as the judge compares them."""
+    return int.from_bytes(hashlib.sha256(repr(error).encode()).digest()[:8], "little", signed=True)
+
+
+def call_digest(call) -> str:
+    """Of the call's function and arguments: equal arguments give equal model values."""
+    digest = hashlib.sha256(call.fn.encode())
+    for arg in call.args:
+        if isinstance(arg, np.ndarray):
+            digest.update(f"{arg.dtype.str}{arg.shape}".encode())
+            digest.update(np.ascontiguousarray(arg).tobytes())
+        else:
+            digest.update(repr(arg).encode())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def atlas_digest() -> str:
+    """Of every file the models and their values on the example are made from, and numpy's version."""
+    from solutions import attention_head as reference
+
+    from . import cases, derived, diagnoses, judge, slips
+
+    # numpy's and Python's versions: a model's exception messages are theirs
+    digest = hashlib.sha256(f"{np.__version__} {sys.version_info[:2]}".encode())
+    for path in (Path(__file__), Path(reference.__file__), Path(cases.__file__), cases.DATA, Path(derived.__file__),
+                 derived.SCREENS, Path(diagnoses.__file__), Path(slips.__file__), Path(judge.__file__)):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class Table:
+    """The screen of one function's models on one example call."""
+
+    def __init__(self, fn: str, keys, status: np.ndarray, differs: np.ndarray, errors: np.ndarray, layouts: list,
+                 shape_of: np.ndarray, sums: np.ndarray, masses: np.ndarray):
+        self.fn, self.status, self.differs, self.errors, self.shape_of = fn, status, differs, errors, shape_of
+        self.sums, self.masses, self.layouts = sums, masses, layouts
+        self._keys = keys  # the stored keys, read the first time a model is looked up
+        self._index: dict | None = None
+        self._bases: dict = {}
+        self._errors: dict | None = None
+        self._by_layout: dict = {}
+
+    def entry(self, key: tuple) -> int:
+        """The entry of a model's key, or -1 when the atlas does not hold it."""
+        if self._index is None:
+            self._index = {tuple(key): n for n, key in enumerate(json.loads(bytes(self._keys).decode()))}
+        return self._index.get(key, -1)
+
+    def excluded(self, verdict) -> bytes | bytearray | None:
+        """Which entries cannot be accepted given the student's verdict on this call (1 for each
+        one ruled out), or None when the verdict rules nothing out."""
+        if verdict.kind == "ok":  # a model that departs from the reference here is contradicted
+            return self._base("ok", lambda status: self.differs | (status == RAISES))
+        if verdict.kind == "raised":  # the very exception, or numbers that overflowed
+            overflow = verdict.raised == "OverflowError"
+            mask = bytearray(self._base(("raised", overflow), lambda status: (
+                (status == VALUE) | (status == INAPPLICABLE) | (status == RAISES)
+                | ((status == NONFINITE) & (not overflow)))))
+            for n in self._raising().get(error_hash((verdict.raised, verdict.raised_message)), ()):
+                mask[n] = 0
+            return mask
+        if verdict.kind != "mismatch" or verdict.actual is None:
+            return None
+        # a wrong value: never an exception, nor the reference's own value, nor other numbers
+        mask = bytearray(self._base("mismatch", lambda status: ~((status == OTHER)
+                                                                 | ((status == NONFINITE) & self.differs))))
+        shape = layout(verdict.actual)
+        if shape is None or shape not in self.layouts:
+            return mask
+        total, mass, finite = signature(verdict.actual)
+        if not finite:
+            return mask
+        entries, sums, masses = self._numbers(self.layouts.index(shape))
+        size = sum(int(np.prod(part_shape)) for _, part_shape in shape)
+        bound = _ATOL * float(np.abs(weights(size)).sum()) + (_RTOL + _SLACK) * masses + _SLACK * mass + 1e-12
+        for n in entries[np.abs(sums - total) <= bound].tolist():
+            mask[n] = 0
+        return mask
+
+    def _base(self, kind, make) -> bytes:
+        known = self._bases.get(kind)
+        if known is None:
+            known = self._bases[kind] = np.asarray(make(self.status), dtype=bool).tobytes()
+        return known
+
+    def _raising(self) -> dict:
+        """error hash -> the entries that raise that very exception."""
+        if self._errors is None:
+            found: dict = {}
+            for n in np.flatnonzero(self.status == RAISES).tolist():
+                found.setdefault(int(self.errors[n]), []).append(n)
+            self._errors = found
+        return self._errors
+
+    def _numbers(self, shape_id: int) -> tuple:
+        """(entries, sums, masses) of the finite values of one layout that differ from the reference's."""
+        known = self._by_layout.get(shape_id)
+        if known is None:
+            entries = np.flatnonzero((self.status == VALUE) & self.differs & (self.shape_of == shape_id))
+            known = self._by_layout[shape_id] = (entries, self.sums[entries], self.masses[entries])
+        return known
+
+
+_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _load() -> dict:
+    """call digest -> Table, from the stored file; empty when it is missing or does not match."""
+    try:
+        with np.load(ATLAS, allow_pickle=False) as stored:
+            meta = json.loads(bytes(stored["meta"]).decode())
+            if meta.get("digest") != atlas_digest():
+                return {}
+            tables = {}
+            for n, entry in enumerate(meta["tables"]):
+                layouts = [tuple((name, tuple(shape)) for name, shape in item) for item in entry["layouts"]]
+                tables[entry["call"]] = Table(entry["fn"], stored[f"keys{n}"], stored[f"status{n}"],
+                                              stored[f"differs{n}"], stored[f"error{n}"], layouts, stored[f"layout{n}"],
+                                              stored[f"sum{n}"], stored[f"mass{n}"])
+            return tables
+    except Exception:  # unreadable, truncated, not a zip file: as good as none, and never fatal
+        return {}
+
+
+_TABLES: dict[int, tuple] = {}
+
+
+def table(call) -> Table | None:
+    """The screen of the call's models, when it is an example call the atlas holds."""
+    known = _TABLES.get(id(call))
+    if known is None or known[0] is not call:
+        with _LOCK:
+            tables = _load()
+        known = _TABLES[id(call)] = (call, tables.get(call_digest(call)) if tables else None)
+    return known[1]
+
+
+def forget() -> None:
+    _TABLES.clear()
+
+
+# ------------------------------------------------------------------ writing the atlas -----------
+
+
+def _entry(value, error, inapplicable: bool, differs: bool) -> tuple:
+    """(status, differs from the reference?, error hash, layout, sum, mass) of a model's outcome."""
+    if inapplicable:
+        return INAPPLICABLE, False, 0, None, 0.0, 0.0
+    if error is not None:
+        return RAISES, True, error_hash(error), None, 0.0, 0.0
+    shape = None if value is None else layout(value)
+    if shape is None:
+        return OTHER, False, 0, None, 0.0, 0.0
+    total, mass, finite = signature(value)
+    if not finite:
+        return NONFINITE, differs, 0, None, 0.0, 0.0
+    return VALUE, differs, 0, shape, total, np.nextafter(mass, np.inf)
+
+
+def compute() -> tuple[dict, dict]:
+    """(meta, arrays) of the atlas, worked out afresh: every example call of every step."""
+    import copy
+
+    from solutions import attention_head as reference
+
+    from . import cases, judge
+
+    tables, arrays, seen = [], {}, set()
+    # the example calls are the chapter's, whatever the seed and the key
+    for step_cases in cases.build(0, bytes(32)).values():
+        for call in (call for case in step_cases if case.public for call in case.calls):
+            digest = call_digest(call)
+            want = judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))
+            outcomes = judge.example_outcomes(call, want) if digest not in seen else []
+            seen.add(digest)
+            if not outcomes:
+                continue
+            n = len(tables)
+            rows = [_entry(*outcome) for _, outcome in outcomes]
+            layouts = list(dict.fromkeys(row[3] for row in rows if row[3] is not None))
+            tables.append({"fn": call.fn, "call": digest,
+                           "layouts": [[[name, list(shape)] for name, shape in item] for item in layouts]})
+            arrays[f"keys{n}"] = np.frombuffer(json.dumps([list(key) for key, _ in outcomes]).encode(), dtype=np.uint8)
+            arrays[f"status{n}"] = np.array([row[0] for row in rows], dtype=np.int8)
+            arrays[f"differs{n}"] = np.array([row[1] for row in rows], dtype=bool)
+            arrays[f"error{n}"] = np.array([row[2] for row in rows], dtype=np.int64)
+            arrays[f"layout{n}"] = np.array([-1 if row[3] is None else layouts.index(row[3]) for row in rows],
+                                            dtype=np.int16)
+            arrays[f"sum{n}"] = np.array([row[4] for row in rows], dtype=np.float64)
+            arrays[f"mass{n}"] = np.array([row[5] for row in rows], dtype=np.float64)
+    return {"digest": atlas_digest(), "tables": tables}, arrays
+
+
+def _bytes(meta: dict, arrays: dict) -> bytes:
+    out = io.BytesIO()
+    np.savez_compressed(out, meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8), **arrays)
+    return out.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    """`--write` data/example-values.npz afresh; `--check` that it is current (exit status 1 if not)."""
+    if argv not in (["--write"], ["--check"]):
+        print("usage: python -m autograder.atlas --write | --check", file=sys.stderr)
+        return 2
+    meta, arrays = compute()
+    if argv == ["--check"]:
+        current = _matches(meta, arrays)
+        print(f"{ATLAS.name} is {'current' if current else 'out of date: run python -m autograder.atlas --write'}.")
+        return 0 if current else 1
+    ATLAS.write_bytes(_bytes(meta, arrays))
+    print(f"wrote {ATLAS} ({sum(arrays[f'status{n}'].size for n in range(len(meta['tables'])))} models on "
+          f"{len(meta['tables'])} example calls)")
+    return 0
+
+
+def _matches(meta: dict, arrays: dict) -> bool:
+    """Does the stored atlas hold what a fresh computation gives (signatures within rounding)?"""
+    try:
+        with np.load(ATLAS, allow_pickle=False) as stored:
+            if json.loads(bytes(stored["meta"]).decode()) != json.loads(json.dumps(meta, sort_keys=True)):
+                return False
+            for name, fresh in arrays.items():
+                kept = stored[name]
+                if kept.shape != fresh.shape or not (np.array_equal(kept, fresh) if fresh.dtype != np.float64
+                                                     else np.allclose(kept, fresh, rtol=1e-12, atol=1e-12)):
+                    return False
+            return set(stored.files) == set(arrays) | {"meta"}
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
