@@ -634,15 +634,22 @@ def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -
         named = earlier[used].diagnoses
         for used_fn in BY_ID[used].functions:
             # Single slips in the order the earlier step named them, then its named compositions.
-            pool = [(codes, model) for code in named for codes, model in diagnoses.MODELS.get(used_fn, ())
-                    if codes == (code,)]
+            # Each (source, codes, model): the source names the model as the earlier step's own
+            # search does, (1 or 2, its number) or ("derived", its code).
+            pool = [((1, n), codes, model) for code in named
+                    for n, (codes, model) in enumerate(diagnoses.MODELS.get(used_fn, ())) if codes == (code,)]
             if len(named) > 1 and used_fn in diagnoses.PIPELINES:
-                pool += [(codes, model) for _, codes, model in _pairs_within(used_fn, frozenset(named))]
-            pool += [((code,), derived.model(code)) for code in named
+                pool += [((2, n), codes, model) for n, codes, model in _pairs_within(used_fn, frozenset(named))]
+            pool += [(("derived", code), (code,), derived.model(code)) for code in named
                      if derived.is_derived(code) and derived.fn_of(code) == used_fn]
-            found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=(fn, used_fn, id(model)))
-                      for codes, model in pool]
+            found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=carried_key(fn, used_fn, source))
+                      for source, codes, model in pool]
     return found
+
+
+def carried_key(fn: str, used_fn: str, source: tuple) -> tuple:
+    """The key of a model of `used_fn` carried through the reference's `fn` (see `_carried`)."""
+    return ("carried", fn, used_fn) + source
 
 
 def _own_allowed(failing_uses: list[str], earlier: dict[str, StepResult]) -> bool:
@@ -837,11 +844,12 @@ class _Screen:
         return None
 
 
-def example_outcomes(call, want: dict) -> list[tuple]:
-    """What the search may run on an example call, as it would find it there: (key, (value, error,
-    could the slip not show?, differs from the reference?)) for the step's slips, their
-    compositions, the derived edits, and the pairs of edits tried where this call is the probe.
-    For the atlas (atlas.py)."""
+def example_outcomes(call, want: dict, step: Step) -> list[tuple]:
+    """What the search may run on an example call of `step`, as it would find it there: (key,
+    (value, error, could the slip not show?, differs from the reference?)) for the function's
+    slips, their compositions, the derived edits, the pairs of edits tried where this call is the
+    probe, and every single slip, composition and derived edit of the functions it builds on,
+    carried through the reference (as `_carried` makes them). For the atlas (atlas.py)."""
     fn, found = call.fn, []
 
     def add(key, value, error, inapplicable):
@@ -866,6 +874,13 @@ def example_outcomes(call, want: dict) -> list[tuple]:
             except Exception as exc:
                 value, error = None, _error_of(exc)
             add(("pair", first.code, second.code), value, error, False)
+        for used_fn in dict.fromkeys(f for used in _all_uses(step) for f in BY_ID[used].functions if f != fn):
+            pool = [((depth, n), model) for depth in ((1, 2) if used_fn in diagnoses.PIPELINES else ())
+                    for n, (_, _, model) in enumerate(diagnoses.models(used_fn, depth))]
+            pool += [(("derived", code), model) for code, model in derived.models(used_fn)]
+            for source, model in pool:
+                add(carried_key(fn, used_fn, source),
+                    *_outcome(diagnoses.through_reference(fn, used_fn, model), call, want)[:3])
     return found
 
 
