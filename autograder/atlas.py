@@ -104,59 +104,88 @@ def atlas_digest() -> str:
 
 
 class Table:
-    """The screen of one function's models on one example call."""
+    """The screen of one function's models on one example call.
 
-    def __init__(self, fn: str, keys, status: np.ndarray, differs: np.ndarray, errors: np.ndarray, layouts: list,
-                 shape_of: np.ndarray, sums: np.ndarray, masses: np.ndarray):
+    Its entries come in blocks, in the order `judge.example_outcomes` makes them: the function's
+    slips (by number), its compositions of two (by number), its derived edits (in the order of
+    `derived.models`), the pairs of edits tried there (stored as two edit numbers each), then the
+    same three blocks for each function the step builds on, carried forward. So a model's key
+    finds its entry by arithmetic, with no table of keys to read."""
+
+    def __init__(self, fn: str, blocks: list, pairs: np.ndarray, status: np.ndarray, differs: np.ndarray,
+                 errors: np.ndarray, layouts: list, shape_of: np.ndarray, sums: np.ndarray, masses: np.ndarray):
         self.fn, self.status, self.differs, self.errors, self.shape_of = fn, status, differs, errors, shape_of
         self.sums, self.masses, self.layouts = sums, masses, layouts
-        self._keys = keys  # the stored keys, read the first time a model is looked up
-        self._index: dict | None = None
+        self._blocks = {tuple(name): (offset, count) for name, offset, count in blocks}
+        self._pair_numbers = pairs
+        self._pairs: dict | None = None
         self._bases: dict = {}
         self._errors: dict | None = None
         self._by_layout: dict = {}
+        self._unknown: frozenset | None = None
 
     def entry(self, key: tuple) -> int:
         """The entry of a model's key, or -1 when the atlas does not hold it."""
-        if self._index is None:
-            self._index = {tuple(key): n for n, key in enumerate(json.loads(bytes(self._keys).decode()))}
-        return self._index.get(key, -1)
+        if key[0] == "pair":
+            if self._pairs is None:
+                codes = derived_codes(self.fn)
+                offset = self._blocks.get(("pair",), (0, 0))[0]
+                self._pairs = {(codes[a], codes[b]): offset + k for k, (a, b) in enumerate(self._pair_numbers.tolist())}
+            return self._pairs.get(key[1:], -1)
+        if key[0] == "carried":
+            _, fn, used_fn, kind, which = key
+            block = self._blocks.get(("carried", used_fn, kind)) if fn == self.fn else None
+        else:
+            fn, kind, which = key
+            used_fn = fn
+            block = self._blocks.get(("own", kind) if kind in (1, 2) else (kind,)) if fn == self.fn else None
+        if block is None:
+            return -1
+        n = derived_numbers(used_fn).get(which, -1) if kind == "derived" else which
+        return block[0] + n if 0 <= n < block[1] else -1
 
-    def excluded(self, verdict) -> bytes | bytearray | None:
-        """Which entries cannot be accepted given the student's verdict on this call (1 for each
-        one ruled out), or None when the verdict rules nothing out."""
+    def excluded(self, verdict):
+        """Which entries cannot be accepted given the student's verdict on this call (`[n]` is true
+        for each one ruled out), or None when the verdict rules nothing out."""
         if verdict.kind == "ok":  # a model that departs from the reference here is contradicted
             return self._base("ok", lambda status: self.differs | (status == RAISES))
         if verdict.kind == "raised":  # the very exception, or numbers that overflowed
-            overflow = verdict.raised == "OverflowError"
-            mask = bytearray(self._base(("raised", overflow), lambda status: (
-                (status == VALUE) | (status == INAPPLICABLE) | (status == RAISES)
-                | ((status == NONFINITE) & (not overflow)))))
-            for n in self._raising().get(error_hash((verdict.raised, verdict.raised_message)), ()):
-                mask[n] = 0
-            return mask
+            same = self._raising().get(error_hash((verdict.raised, verdict.raised_message)), ())
+            if verdict.raised == "OverflowError":
+                return _AllBut(self._unknown_entries(NONFINITE), same)
+            return _AllBut(self._unknown_entries(), same)
         if verdict.kind != "mismatch" or verdict.actual is None:
             return None
-        # a wrong value: never an exception, nor the reference's own value, nor other numbers
-        mask = bytearray(self._base("mismatch", lambda status: ~((status == OTHER)
-                                                                 | ((status == NONFINITE) & self.differs))))
+        # a wrong value: never an exception, nor the reference's own value; numbers within the bound
+        unknown = self._unknown_entries(NONFINITE)
         shape = layout(verdict.actual)
         if shape is None or shape not in self.layouts:
-            return mask
+            return _AllBut(unknown, ())
         total, mass, finite = signature(verdict.actual)
         if not finite:
-            return mask
-        entries, sums, masses = self._numbers(self.layouts.index(shape))
-        size = sum(int(np.prod(part_shape)) for _, part_shape in shape)
-        bound = _ATOL * _spread(size) + (_RTOL + _SLACK) * masses + _SLACK * mass + 1e-12
-        for n in entries[np.abs(sums - total) <= bound].tolist():
-            mask[n] = 0
-        return mask
+            return _AllBut(unknown, ())
+        entries, sums, bounds, widest = self._numbers(self.layouts.index(shape))
+        slack = _SLACK * mass + 1e-12
+        low, high = np.searchsorted(sums, [total - widest - slack, total + widest + slack])
+        near = np.abs(sums[low:high] - total) <= bounds[low:high] + slack
+        return _AllBut(unknown, frozenset(entries[low:high][near].tolist()))
 
     def _base(self, kind, make) -> bytes:
         known = self._bases.get(kind)
         if known is None:
             known = self._bases[kind] = np.asarray(make(self.status), dtype=bool).tobytes()
+        return known
+
+    def _unknown_entries(self, also: int | None = None) -> frozenset:
+        """The entries whose numbers the screen does not describe (and those of status `also` that
+        differ from the reference): never ruled out by a wrong value or an exception."""
+        key = ("unknown", also)
+        known = self._bases.get(key)
+        if known is None:
+            found = self.status == OTHER
+            if also is not None:
+                found |= (self.status == also) & self.differs
+            known = self._bases[key] = frozenset(np.flatnonzero(found).tolist())
         return known
 
     def _raising(self) -> dict:
@@ -165,16 +194,46 @@ class Table:
             found: dict = {}
             for n in np.flatnonzero(self.status == RAISES).tolist():
                 found.setdefault(int(self.errors[n]), []).append(n)
-            self._errors = found
+            self._errors = {error: frozenset(entries) for error, entries in found.items()}
         return self._errors
 
     def _numbers(self, shape_id: int) -> tuple:
-        """(entries, sums, masses) of the finite values of one layout that differ from the reference's."""
+        """(entries, their sums, their bounds, the widest bound) of the finite values of one layout
+        that differ from the reference's, in the order of their sums."""
         known = self._by_layout.get(shape_id)
         if known is None:
             entries = np.flatnonzero((self.status == VALUE) & self.differs & (self.shape_of == shape_id))
-            known = self._by_layout[shape_id] = (entries, self.sums[entries], self.masses[entries])
+            entries = entries[np.argsort(self.sums[entries], kind="stable")]
+            size = sum(int(np.prod(part_shape)) for _, part_shape in self.layouts[shape_id])
+            bounds = _ATOL * _spread(size) + (_RTOL + _SLACK) * self.masses[entries]
+            known = self._by_layout[shape_id] = (entries, self.sums[entries], bounds,
+                                                 float(bounds.max()) if bounds.size else 0.0)
         return known
+
+
+class _AllBut:
+    """Every entry ruled out but those in either of two sets."""
+
+    __slots__ = ("kept", "also")
+
+    def __init__(self, kept: frozenset, also):
+        self.kept, self.also = kept, also
+
+    def __getitem__(self, n: int) -> bool:
+        return n not in self.kept and n not in self.also
+
+
+@lru_cache(maxsize=None)
+def derived_codes(fn: str) -> tuple:
+    """The codes of `fn`'s derived edits, in the order the atlas numbers them."""
+    from . import derived
+
+    return tuple(code for code, _ in derived.models(fn))
+
+
+@lru_cache(maxsize=None)
+def derived_numbers(fn: str) -> dict:
+    return {code: n for n, code in enumerate(derived_codes(fn))}
 
 
 _LOCK = threading.Lock()
@@ -182,7 +241,7 @@ _LOCK = threading.Lock()
 
 @lru_cache(maxsize=1)
 def _load() -> dict:
-    """call digest -> (function, number of its table, layouts), from the stored file's index; empty
+    """call digest -> (function, number of its table, layouts, blocks), from the stored file's index; empty
     when it is missing or does not match. Each table is read only when first needed (`_table`)."""
     try:
         with np.load(ATLAS, allow_pickle=False) as stored:
@@ -190,7 +249,7 @@ def _load() -> dict:
         if meta.get("digest") != atlas_digest():
             return {}
         return {entry["call"]: (entry["fn"], n, [tuple((name, tuple(shape)) for name, shape in item)
-                                                 for item in entry["layouts"]])
+                                                 for item in entry["layouts"]], entry["blocks"])
                 for n, entry in enumerate(meta["tables"])}
     except Exception:  # unreadable, truncated, not a zip file: as good as none, and never fatal
         return {}
@@ -198,11 +257,11 @@ def _load() -> dict:
 
 @lru_cache(maxsize=None)
 def _table(digest: str) -> Table | None:
-    fn, n, layouts = _load()[digest]
+    fn, n, layouts, blocks = _load()[digest]
     try:
         with np.load(ATLAS, allow_pickle=False) as stored:
-            return Table(fn, stored[f"keys{n}"], stored[f"status{n}"], stored[f"differs{n}"], stored[f"error{n}"],
-                         layouts, stored[f"layout{n}"], stored[f"sum{n}"], stored[f"mass{n}"])
+            return Table(fn, blocks, stored[f"pairs{n}"], stored[f"status{n}"], stored[f"differs{n}"],
+                         stored[f"error{n}"], layouts, stored[f"layout{n}"], stored[f"sum{n}"], stored[f"mass{n}"])
     except Exception:  # changed under the grader's feet: as good as none
         return None
 
@@ -266,9 +325,10 @@ def compute() -> tuple[dict, dict]:
             n = len(tables)
             rows = [_entry(*outcome) for _, outcome in outcomes]
             layouts = list(dict.fromkeys(row[3] for row in rows if row[3] is not None))
-            tables.append({"fn": call.fn, "call": digest,
+            blocks, pairs = _blocks(call.fn, [key for key, _ in outcomes])
+            tables.append({"fn": call.fn, "call": digest, "blocks": blocks,
                            "layouts": [[[name, list(shape)] for name, shape in item] for item in layouts]})
-            arrays[f"keys{n}"] = np.frombuffer(json.dumps([list(key) for key, _ in outcomes]).encode(), dtype=np.uint8)
+            arrays[f"pairs{n}"] = np.array(pairs, dtype=np.int16).reshape(-1, 2)
             arrays[f"status{n}"] = np.array([row[0] for row in rows], dtype=np.int8)
             arrays[f"differs{n}"] = np.array([row[1] for row in rows], dtype=bool)
             arrays[f"error{n}"] = np.array([row[2] for row in rows], dtype=np.int64)
@@ -277,6 +337,30 @@ def compute() -> tuple[dict, dict]:
             arrays[f"sum{n}"] = np.array([row[4] for row in rows], dtype=np.float64)
             arrays[f"mass{n}"] = np.array([row[5] for row in rows], dtype=np.float64)
     return {"digest": atlas_digest(), "tables": tables}, arrays
+
+
+def _blocks(fn: str, keys: list) -> tuple[list, list]:
+    """The blocks of a table's keys, as `Table` finds entries by them, and its pairs as two edit
+    numbers each; checks that every key is where that arithmetic puts it."""
+    blocks: list = []
+    pairs: list = []
+    for n, key in enumerate(keys):
+        if key[0] == "pair":
+            name, which, used_fn = ["pair"], None, fn
+            numbers = derived_numbers(fn)
+            pairs.append([numbers[key[1]], numbers[key[2]]])
+        elif key[0] == "carried":
+            name, which, used_fn = ["carried", key[2], key[3]], key[4], key[2]
+        else:
+            name, which, used_fn = (["own", key[1]] if key[1] in (1, 2) else [key[1]]), key[2], key[0]
+        if not blocks or blocks[-1][0] != name:
+            blocks.append([name, n, 0])
+        blocks[-1][2] += 1
+        if which is not None:
+            expected = derived_numbers(used_fn)[which] if isinstance(which, str) else which
+            assert n == blocks[-1][1] + expected, key
+    assert len({tuple(name) for name, _, _ in blocks}) == len(blocks), "a block of keys split in two"
+    return blocks, pairs
 
 
 def _bytes(meta: dict, arrays: dict) -> bytes:
