@@ -144,6 +144,17 @@ class Table:
         n = derived_numbers(used_fn).get(which, -1) if kind == "derived" else which
         return block[0] + n if 0 <= n < block[1] else -1
 
+    def remaining(self, block: tuple, mask) -> set | None:
+        """The numbers, within `block`, of the entries `mask` (from `excluded`) leaves; None when
+        the table has no such block."""
+        found = self._blocks.get(block)
+        if found is None:
+            return None
+        offset, count = found
+        if isinstance(mask, _AllBut):
+            return {n - offset for part in (mask.kept, mask.also) for n in part if offset <= n < offset + count}
+        return set(np.flatnonzero(np.frombuffer(mask, dtype=bool, count=count, offset=offset) == 0).tolist())
+
     def excluded(self, verdict):
         """Which entries cannot be accepted given the student's verdict on this call (`[n]` is true
         for each one ruled out), or None when the verdict rules nothing out."""
@@ -166,7 +177,7 @@ class Table:
             return _AllBut(unknown, ())
         entries, sums, bounds, widest = self._numbers(self.layouts.index(shape))
         slack = _SLACK * mass + 1e-12
-        low, high = np.searchsorted(sums, [total - widest - slack, total + widest + slack])
+        low, high = sums.searchsorted(total - widest - slack), sums.searchsorted(total + widest + slack, "right")
         near = np.abs(sums[low:high] - total) <= bounds[low:high] + slack
         return _AllBut(unknown, frozenset(entries[low:high][near].tolist()))
 

@@ -636,8 +636,7 @@ def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -
             # Single slips in the order the earlier step named them, then its named compositions.
             # Each (source, codes, model): the source names the model as the earlier step's own
             # search does, (1 or 2, its number) or ("derived", its code).
-            pool = [((1, n), codes, model) for code in named
-                    for n, (codes, model) in enumerate(diagnoses.MODELS.get(used_fn, ())) if codes == (code,)]
+            pool = [((1, n), codes, model) for code in named for n, codes, model in _slips_coded(used_fn, code)]
             if len(named) > 1 and used_fn in diagnoses.PIPELINES:
                 pool += [((2, n), codes, model) for n, codes, model in _pairs_within(used_fn, frozenset(named))]
             pool += [(("derived", code), (code,), derived.model(code)) for code in named
@@ -645,6 +644,12 @@ def _carried(fn: str, failing_uses: list[str], earlier: dict[str, StepResult]) -
             found += [_Candidate(codes, _carried_model(fn, used_fn, model), True, key=carried_key(fn, used_fn, source))
                       for source, codes, model in pool]
     return found
+
+
+@lru_cache(maxsize=None)
+def _slips_coded(fn: str, code: str) -> tuple:
+    """The single slips of `fn` named `code`, as (number, codes, model)."""
+    return tuple((n, codes, model) for n, (codes, model) in enumerate(diagnoses.MODELS.get(fn, ())) if codes == (code,))
 
 
 def carried_key(fn: str, used_fn: str, source: tuple) -> tuple:
@@ -830,6 +835,16 @@ class _Screen:
             if n >= 0 and mask[n]:
                 return True
         return False
+
+    def remaining(self, fn: str, block: tuple) -> list[int] | None:
+        """The numbers of `fn`'s models in one block of the atlas (its compositions of two slips,
+        say) that no example call rules out, in order; None when the screen holds none."""
+        left = None
+        for table, mask, _ in self.parts:
+            kept = table.remaining(block, mask)
+            if kept is not None:
+                left = kept if left is None else left & kept
+        return None if left is None else sorted(left)
 
     def shows(self, key: tuple) -> bool | None:
         """Does the model change the (first) call's value, or raise there? None: unknown."""
@@ -1283,7 +1298,8 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
     call, got, want = calls[probe], verdicts[probe].actual, expected[probe]
     agrees: dict[int, bool] = {}
     survivors = []
-    for n, codes, model in _pruned(fn, call, want, _shapes(got)):
+    remaining = screen.remaining(fn, ("own", 2))
+    for n, codes, model in _pruned(fn, call, want, _shapes(got), remaining):
         key = (fn, 2, n)
         if screen.excludes(key):
             continue
@@ -1304,9 +1320,11 @@ _PRUNED: dict[tuple, tuple] = {}
 _MOST_PRUNED = 512
 
 
-def _pruned(fn: str, call, want: dict, student: tuple | None) -> list[tuple]:
+def _pruned(fn: str, call, want: dict, student: tuple | None, only: list[int] | None = None) -> list[tuple]:
+    """`only`: the compositions, by number, to look at (those the screen leaves); None for all, the
+    list then kept for the class."""
     key = (fn, id(call), student)
-    entry = _PRUNED.get(key)
+    entry = _PRUNED.get(key) if only is None else None
     if entry is not None and entry[0] is call:
         return entry[1]
     reference = _shapes(want)
@@ -1317,7 +1335,9 @@ def _pruned(fn: str, call, want: dict, student: tuple | None) -> list[tuple]:
         if differs or error is not None:
             shows.add(choice[0])
     kept = []
-    for n, (codes, choice, model) in enumerate(diagnoses.models(fn, 2)):
+    compositions = diagnoses.models(fn, 2)
+    for n in range(len(compositions)) if only is None else only:
+        codes, choice, model = compositions[n]
         if not shows.intersection(choice):
             continue  # neither slip changes this call alone: together they would not either
         shapes = [choice_shape.get(part) for part in choice]
@@ -1331,6 +1351,8 @@ def _pruned(fn: str, call, want: dict, student: tuple | None) -> list[tuple]:
                 and student not in changed + [_transposed(shape) for shape in changed]:
             continue
         kept.append((n, codes, model))
+    if only is not None:
+        return kept
     if len(_PRUNED) >= _MOST_PRUNED:
         _PRUNED.clear()
     _PRUNED[key] = (call, kept)  # one assignment: grading threads share this cache
