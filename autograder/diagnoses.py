@@ -291,7 +291,7 @@ MODELS: dict[str, tuple[tuple[tuple[str, ...], Model], ...]] = {
 """The single slips of each function, as (codes, model): what a composite step carries forward."""
 
 
-@lru_cache(maxsize=2048)  # one per earlier mistake met and function it reaches: bounded, as their number is not
+@lru_cache(maxsize=1024)  # one per earlier mistake met and function it reaches: bounded, as their number is not
 def through_reference(fn: str, replaced: str, model: Model) -> Model:
     """The reference's `fn` with its calls of `replaced` (direct or nested) going to `model`.
 
@@ -301,7 +301,6 @@ def through_reference(fn: str, replaced: str, model: Model) -> Model:
     return through_references(fn, ((replaced, model),))
 
 
-@lru_cache(maxsize=2048)  # one per combination of earlier mistakes met: bounded, as their number is not
 def through_references(fn: str, replacements: tuple[tuple[str, Model], ...]) -> Model:
     """The reference's `fn` with each (name, model) in `replacements` standing in for that function.
 
@@ -309,13 +308,19 @@ def through_references(fn: str, replacements: tuple[tuple[str, Model], ...]) -> 
     is right returns on top of them (the judge carries credit forward only where it does).
     """
     by_name = dict(replacements)
-    if fn in by_name:
-        return by_name[fn]
+    return by_name[fn] if fn in by_name else _pipeline(replacements)[fn]
+
+
+@lru_cache(maxsize=512)  # one per combination of earlier mistakes met: bounded, as their number is not
+def _pipeline(replacements: tuple[tuple[str, Model], ...]) -> dict:
+    """The reference module's names, its functions calling each other and the `replacements`: one
+    such pipeline serves every later function built on the same mistakes."""
     from solutions import attention_head as reference
 
+    by_name = dict(replacements)
     namespace = dict(vars(reference))
     namespace.update(by_name)
     for name, value in vars(reference).items():
         if isinstance(value, FunctionType) and name not in by_name:
             namespace[name] = FunctionType(value.__code__, namespace, name, value.__defaults__, value.__closure__)
-    return namespace[fn]
+    return namespace

@@ -232,7 +232,7 @@ _TOLERANCES: dict[int, tuple] = {}
 # arrays kept beside the values are not counted. The second bound exists because what the values'
 # arrays take depends on the shapes of the cases the mistakes failed, not on their number. Nothing
 # a submission is graded on depends on what the caches hold.
-_MOST_KEPT = 65_536
+_MOST_KEPT = 24_000
 _MOST_BYTES = 12 << 20
 _HELD = [0]  # bytes of the arrays of the distinct values in _SHARED_VALUES
 
@@ -277,7 +277,7 @@ def forget() -> None:
     atlas.forget()
     # The models made for the mistakes this class met go too: kept, they would pin the pages their
     # neighbours in the emptied caches held, and each refill would take fresh pages beside them.
-    for made in (diagnoses.through_reference, diagnoses.through_references):
+    for made in (diagnoses.through_reference, diagnoses._pipeline):
         made.cache_clear()
     _give_back()
 

@@ -399,7 +399,22 @@ def models(fn: str, depth: int) -> tuple[tuple[tuple[str, ...], Choice, Model], 
     else:
         choices = [first + second for n, first in enumerate(singles) for second in singles[n + 1:]
                    if first[0][0].knob != second[0][0].knob]
-    return tuple((codes_of(choice), choice, _model(fn, choice)) for choice in choices)
+    return tuple((codes_of(choice), choice, _Composed(fn, choice)) for choice in choices)
+
+
+class _Composed:
+    """A composition's model, made each time it is run: most of a function's thousands of
+    compositions never are (the judge rules them out first), the judge runs each at most once
+    per hidden call, and a made model holds a recipe of its own, which kept for every composition
+    a class ever ran would make the grader's memory grow with the class."""
+
+    __slots__ = ("fn", "choice")
+
+    def __init__(self, fn: str, choice: Choice):
+        self.fn, self.choice = fn, choice
+
+    def __call__(self, *args):
+        return _model(self.fn, self.choice)(*args)
 
 
 def apply(fn: str, choice: Choice, *args):
