@@ -8,7 +8,9 @@ data/example-values.npz, not as the values themselves but as a screen, per model
 
 - what the model did there: returned finite numbers, returned NaN or infinity, raised, could not
   show (it behaves as the reference), or something the screen does not describe;
-- whether it surely departs from the reference's value (by far more than the grading tolerance);
+- whether it departs from the reference's value by the grading tolerance, and whether that is
+  sure (not within a factor of ten of the tolerance, where another build of numpy might round
+  the other way);
 - a signature of its numbers: their layout (each part's name and shape) and one weighted sum,
   with the bound within which the same sum of any value agreeing with them must fall.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import sys
 import threading
 from functools import lru_cache
@@ -37,9 +40,9 @@ ATLAS = Path(__file__).resolve().parents[1] / "data" / "example-values.npz"
 # What a model did on the example call.
 VALUE, NONFINITE, RAISES, INAPPLICABLE, OTHER = range(5)
 
-# Tolerance of a model's agreement with a student's value (judge.MODEL_RTOL, MODEL_ATOL), and the
-# slack that covers rounding in the sums and a model computed by another build of numpy.
-_RTOL, _ATOL, _SLACK = 1e-6, 1e-8, 1e-9
+# The slack that covers rounding in the sums and a model computed by another build of numpy (the
+# tolerance of agreement itself is the judge's, judge.MODEL_RTOL and MODEL_ATOL, read where used).
+_SLACK = 1e-9
 
 
 @lru_cache(maxsize=256)
@@ -63,12 +66,17 @@ def layout(value: dict) -> tuple | None:
     return tuple((name, part.shape) for name, part in value.items())
 
 
-def signature(value: dict) -> tuple[float, float, bool]:
-    """(weighted sum, weighted sum of magnitudes, every number finite) of a value's numbers."""
+def signature(value: dict) -> tuple[float, float, bool | None]:
+    """(weighted sum, weighted sum of magnitudes, every number finite) of a value's numbers; None
+    for the last where the numbers are finite but the sums are not (numbers near the largest
+    float): the signature then says nothing."""
     flat = np.concatenate([part.ravel() for part in value.values()]) if value else np.zeros(0)
+    if not np.isfinite(flat).all():
+        return 0.0, 0.0, False
     w = weights(flat.size)
-    finite = bool(np.isfinite(flat).all())
-    return float(w @ flat) if finite else 0.0, float(np.abs(w) @ np.abs(flat)) if finite else 0.0, finite
+    with np.errstate(all="ignore"):
+        total, mass = float(w @ flat), float(np.abs(w) @ np.abs(flat))
+    return (total, mass, True) if np.isfinite(total) and np.isfinite(mass) else (0.0, 0.0, None)
 
 
 def error_hash(error: tuple[str, str]) -> int:
@@ -93,12 +101,13 @@ def atlas_digest() -> str:
     """Of every file the models and their values on the example are made from, and numpy's version."""
     from solutions import attention_head as reference
 
-    from . import cases, derived, diagnoses, judge, slips
+    from . import cases, derived, diagnoses, judge, protocol, slips, steps
 
     # numpy's and Python's versions: a model's exception messages are theirs
     digest = hashlib.sha256(f"{np.__version__} {sys.version_info[:2]}".encode())
     for path in (Path(__file__), Path(reference.__file__), Path(cases.__file__), cases.DATA, Path(derived.__file__),
-                 derived.SCREENS, Path(diagnoses.__file__), Path(slips.__file__), Path(judge.__file__)):
+                 derived.SCREENS, Path(diagnoses.__file__), Path(slips.__file__), Path(judge.__file__),
+                 Path(protocol.__file__), Path(steps.__file__)):
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -113,16 +122,16 @@ class Table:
     finds its entry by arithmetic, with no table of keys to read."""
 
     def __init__(self, fn: str, blocks: list, pairs: np.ndarray, status: np.ndarray, differs: np.ndarray,
-                 errors: np.ndarray, layouts: list, shape_of: np.ndarray, sums: np.ndarray, masses: np.ndarray):
-        self.fn, self.status, self.differs, self.errors, self.shape_of = fn, status, differs, errors, shape_of
-        self.sums, self.masses, self.layouts = sums, masses, layouts
+                 sure: np.ndarray, errors: np.ndarray, layouts: list, shape_of: np.ndarray, sums: np.ndarray,
+                 masses: np.ndarray):
+        self.fn, self.status, self.differs, self.sure, self.errors = fn, status, differs, sure, errors
+        self.shape_of, self.sums, self.masses, self.layouts = shape_of, sums, masses, layouts
         self._blocks = {tuple(name): (offset, count) for name, offset, count in blocks}
         self._pair_numbers = pairs
         self._pairs: dict | None = None
         self._bases: dict = {}
         self._errors: dict | None = None
         self._by_layout: dict = {}
-        self._unknown: frozenset | None = None
 
     def entry(self, key: tuple) -> int:
         """The entry of a model's key, or -1 when the atlas does not hold it."""
@@ -158,21 +167,21 @@ class Table:
     def excluded(self, verdict):
         """Which entries cannot be accepted given the student's verdict on this call (`[n]` is true
         for each one ruled out), or None when the verdict rules nothing out."""
-        if verdict.kind == "ok":  # a model that departs from the reference here is contradicted
-            return self._base("ok", lambda status: self.differs | (status == RAISES))
+        if verdict.kind == "ok":  # a model that surely departs from the reference here is contradicted
+            return self._base("ok", lambda status: (self.differs & self.sure) | (status == RAISES))
         if verdict.kind == "raised":  # the very exception, or numbers that overflowed
             same = self._raising().get(error_hash((verdict.raised, verdict.raised_message)), ())
-            if verdict.raised == "OverflowError":
-                return _AllBut(self._unknown_entries(NONFINITE), same)
-            return _AllBut(self._unknown_entries(), same)
+            return _AllBut(self._unknown_entries(overflow=verdict.raised == "OverflowError"), same)
         if verdict.kind != "mismatch" or verdict.actual is None:
             return None
         # a wrong value: never an exception, nor the reference's own value; numbers within the bound
-        unknown = self._unknown_entries(NONFINITE)
+        unknown = self._unknown_entries(nonfinite=True)
         shape = layout(verdict.actual)
         if shape is None or shape not in self.layouts:
             return _AllBut(unknown, ())
         total, mass, finite = signature(verdict.actual)
+        if finite is None:
+            return None  # sums too large to say anything
         if not finite:
             return _AllBut(unknown, ())
         entries, sums, bounds, widest = self._numbers(self.layouts.index(shape))
@@ -187,15 +196,20 @@ class Table:
             known = self._bases[kind] = np.asarray(make(self.status), dtype=bool).tobytes()
         return known
 
-    def _unknown_entries(self, also: int | None = None) -> frozenset:
-        """The entries whose numbers the screen does not describe (and those of status `also` that
-        differ from the reference): never ruled out by a wrong value or an exception."""
-        key = ("unknown", also)
+    def _unknown_entries(self, nonfinite: bool = False, overflow: bool = False) -> frozenset:
+        """The entries a wrong value or an exception never rules out: those whose numbers the screen
+        does not describe, those whose departure from the reference is not sure, and (`nonfinite`)
+        those whose numbers hold NaN or infinity and depart from the reference's, or (`overflow`)
+        hold NaN or infinity at all (what OverflowError may stand for)."""
+        key = ("unknown", nonfinite, overflow)
         known = self._bases.get(key)
         if known is None:
-            found = self.status == OTHER
-            if also is not None:
-                found |= (self.status == also) & self.differs
+            status = self.status
+            found = (status == OTHER) | (((status == VALUE) | (status == NONFINITE)) & ~self.sure)
+            if nonfinite:
+                found |= (status == NONFINITE) & self.differs
+            if overflow:
+                found |= status == NONFINITE
             known = self._bases[key] = frozenset(np.flatnonzero(found).tolist())
         return known
 
@@ -213,10 +227,12 @@ class Table:
         that differ from the reference's, in the order of their sums."""
         known = self._by_layout.get(shape_id)
         if known is None:
-            entries = np.flatnonzero((self.status == VALUE) & self.differs & (self.shape_of == shape_id))
+            from .judge import MODEL_ATOL, MODEL_RTOL
+
+            entries = np.flatnonzero((self.status == VALUE) & self.differs & self.sure & (self.shape_of == shape_id))
             entries = entries[np.argsort(self.sums[entries], kind="stable")]
             size = sum(int(np.prod(part_shape)) for _, part_shape in self.layouts[shape_id])
-            bounds = _ATOL * _spread(size) + (_RTOL + _SLACK) * self.masses[entries]
+            bounds = MODEL_ATOL * _spread(size) + (MODEL_RTOL + _SLACK) * self.masses[entries]
             known = self._by_layout[shape_id] = (entries, self.sums[entries], bounds,
                                                  float(bounds.max()) if bounds.size else 0.0)
         return known
@@ -244,6 +260,7 @@ def derived_codes(fn: str) -> tuple:
 
 @lru_cache(maxsize=None)
 def derived_numbers(fn: str) -> dict:
+    """code -> number of `fn`'s derived edits (`derived_codes`' inverse)."""
     return {code: n for n, code in enumerate(derived_codes(fn))}
 
 
@@ -257,7 +274,8 @@ def _load() -> dict:
     try:
         with np.load(ATLAS, allow_pickle=False) as stored:
             meta = json.loads(bytes(stored["meta"]).decode())
-        if meta.get("digest") != atlas_digest():
+        _load.digest = atlas_digest()
+        if meta.get("digest") != _load.digest:
             return {}
         return {entry["call"]: (entry["fn"], n, [tuple((name, tuple(shape)) for name, shape in item)
                                                  for item in entry["layouts"]], entry["blocks"])
@@ -271,8 +289,12 @@ def _table(digest: str) -> Table | None:
     fn, n, layouts, blocks = _load()[digest]
     try:
         with np.load(ATLAS, allow_pickle=False) as stored:
+            meta = json.loads(bytes(stored["meta"]).decode())
+            if meta["digest"] != _load.digest or meta["tables"][n]["call"] != digest:
+                return None  # written again since its index was read: as good as none
             return Table(fn, blocks, stored[f"pairs{n}"], stored[f"status{n}"], stored[f"differs{n}"],
-                         stored[f"error{n}"], layouts, stored[f"layout{n}"], stored[f"sum{n}"], stored[f"mass{n}"])
+                         stored[f"sure{n}"], stored[f"error{n}"], layouts, stored[f"layout{n}"], stored[f"sum{n}"],
+                         stored[f"mass{n}"])
     except Exception:  # changed under the grader's feet: as good as none
         return None
 
@@ -286,8 +308,11 @@ def table(call) -> Table | None:
     if known is None or known[0] is not call:
         with _LOCK:  # the grading threads read the file once between them
             stored = _load()
-            digest = call_digest(call) if stored else None
-            found = _table(digest) if digest in stored else None
+        digest = call_digest(call) if stored else None
+        found = None
+        if digest in stored:
+            with _LOCK:
+                found = _table(digest)
         known = _TABLES[id(call)] = (call, found)
     return known[1]
 
@@ -299,19 +324,22 @@ def forget() -> None:
 # ------------------------------------------------------------------ writing the atlas -----------
 
 
-def _entry(value, error, inapplicable: bool, differs: bool) -> tuple:
-    """(status, differs from the reference?, error hash, layout, sum, mass) of a model's outcome."""
+def _entry(value, error, inapplicable: bool, differs: bool, sure: bool = True) -> tuple:
+    """(status, differs from the reference?, is that sure?, error hash, layout, sum, mass) of a
+    model's outcome on the call."""
     if inapplicable:
-        return INAPPLICABLE, False, 0, None, 0.0, 0.0
+        return INAPPLICABLE, False, True, 0, None, 0.0, 0.0
     if error is not None:
-        return RAISES, True, error_hash(error), None, 0.0, 0.0
+        return RAISES, True, True, error_hash(error), None, 0.0, 0.0
     shape = None if value is None else layout(value)
     if shape is None:
-        return OTHER, False, 0, None, 0.0, 0.0
+        return OTHER, False, True, 0, None, 0.0, 0.0
     total, mass, finite = signature(value)
+    if finite is None:
+        return OTHER, differs, sure, 0, None, 0.0, 0.0
     if not finite:
-        return NONFINITE, differs, 0, None, 0.0, 0.0
-    return VALUE, differs, 0, shape, total, np.nextafter(mass, np.inf)
+        return NONFINITE, differs, sure, 0, None, 0.0, 0.0
+    return VALUE, differs, sure, 0, shape, total, np.nextafter(mass, np.inf)
 
 
 def compute() -> tuple[dict, dict]:
@@ -335,18 +363,19 @@ def compute() -> tuple[dict, dict]:
                 continue
             n = len(tables)
             rows = [_entry(*outcome) for _, outcome in outcomes]
-            layouts = list(dict.fromkeys(row[3] for row in rows if row[3] is not None))
+            layouts = list(dict.fromkeys(row[4] for row in rows if row[4] is not None))
             blocks, pairs = _blocks(call.fn, [key for key, _ in outcomes])
             tables.append({"fn": call.fn, "call": digest, "blocks": blocks,
                            "layouts": [[[name, list(shape)] for name, shape in item] for item in layouts]})
             arrays[f"pairs{n}"] = np.array(pairs, dtype=np.int16).reshape(-1, 2)
             arrays[f"status{n}"] = np.array([row[0] for row in rows], dtype=np.int8)
             arrays[f"differs{n}"] = np.array([row[1] for row in rows], dtype=bool)
-            arrays[f"error{n}"] = np.array([row[2] for row in rows], dtype=np.int64)
-            arrays[f"layout{n}"] = np.array([-1 if row[3] is None else layouts.index(row[3]) for row in rows],
+            arrays[f"sure{n}"] = np.array([row[2] for row in rows], dtype=bool)
+            arrays[f"error{n}"] = np.array([row[3] for row in rows], dtype=np.int64)
+            arrays[f"layout{n}"] = np.array([-1 if row[4] is None else layouts.index(row[4]) for row in rows],
                                             dtype=np.int16)
-            arrays[f"sum{n}"] = np.array([row[4] for row in rows], dtype=np.float64)
-            arrays[f"mass{n}"] = np.array([row[5] for row in rows], dtype=np.float64)
+            arrays[f"sum{n}"] = np.array([row[5] for row in rows], dtype=np.float64)
+            arrays[f"mass{n}"] = np.array([row[6] for row in rows], dtype=np.float64)
     return {"digest": atlas_digest(), "tables": tables}, arrays
 
 
@@ -390,7 +419,9 @@ def main(argv: list[str]) -> int:
         current = _matches(meta, arrays)
         print(f"{ATLAS.name} is {'current' if current else 'out of date: run python -m autograder.atlas --write'}.")
         return 0 if current else 1
-    ATLAS.write_bytes(_bytes(meta, arrays))
+    written = ATLAS.with_name(ATLAS.name + ".new")
+    written.write_bytes(_bytes(meta, arrays))
+    os.replace(written, ATLAS)  # a grader reading it meanwhile sees the old file or the new, whole
     print(f"wrote {ATLAS} ({sum(arrays[f'status{n}'].size for n in range(len(meta['tables'])))} models on "
           f"{len(meta['tables'])} example calls)")
     return 0
@@ -408,7 +439,7 @@ def _matches(meta: dict, arrays: dict) -> bool:
                                                      else np.allclose(kept, fresh, rtol=1e-12, atol=1e-12)):
                     return False
             return set(stored.files) == set(arrays) | {"meta"}
-    except (OSError, ValueError, KeyError):
+    except Exception:  # unreadable, truncated, not a zip file: not current
         return False
 
 

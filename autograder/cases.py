@@ -187,7 +187,7 @@ def _cases_batch(rng, ex):
     # draw is still made, so that a seed's hidden cases stay the same from one version to the next
     # (a run resumed after an upgrade grades on the cases it began with).
     rng.normal(size=ex["X"].shape)
-    second = np.random.default_rng(15).normal(size=ex["X"].shape)
+    second = np.random.default_rng(15).normal(size=ex["X"].shape)  # any fixed draw; 15 for the chapter
     yield "example", (Call("self_attention_head", (np.stack([ex["X"], second]), ex["W_Q"], ex["W_K"], ex["W_V"])),)
     for t in _sizes(rng, HIDDEN):
         batch = int(rng.integers(2, 5))

@@ -1443,9 +1443,9 @@ def run_pair(fn: str, first: Edit, second: Edit, args: tuple, prefixes: dict):
 @lru_cache(maxsize=None)
 def _pair(code: str) -> Edit | None:
     fn = fn_of(code)
-    first, _, rest = code.partition(PAIR)
+    first, second = pair_parts(code)
     table = dict(composable(fn))
-    one, two = table.get(first), table.get(f"derived-{fn}-{rest}")
+    one, two = table.get(first), table.get(second)
     if one is None or two is None or not one.at < two.at:
         return None
     program = pair_program(one, two)

@@ -783,8 +783,8 @@ def _passes_where_stopped(code: str, stopped: dict, calls: list, verdicts: list[
     of its edits alone stopped can tell? (A pair that fails that call would be ruled out there.)"""
     fn = derived.fn_of(code)
     for part in derived.pair_parts(code):
-        index = stopped.get((fn, "derived", part))
-        if index is None or verdicts[index].kind not in ("ok", "mismatch", "raised"):
+        index = stopped.get((fn, "derived", part))  # only ever a call that passed, failed or raised
+        if index is None:
             continue
         candidate = _Candidate((code,), derived.model(code), False, key=(fn, "derived", code))
         _weigh(candidate, calls, verdicts, expected, agreed, [index], screen)
@@ -813,7 +813,7 @@ class _Screen:
 
     @property
     def parts(self) -> list:
-        """(table, mask of the models ruled out, verdict) per example call: worked out when first asked."""
+        """(table, what it rules out) per example call: worked out when first asked."""
         if self._parts is None:
             self._parts = []
             for call, verdict in self.seen:
@@ -821,7 +821,7 @@ class _Screen:
                 if table is not None:
                     mask = table.excluded(verdict)
                     if mask is not None:
-                        self._parts.append((table, mask, verdict))
+                        self._parts.append((table, mask))
         return self._parts
 
     def excludes(self, key: tuple) -> bool:
@@ -830,7 +830,7 @@ class _Screen:
             return False
         if len(key) == 3 and key[1] == "derived" and derived.PAIR in key[2]:
             key = ("pair",) + derived.pair_parts(key[2])  # a pair of edits, as the atlas names it
-        for table, mask, _ in parts:
+        for table, mask in parts:
             n = table.entry(key)
             if n >= 0 and mask[n]:
                 return True
@@ -840,15 +840,15 @@ class _Screen:
         """The numbers of `fn`'s models in one block of the atlas (its compositions of two slips,
         say) that no example call rules out, in order; None when the screen holds none."""
         left = None
-        for table, mask, _ in self.parts:
-            kept = table.remaining(block, mask)
+        for table, mask in self.parts:
+            kept = table.remaining(block, mask) if table.fn == fn else None
             if kept is not None:
                 left = kept if left is None else left & kept
         return None if left is None else sorted(left)
 
     def shows(self, key: tuple) -> bool | None:
         """Does the model change the (first) call's value, or raise there? None: unknown."""
-        for table, _, _ in self.parts[:1]:
+        for table, _ in self.parts[:1]:
             n = table.entry(key)
             if n >= 0:
                 status = table.status[n]
@@ -861,15 +861,20 @@ class _Screen:
 
 def example_outcomes(call, want: dict, step: Step) -> list[tuple]:
     """What the search may run on an example call of `step`, as it would find it there: (key,
-    (value, error, could the slip not show?, differs from the reference?)) for the function's
+    (value, error, could the slip not show?, differs from the reference?, is that sure?)) for the function's
     slips, their compositions, the derived edits, the pairs of edits tried where this call is the
     probe, and every single slip, composition and derived edit of the functions it builds on,
     carried through the reference (as `_carried` makes them). For the atlas (atlas.py)."""
     fn, found = call.fn, []
 
     def add(key, value, error, inapplicable):
-        differs = value is not None and not inapplicable and bool(differences(value, want, False, describe=False))
-        found.append((key, (value, error, inapplicable, differs)))
+        def departs(scale: float) -> bool:
+            return value is not None and not inapplicable and bool(
+                differences(value, want, False, RTOL * scale, ATOL * scale, describe=False))
+
+        differs = departs(1.0)
+        # sure: ten times the tolerance either way would say the same (another build may round differently)
+        found.append((key, (value, error, inapplicable, differs, departs(10.0) or not departs(0.1))))
         return differs or error is not None
 
     with np.errstate(all="ignore"):

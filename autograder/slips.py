@@ -403,10 +403,10 @@ def models(fn: str, depth: int) -> tuple[tuple[tuple[str, ...], Choice, Model], 
 
 
 class _Composed:
-    """A composition's model, made each time it is run: most of a function's thousands of
-    compositions never are (the judge rules them out first), the judge runs each at most once
-    per hidden call, and a made model holds a recipe of its own, which kept for every composition
-    a class ever ran would make the grader's memory grow with the class."""
+    """The model of a slip or a composition of slips, made each time it is run: most of a
+    function's thousands of compositions never are (the judge rules them out first), the judge
+    runs each at most once per hidden call, and a made model holds a recipe of its own, which kept
+    for every composition a class ever ran would make the grader's memory grow with the class."""
 
     __slots__ = ("fn", "choice")
 

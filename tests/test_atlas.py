@@ -71,9 +71,9 @@ def _table(rows: list, layouts: list) -> atlas.Table:
     """A table of the slips ("f", 1, n), one per row of `atlas._entry`."""
     return atlas.Table("f", [[["own", 1], 0, len(rows)]], np.zeros((0, 2), dtype=np.int16),
                        np.array([row[0] for row in rows], dtype=np.int8), np.array([row[1] for row in rows]),
-                       np.array([row[2] for row in rows], dtype=np.int64), layouts,
-                       np.array([-1 if row[3] is None else layouts.index(row[3]) for row in rows], dtype=np.int16),
-                       np.array([row[4] for row in rows]), np.array([row[5] for row in rows]))
+                       np.array([row[2] for row in rows]), np.array([row[3] for row in rows], dtype=np.int64), layouts,
+                       np.array([-1 if row[4] is None else layouts.index(row[4]) for row in rows], dtype=np.int16),
+                       np.array([row[5] for row in rows]), np.array([row[6] for row in rows]))
 
 
 def _ruled_out(table: atlas.Table, verdict) -> list[bool]:
@@ -86,7 +86,7 @@ def test_a_value_within_the_model_tolerance_is_never_ruled_out_and_a_far_one_is(
     want = {"o": rng.normal(size=(3, 4))}
     models = [{"o": want["o"] + rng.normal(size=(3, 4))} for _ in range(50)]
     rows = [atlas._entry(model, None, False, True) for model in models]
-    table = _table(rows, [rows[0][3]])
+    table = _table(rows, [rows[0][4]])
     for n, model in enumerate(models):
         # the student's numbers as close to the model's as agreement allows, in every direction
         edge = judge.MODEL_ATOL + judge.MODEL_RTOL * np.abs(model["o"])
@@ -108,7 +108,7 @@ def test_a_model_that_departs_from_the_example_is_ruled_out_where_the_student_wa
     departs = atlas._entry({"o": want["o"] + 1}, None, False, True)
     raises = atlas._entry(None, ("ValueError", "shapes (2,3) and (2,3) not aligned"), False, False)
     rows = [same, departs, raises]
-    table = _table(rows, [same[3]])
+    table = _table(rows, [same[4]])
     assert _ruled_out(table, _Verdict("ok")) == [False, True, True]
     # where the student raised: only that very exception may be theirs
     assert _ruled_out(table, _Verdict("raised", raised="ValueError",
@@ -150,3 +150,23 @@ def test_an_atlas_that_does_not_match_is_ignored(tmp_path, monkeypatch, stored):
         atlas._load.cache_clear()
         atlas._table.cache_clear()
         atlas.forget()
+
+
+def test_what_the_screen_cannot_be_sure_of_it_never_rules_out():
+    want = {"o": np.ones((2, 2))}
+    # a model within ten times the grading tolerance of the reference: another build of numpy might
+    # round it to the other side, so neither "it departs" nor "it is the reference's" is relied on
+    near = atlas._entry({"o": want["o"] + 3e-9}, None, False, True, sure=False)
+    huge = atlas._entry({"o": np.full((2, 2), 1e308)}, None, False, True)
+    overflowed = atlas._entry({"o": np.full((2, 2), np.inf)}, None, False, True)
+    assert huge[0] == atlas.OTHER and overflowed[0] == atlas.NONFINITE
+    rows = [near, huge, overflowed]
+    table = _table(rows, [near[4]])
+    assert _ruled_out(table, _Verdict("ok")) == [False, True, True]  # the huge one surely departs
+    assert _ruled_out(table, _Verdict("mismatch", {"o": want["o"] + 5})) == [False, False, False]
+    # a student's own numbers whose sums overflow: the signature says nothing, so nothing is ruled out
+    assert table.excluded(_Verdict("mismatch", {"o": np.full((2, 2), -1.7e308)})) is None
+    # OverflowError stands for numbers that overflowed, departing from the reference or not
+    assert _ruled_out(table, _Verdict("raised", raised="OverflowError", message="math range error")) \
+        == [False, False, False]
+    assert _ruled_out(table, _Verdict("raised", raised="ValueError", message="x")) == [False, False, True]
