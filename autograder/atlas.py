@@ -19,8 +19,8 @@ model out without running it: one that departs from the reference where the stud
 one whose signature cannot be a wrong value's, one that returns numbers where the student raised.
 The screen only ever rules out; a model it lets through is run and compared exactly as before, so
 no verdict depends on it, only how much work a verdict takes. It is kept under a digest of every
-file the models are made from, with numpy's version: a file that does not match is ignored (and
-everything is computed as it would be without it). Write it again after changing them.
+file the models are made from, with numpy's and Python's versions: a file that does not match is
+ignored (and everything is computed as it would be without it). Write it again after changing them.
 """
 from __future__ import annotations
 
