@@ -332,8 +332,8 @@ def _entry(value, error, inapplicable: bool, differs: bool, sure: bool = True) -
     if error is not None:
         return RAISES, True, True, error_hash(error), None, 0.0, 0.0
     shape = None if value is None else layout(value)
-    if shape is None:
-        return OTHER, False, True, 0, None, 0.0, 0.0
+    if shape is None:  # not numbers the screen describes: whether it departs is left to the weighing
+        return OTHER, differs, False, 0, None, 0.0, 0.0
     total, mass, finite = signature(value)
     if finite is None:
         return OTHER, differs, sure, 0, None, 0.0, 0.0

@@ -854,8 +854,10 @@ class _Screen:
                 status = table.status[n]
                 if status == atlas.INAPPLICABLE:
                     return False
-                if status == atlas.RAISES or table.differs[n]:
+                if status == atlas.RAISES:
                     return True
+                if status in (atlas.VALUE, atlas.NONFINITE) and table.sure[n]:
+                    return bool(table.differs[n])
         return None
 
 
