@@ -1305,11 +1305,9 @@ def _screened(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerd
     call, got, want = calls[probe], verdicts[probe].actual, expected[probe]
     agrees: dict[int, bool] = {}
     survivors = []
-    remaining = screen.remaining(fn, ("own", 2))
-    for n, codes, model in _pruned(fn, call, want, _shapes(got), remaining):
+    # only the compositions the screen leaves (all, where it holds none)
+    for n, codes, model in _pruned(fn, call, want, _shapes(got), screen.remaining(fn, ("own", 2))):
         key = (fn, 2, n)
-        if screen.excludes(key):
-            continue
         value, error, differs = _value_of(key, model, call, want)
         if error is not None or value is None or not differs:
             continue
