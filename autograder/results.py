@@ -195,11 +195,29 @@ _JSON_ESCAPES = {code: _surrogates(code) if code > 0xFFFF else "\\u%04x" % code
                  for code in (*range(0x80, 0xa0), *_INVISIBLE, 0x2028, 0x2029)}
 
 
+def _ranges(codes) -> str:
+    """A regular expression's character class of `codes`, as runs of consecutive codes."""
+    runs, codes = [], sorted(codes)
+    for code in codes:
+        if runs and code == runs[-1][1] + 1:
+            runs[-1][1] = code
+        else:
+            runs.append([code, code])
+    return "".join(re.escape(chr(first)) + ("-" + re.escape(chr(last)) if last > first else "") for first, last in runs)
+
+
+# Any character `dumps` escapes: most results have none, and looking for one costs a quarter of
+# translating every character of the text.
+_ESCAPED = re.compile("[%s%s-%s]" % (_ranges(_JSON_ESCAPES), chr(_PLANE_14[0]), chr(_PLANE_14[1])))
+
+
 def dumps(value, indent: int | None = None) -> str:
     """`json.dumps(value, ensure_ascii=False)`, with the characters above escaped: the names and
     messages in results are students' own."""
-    text = json.dumps(value, indent=indent, ensure_ascii=False).translate(_JSON_ESCAPES)
-    return _PLANE_14_CHARS.sub(lambda found: _surrogates(ord(found.group())), text)
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    if _ESCAPED.search(text) is None:
+        return text
+    return _PLANE_14_CHARS.sub(lambda found: _surrogates(ord(found.group())), text.translate(_JSON_ESCAPES))
 
 
 def printable(text: str, one_line: bool = False) -> str:

@@ -302,6 +302,7 @@ def test_every_character_without_a_glyph_of_its_own_is_shown_escaped():
     # and every space but the plain one (category Zs, and the line and paragraph separators)
     hidden += [chr(code) for code in range(sys.maxunicode + 1)
                if unicodedata.category(chr(code)) in ("Zs", "Zl", "Zp") and code != 0x20]
+    hidden += [chr(code) for code in range(0x80, 0xA0)]  # C1 controls: 0x9b starts a terminal's control sequence
     for char in hidden:
         name = f"ada{char}.py"
         assert char not in printable(name, one_line=True) and char not in printable(name), hex(ord(char))
