@@ -119,6 +119,37 @@ def test_setup_runs_cleanly_when_told_not_to_install(bundle, tmp_path):
     assert "setup.sh: python:" in done.stdout and not (root / "venv").exists()
 
 
+def test_setup_prefers_the_python_the_bundle_was_built_with(bundle, tmp_path):
+    """Two Pythons new enough: `python3` another version, and the bundle's own under its versioned
+    name. setup.sh takes the bundle's, whose stored example values the grader can use."""
+    root = install(bundle, tmp_path)
+    built = "%d.%d" % sys.version_info[:2]
+    other = "3.99" if built != "3.99" else "3.98"
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    # `python3` answers as another version, new enough for the pins
+    (tools / "python3").write_text(f"#!{sys.executable}\n"
+                                   "import sys\n"
+                                   f"if sys.argv[1] == '-V': print('Python {other}.0')\n"
+                                   f"else: sys.version_info = ({other.replace('.', ', ')}, 0); exec(sys.argv[2])\n")
+    (tools / "python3").chmod(0o755)
+    (tools / f"python{built}").symlink_to(sys.executable)
+    path = str(tools)  # the system's own Pythons hidden: only these two
+    bash = shutil.which("bash")
+    setup = root / "source" / "setup.sh"
+    done = subprocess.run([bash, str(setup)], capture_output=True, text=True,
+                          env=dict(os.environ, PATH=path, QKV_AUTOGRADER_ROOT=str(root), QKV_SETUP_SKIP_INSTALL="1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"setup.sh: python: {tools}/python{built} " in done.stdout and "note:" not in done.stdout
+    # with the bundle's version absent, it takes the other and says what that costs
+    (tools / f"python{built}").unlink()
+    done = subprocess.run([bash, str(setup)], capture_output=True, text=True,
+                          env=dict(os.environ, PATH=path, QKV_AUTOGRADER_ROOT=str(root), QKV_SETUP_SKIP_INSTALL="1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"setup.sh: python: {tools}/python3 (Python {other}.0)" in done.stdout
+    assert f"built with Python {built}" in done.stdout
+
+
 # ------------------------------------------------------------------ grading ----------------------
 
 
