@@ -7,6 +7,8 @@ numbers differ and by how much, which is enough to find the bug without learning
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .diagnoses import describe
@@ -122,8 +124,10 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         lines.append(detail)
     lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, carried,
                                  alternatives, looks, seen))
-    sections = sorted({describe(code, step.id).section for code in codes if describe(code, step.id).section}
-                      | {step.section})
+    # each section once, though a code's may name two ("§15.5 and §15.8")
+    named = " ".join([describe(code, step.id).section or "" for code in codes] + [step.section])
+    sections = sorted(set(re.findall(r"§[\d.]*\d", named)) or {step.section},
+                      key=lambda name: [int(part) for part in re.findall(r"\d+", name)])
     lines.append(f"The task: {step.task} Reread {', '.join(sections)}.")
     return "\n".join(lines)
 

@@ -1215,7 +1215,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                     stopped[candidate.key] = candidate.stopped
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
-                        and to_explain <= candidate.explains):
+                        and to_explain <= candidate.explains and (candidate.carried or _shows_a_value(candidate, verdicts))):
                     accepted.append(candidate)
             if accepted and depth == 3:
                 # edits that come to the same values on every call (a stage skipped, or its result
@@ -1243,6 +1243,16 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         for group in groups:
             codes += [code for code in group if code not in codes]
     return codes, covered, alternatives
+
+
+def _shows_a_value(candidate: _Candidate, verdicts: list[_CallVerdict]) -> bool:
+    """Does a model of the student's own mistake reproduce some value the student returned, not
+    only exceptions? Code that fails only by raising (a broadcast that works only where two sizes
+    agree, a `.T` that reverses a batch's axes) raises the same message under many slips and edits
+    that are the reference wherever they run; none of them is told as what the student wrote: the
+    exception and the call it came from are. (An earlier step's mistake carried forward may explain
+    a crash alone: its own step showed it.)"""
+    return any(verdicts[index].kind != "raised" for index in candidate.explains)
 
 
 def _only_reshaped(verdicts: list[_CallVerdict], expected: list[dict]) -> bool:

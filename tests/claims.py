@@ -7,7 +7,8 @@ of the judge's own reasoning:
 - a named mistake has a model (a composition of slips, an earlier step's mistake carried through
   the reference, or a derived edit) that reproduces the student's value, or the student's very
   exception, on every failing call of the function it names (where every failing call returned
-  the wrong type, the very object the student returned); a condition of exercise 2's
+  the wrong type, the very object the student returned), and where every failing call raised, it
+  is an earlier step's mistake carried forward; a condition of exercise 2's
   counterexample said to fail does fail for the matrix returned; `batch-axes-mixed` is said only
   where the head returns values for one sequence;
 - a value quoted as what the function returned ("got …") is the returned value at that index;
@@ -183,6 +184,18 @@ def _check_named_mistakes(graded, step_id, result):
         explained_codes |= {code for codes in reproducing for code in codes}
     unproven = named - explained_codes
     assert not unproven, f"{step_id}: {sorted(unproven)} named, but no model of it reproduces every failing call"
+    if failing and all(kind == "raised" for _, kind, _ in failing):
+        # An exception alone names no line: many edits that are right wherever they run raise it.
+        # Only an earlier step's mistake, carried forward, may explain a crash.
+        earlier = {code for used in BY_ID[step_id].uses for code in _all_diagnoses(graded, used)}
+        guessed = named - earlier
+        assert not guessed, f"{step_id}: {sorted(guessed)} named for code that only raised"
+
+
+def _all_diagnoses(graded, step_id):
+    """The codes of a step and of every step it builds on."""
+    step = BY_ID[step_id]
+    return set(graded.steps[step_id].diagnoses).union(*(_all_diagnoses(graded, used) for used in step.uses))
 
 
 def _agrees(model_gave, kind, value) -> bool:

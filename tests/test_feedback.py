@@ -336,3 +336,22 @@ def test_a_code_a_step_shows_in_its_own_way_is_told_in_that_step_s_words():
     assert "you normalized the columns" not in stated.lower()
     normalized = step_feedback("column_normalized", "softmax")
     assert "[column-normalized] You normalized the columns, over receivers" in normalized
+
+
+def test_the_task_line_names_each_section_once_in_the_chapter_s_order():
+    """A code's section may name two ("§15.5 and §15.8"); the step's own may be one of them."""
+    from autograder.steps import STEPS
+
+    pair = derived.pair_code("derived-output_change-c-insert-residual-moved",
+                             "derived-output_change-return-operand-c-sub-a")
+    for step in STEPS:
+        codes = [code for code in CODES if describe(code, step.id).section] + (
+            [pair] if step.id == "ex3_value_shift" else [])
+        for chosen in ([code] for code in codes):
+            text = feedback.step_feedback(step, "failed", 0, 1, chosen, None, "", {})
+            task = text.splitlines()[-1]
+            named = re.findall(r"§15\.(\d+)", task.split(" Reread ", 1)[1])
+            assert named == sorted(set(named), key=int), (step.id, chosen, task)
+            wanted = re.findall(r"§15\.(\d+)", step.section + " ".join(describe(code, step.id).section or ""
+                                                                       for code in chosen))
+            assert set(named) == set(wanted), (step.id, chosen, task)

@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh8.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh9.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -33,8 +33,11 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # only; the sixth with loops one short, in-place writes, float32 casts and five pairs of mistakes;
 # the seventh in pure Python, `math`, einsum, tensordot and vectorize, nine of them notebooks whose
 # code cells are kept here as one module; the eighth with deep-learning habits: torch's weight
-# layout, masks, dropout, layer norm, heads split, and exercises built on another contract function).
+# layout, masks, dropout, layer norm, heads split, and exercises built on another contract function;
+# the ninth with state kept between calls, defensive checks that reject valid input, code for the
+# example's shapes only, predicates checking part of their input, and exercises answering a
+# neighbouring question).
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
-                           **_read("fresh8.json", "eighth-")}
+                           **_read("fresh8.json", "eighth-"), **_read("fresh9.json", "ninth-")}
