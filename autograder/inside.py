@@ -1002,6 +1002,10 @@ class Worker:
         budget = job["limits"].get("budget")
         self.ends = time.monotonic() + (budget if type(budget) in (int, float) and budget > 0 else math.inf)
         self.first_import = None
+        # What importing again may take uncharged, in all: one import's limit. Each call that hangs
+        # starts a fresh child; were each of its imports free, a module whose import takes just
+        # under its limit would buy that much again with every hanging call, minutes in all.
+        self.credit_left = float(job["limits"]["import_timeout"])
         if again is None:
             start = 0
             while start is not None and start < len(steps):
@@ -1133,11 +1137,13 @@ class Worker:
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
         # Importing again in a fresh process (after a call that did not finish) is not charged to the
-        # budget, up to what the first import took and a second more: a notebook's slow cell, run
-        # again each time, must not cost its correct steps their turn. What the budget bounds is the
-        # time of the calls themselves, finished or not.
+        # budget, up to what the first import took and a second more, and up to one import's limit
+        # over the whole run (`credit_left`): a notebook's slow cell, run again after a hanging call
+        # or two, must not cost its correct steps their turn. What the budget bounds is the time of
+        # the calls themselves, finished or not.
         began = time.monotonic()
-        credit = 0.0 if self.first_import is None else min(self.first_import + 1.0, limits["import_timeout"])
+        credit = 0.0 if self.first_import is None else min(self.first_import + 1.0, limits["import_timeout"],
+                                                          self.credit_left)
         deadline = min(began + limits["import_timeout"], self.ends + credit)
         sent = None  # when the expected call's time began: its hand-over, or the last result
         handed = None  # (step, last call) of the calls the child holds
@@ -1180,6 +1186,7 @@ class Worker:
                     self.first_import = took
                 else:
                     self.ends += min(took, credit)
+                    self.credit_left -= min(took, credit)
                 if not clean["ok"]:
                     _end(pid)
                     self.flush()

@@ -149,6 +149,28 @@ def test_a_slow_import_run_again_after_each_call_that_hangs_costs_the_other_step
     assert steps["softmax"]["status"] == "timeout"
 
 
+def test_imports_run_again_after_hanging_calls_are_free_only_up_to_one_import_limit_in_all(tmp_path):
+    """A module whose import takes most of its limit, and whose every function hangs: each hanging
+    call ends its process, and the fresh one imports again. Were each of those imports free, every
+    hang would buy another, and one submission would hold its worker for minutes (two at 5 s each
+    for every step). Free re-imports are one import's limit in all, so the run ends near its
+    budget and that limit."""
+    from autograder.runner import Limits
+
+    hangs = "import time\n_t = time.monotonic()\nwhile time.monotonic() - _t < 5:\n    pass\n\n\n" + "".join(
+        f"def {name}(*args, **kwargs):\n    while True:\n        pass\n\n\n"
+        for name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head",
+                     "zero_query_mixture", "is_attention_weights", "column_normalized_counterexample",
+                     "shifted_output", "output_change", "head_facts", "value_intervention"))
+    started = time.monotonic()
+    result = grade_source(tmp_path, hangs, "attention_head.py", "--timeout", "0.2")
+    seconds = time.monotonic() - started
+    limits = Limits(call_timeout=0.2)
+    assert result["score"] == 0.0 and {step["status"] for step in result["steps"]} == {"timeout"}
+    assert "time-budget" in result["steps"][-1]["diagnoses"]
+    assert seconds < limits.budget + limits.import_timeout + 8, seconds
+
+
 def test_an_import_that_fails_scores_zero_with_the_error_and_line(tmp_path):
     result = grade_source(tmp_path, "import numpy as np\n\ndef scores(q, k)\n    return q\n")
     assert result["score"] == 0.0
