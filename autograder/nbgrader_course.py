@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import secrets
 import sys
@@ -152,6 +153,19 @@ def source_files() -> dict[str, bytes]:
     return files
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write `path` readable by its owner alone, as the grading key in ~/.config is: the key and
+    the seed give every hidden case, and a course folder on a shared machine may be in students'
+    reach."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)  # a file made earlier, with other rights, loses them
+        with os.fdopen(descriptor, "w", encoding="utf-8", closefd=False) as handle:
+            handle.write(text)
+    finally:
+        os.close(descriptor)
+
+
 def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int | None = None,
                  force: bool = False) -> list[str]:
     """Write (or add an assignment to) a course; returns what it did, one line per file."""
@@ -177,14 +191,13 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
                               f"course never change (drop --seed)")
         kept_settings = json.loads(settings.read_text(encoding="utf-8"))
         if isinstance(kept_settings, dict) and "key" not in kept_settings:
-            settings.write_text(json.dumps({**kept_settings, "key": _own_key()}, indent=1) + "\n",
-                                encoding="utf-8")
+            _write_private(settings, json.dumps({**kept_settings, "key": _own_key()}, indent=1) + "\n")
             done.append(f"kept {settings} (seed {kept}) and gave the course its grading key")
         else:
             done.append(f"kept {settings} (seed {kept})")
     else:
         seed = seed if seed is not None else secrets.randbelow(2**31)
-        settings.write_text(json.dumps({"seed": seed, "key": _own_key()}, indent=1) + "\n", encoding="utf-8")
+        _write_private(settings, json.dumps({"seed": seed, "key": _own_key()}, indent=1) + "\n")
         done.append(f"wrote {settings} (seed {seed}, and the course's grading key)")
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():

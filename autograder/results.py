@@ -251,7 +251,8 @@ def spreadsheet_cell(text: str) -> str:
     terminal shows as it is: control characters and direction marks (a student's file name may
     hold them) are escaped, as in the listing on stdout."""
     text = printable(text, one_line=True)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    # spaces before the sign too: some spreadsheets drop them as they read a cell
+    return "'" + text if text.lstrip(" ")[:1] in ("=", "+", "-", "@") else text
 
 
 # Quoted wherever a reader might split: at a comma, at a semicolon (the separator spreadsheets

@@ -98,7 +98,8 @@ def test_a_file_name_is_one_cell_in_every_spreadsheet_whatever_it_holds(tmp_path
     from autograder import results
     from autograder.report import scores_csv
 
-    names = ["return\r.py", "a,=1+1.py", "x;=HYPERLINK(\"http://e\");=2+3;.py", 'q"uote.py', "tab\t=1.py"]
+    names = ["return\r.py", "a,=1+1.py", "x;=HYPERLINK(\"http://e\");=2+3;.py", 'q"uote.py', "tab\t=1.py",
+             "  =1+1.py", " @SUM(1).py"]
     graded = [results.unreadable(name, "test", 1, "none") for name in names]
     for text in (results.to_csv(graded, [("s;=cmd|x.py", "skipped; =1+1")]), scores_csv(graded)):
         rows = list(csv.reader(io.StringIO(text, newline="")))
@@ -108,7 +109,7 @@ def test_a_file_name_is_one_cell_in_every_spreadsheet_whatever_it_holds(tmp_path
         for line in lines[1:]:
             for separator in ",;":
                 cells = [cell.strip('"') for cell in _cells_split_on(line, separator)]
-                assert not [cell for cell in cells if cell.startswith(("=", "+", "@"))], (separator, line)
+                assert not [cell for cell in cells if cell.lstrip(" ").startswith(("=", "+", "@"))], (separator, line)
 
 
 # A value whose type is named after the input, and an array whose dtype's field is: on every input

@@ -221,6 +221,22 @@ def test_qkv_course_keeps_a_course_seed_and_will_not_overwrite_an_assignment_by_
         write_course(tmp_path, "../escape")
 
 
+def test_the_course_s_seed_and_key_are_readable_by_their_owner_alone(tmp_path):
+    """The key and the seed give every hidden case: like the key in ~/.config, the course's copy
+    is its owner's alone, whether written new or given its key later (an older course's file)."""
+    import stat
+
+    write_course(tmp_path / "new", "hw1", seed=3)
+    assert stat.S_IMODE((tmp_path / "new" / "qkv_course.json").stat().st_mode) == 0o600
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "qkv_course.json").write_text(json.dumps({"seed": 4}))
+    (older / "qkv_course.json").chmod(0o644)
+    write_course(older, "hw1")
+    assert stat.S_IMODE((older / "qkv_course.json").stat().st_mode) == 0o600
+    assert json.loads((older / "qkv_course.json").read_text()) == {"seed": 4, "key": local_key().hex()}
+
+
 def test_the_hook_outside_a_kernel_prints_feedback_and_returns_a_number(capsys):
     try:
         score = nbgrader_hook.check("softmax")
