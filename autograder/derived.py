@@ -1488,7 +1488,7 @@ def describe(code: str):
         raise KeyError(code)
     what = edit.what or (f"your `{edit.fn}` gives what the reference gives with `{edit.new}` in place of "
                          f"`{edit.old}`{_where(edit)}: as if {edit.why}.")
-    stage = _stage_of(code)
+    stage = stage_of(code)
     if edit.look:
         look = edit.look
     elif stage == "rows" and "-read-" in code:
@@ -1526,7 +1526,8 @@ def _where(edit: Edit) -> str:
     return f" (where {', '.join(said)})" if said else ""
 
 
-def _stage_of(code: str) -> str:
+def stage_of(code: str) -> str:
+    """The reference's line (the stage it computes) a single edit's code changes."""
     return code.split("-")[2]
 
 

@@ -1218,11 +1218,15 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                         and to_explain <= candidate.explains and (candidate.carried or _shows_a_value(candidate, verdicts))):
                     accepted.append(candidate)
             if accepted and depth == 3:
-                # edits that come to the same values on every call (a stage skipped, or its result
-                # replaced, alike): the first, in the order of the reference's lines, stands for them
+                # edits of one line that come to the same values on every call (the line skipped,
+                # or its result replaced, alike): the first, in the order of preference, stands for
+                # them. Edits of different lines that agree everywhere stay, as alternatives: the
+                # values cannot say which line the student wrote (the head's input `w_v_new - w_v`,
+                # or the difference of the two outputs returned, for a head linear in W_V).
                 kept = []
                 for candidate in sorted(accepted, key=lambda c: derived.preference(c.codes[0])):
-                    if not any(_same_model_values(candidate, other, fn_calls) for other in kept):
+                    if not any(derived.stage_of(candidate.codes[0]) == derived.stage_of(other.codes[0])
+                               and _same_model_values(candidate, other, fn_calls) for other in kept):
                         kept.append(candidate)
                 accepted = kept
             if accepted:

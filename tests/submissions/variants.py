@@ -191,9 +191,12 @@ WRONG: dict[str, Submission] = {
                             "    o, a = attention(q, k, v)\n"
                             "    return o.reshape(x.shape[:-1] + (-1,)), a", "batch", "batch-axes-mixed"),
     # -- the exercises ---------------------------------------------------------------------
-    # The weights kept as a [1, T] row: the derived edit that makes the very [1, d_v] output.
-    "row_vector_output": _one("output = weights @ v", "output = weights[None, :] @ v", "ex1_zero_query",
-                              "derived-zero_query_mixture-o-operand-a-row"),
+    # The weights kept as a [1, T] row: the derived edit that makes the very [1, d_v] output, and
+    # beside it the output returned as a row, which gives the same numbers on every call: the
+    # values cannot tell the two lines apart, so both are said, as one of two.
+    "row_vector_output": Submission((("output = weights @ v", "output = weights[None, :] @ v"),),
+                                    {"ex1_zero_query": ["derived-zero_query_mixture-o-operand-a-row",
+                                                        "derived-zero_query_mixture-return-operand-o-row"]}),
     # The change flattened to one long vector: no model makes it, so its shape is what is said.
     "change_flattened": _one("    return np.outer(moved, shift)  #", "    return np.outer(moved, shift).ravel()  #",
                              "ex3_value_shift", "wrong-shape"),
