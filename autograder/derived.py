@@ -997,8 +997,9 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             for c in CLIP_BOUNDS:
                 new = (name, "clipc", args[:1], {"c": c})
                 add(i, before + [new] + after, _line(new),
-                    f"{WORDS.get(args[0], args[0])} were clipped to ±{c} instead of shifted by "
-                    f"{WORDS.get(args[1], args[1])}", f"op:sub->clip:{c}")
+                    f"{WORDS.get(args[0], args[0])} were clipped at a fixed bound instead of shifted by "
+                    f"{WORDS.get(args[1], args[1])} (±{c} gives these numbers; other bounds may too)",
+                    f"op:sub->clip:{c}")
         if op in REDUCTIONS and params.get("axis") == -1:
             for alt, how in (("red_idx", "`[:, None]`"), ("red_col", "`.reshape(-1, 1)`")):
                 new = (name, alt, args, {"red": REDUCTIONS[op], "axis": -1})
