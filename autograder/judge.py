@@ -1687,6 +1687,15 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
     return [case.label for case, case_verdicts in zip(cases, verdicts) if any(test(v) for v in case_verdicts)]
 
 
+# Where to look when every batch raised and every single sequence ran: code for one sequence only.
+_RAISES_ON_A_BATCH = (
+    "Every batch raised where a single sequence ran: some line takes a [T, d] array only. Look for "
+    "einsum subscripts with two axes (`'ti,ij->tj'`; `'...ti,ij->...tj'` takes a batch), a check or "
+    "assert that an input is 2-D or square, `.T` (which reverses all three axes of a batch), a loop "
+    "over `range(x.shape[0])` that takes B for T, or an index array built for one sequence. Count axes "
+    "from the end, or run the head on each example alone and stack the results.")
+
+
 def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
               expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult],
               raised: set | None = None) -> _Findings:
@@ -1703,6 +1712,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         # batch's results returned in another form (a list of pairs, say) is what wrong-type says.
         found = _Findings(codes + (["batch-axes-mixed"] if any(flat[i].kind != "wrong-type" for i in wrong) else []))
         missing = _examples_left_out([flat[i] for i in wrong], [want for case in expected for want in case], wrong)
+        if "batch-axes-mixed" in found.codes and all(flat[i].kind == "raised" for i in wrong):
+            found.looks["batch-axes-mixed"] = _RAISES_ON_A_BATCH
         if missing and "batch-axes-mixed" in found.codes:
             short = "range(B - 1)" if missing == "last" else "range(1, B)"
             found.looks["batch-axes-mixed"] = (
@@ -1723,7 +1734,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         models, explained, alternatives = _explanations(calls, flat, wants, failing_uses, earlier, own=False)
         if set(wrong) <= explained:
             return _Findings(codes + [code for code in models if code not in codes], alternatives)
-        return _Findings(codes + ["batch-axes-mixed"])
+        return _Findings(codes + ["batch-axes-mixed"], looks={"batch-axes-mixed": _RAISES_ON_A_BATCH})
 
     calls = [call for case in cases for call in case.calls]
     wants = [want for case_expected in expected for want in case_expected]

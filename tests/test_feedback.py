@@ -355,3 +355,21 @@ def test_the_task_line_names_each_section_once_in_the_chapter_s_order():
             wanted = re.findall(r"§15\.(\d+)", step.section + " ".join(describe(code, step.id).section or ""
                                                                        for code in chosen))
             assert set(named) == set(wanted), (step.id, chosen, task)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("q = x @ w_q  #", "q = np.einsum('ti,ij->tj', x, w_q)  #"),
+    ("    s = d / np.sqrt(d_k)", "    assert d.ndim <= 2, 'scores must be [T, T]'\n    s = d / np.sqrt(d_k)"),
+])
+def test_code_for_one_sequence_only_that_raises_on_a_batch_is_told_where_such_lines_hide(old, new):
+    """Einsum subscripts with two axes, or an assert that the scores are 2-D: every single sequence
+    runs and every batch raises. The batch step says so, and points at such lines, not at axes
+    counted from the front alone."""
+    from inprocess import grade
+    from support import variant
+
+    result = grade(variant([(old, new)])).steps
+    assert [sid for sid, step in result.items() if step.status != "passed"] == ["batch"], result
+    assert result["batch"].diagnoses == ["batch-axes-mixed"]
+    assert "Every batch raised where a single sequence ran" in result["batch"].feedback
+    assert "einsum subscripts" in result["batch"].feedback
