@@ -48,8 +48,9 @@ CODES: dict[str, Diagnosis] = dict([
        "of a large number, or a log or square root of a negative number.", "§15.3"),
     _d("hard-coded", "you are right on the chapter's example but wrong on other inputs.",
        "Look for what holds only for the example in your code (a number or a size taken from it, an array "
-       "built in the shape of another whose width equals it only there, or a case written for its shapes); "
-       "the call shown above gives the shapes it failed on."),
+       "built in the shape of another whose width equals it only there, or a case written for its shapes), "
+       "and for anything kept from one call to the next (a global, a cache, a default argument that is a "
+       "list or an array): the example is called first; the call shown above gives the shapes it failed on."),
     _d("mutates-input", "your function changed an array it was given.",
        "Work on a copy of the argument (`np.array(arg, dtype=float)`) or build new arrays; no `-=`, `+=` or "
        "slice assignment on an argument."),
