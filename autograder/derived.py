@@ -693,13 +693,13 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 if exercise and args.count(arg) > 1 and j == args.index(arg):
                     new = (name, op, tuple(other if a == arg else a for a in args), params)
                     add(i, before + [new] + after, _line(new),
-                        f"{WORDS.get(arg, arg)} was replaced by {WORDS.get(other, other)} wherever it is used",
+                        f"{WORDS.get(arg, arg)} {_were(arg)} replaced by {WORDS.get(other, other)} wherever {_it(arg)} used",
                         f"operand:all:{arg}->{other}")
         # A condition of the final `and` dropped, or one added.
         if op == "and":
             for j, arg in enumerate(args):
                 new = (name, op, args[:j] + args[j + 1:], params)
-                add(i, before + [new] + after, _line(new), f"{WORDS.get(arg, arg)} was left out", f"drop:{arg}")
+                add(i, before + [new] + after, _line(new), f"{WORDS.get(arg, arg)} {_were(arg)} left out", f"drop:{arg}")
             for cond in ADDED_CONDITIONS:
                 extra = (cond, cond, ("a",), {})
                 new = (name, op, args + (cond,), params)
@@ -823,7 +823,7 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     first = (name + "'", op, args, params)
                     new = (name, "residual", (name + "'", source), {})
                     add(i, before + [first, new] + after, f"{_line(stage)} + {source}",
-                        f"{WORDS.get(source, source)} was added back to {WORDS.get(name, name)}",
+                        f"{WORDS.get(source, source)} {_were(source)} added back to {WORDS.get(name, name)}",
                         f"insert:residual:{source}")
                 continue
             for n in ROUNDINGS if extra == "round" else (0,):
@@ -837,11 +837,15 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
     return found
 
 
-_PLURAL = {"q", "k", "v", "k_t", "d", "s", "m", "shifted", "e", "z", "a", "v_new", "sums"}
+_PLURAL = {"q", "k", "v", "k_t", "d", "s", "m", "shifted", "e", "z", "a", "v_new", "sums", "rows", "v_a"}
 
 
 def _were(name: str) -> str:
     return "were" if name in _PLURAL else "was"
+
+
+def _it(name: str) -> str:
+    return "they are" if name in _PLURAL else "it is"
 
 
 def _and(words: list[str]) -> str:
@@ -939,7 +943,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                     new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
                     shown = OPS[size][1].format(source)
                     add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", shown),
-                        f"{WORDS.get(arg, arg)} was read as `{shown}` instead of taken as given",
+                        f"{WORDS.get(arg, arg)} {_were(arg)} read as `{shown}` instead of taken as given",
                         f"size:{arg}:{source}:{size}")
         if kinds.get(name) not in ("array", "scalar"):
             continue
