@@ -37,7 +37,8 @@ def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
     found = []
     for number, step in enumerate(STEPS):
         result = by_id.get(step.id)
-        if result is None or result.status == "passed" or result.carried_from \
+        provisional = step.id in getattr(run, "provisional", {})
+        if result is None or result.status == "passed" or (result.carried_from and not provisional) \
                 or "time-budget" in result.diagnoses:  # never run: nothing to verify
             continue
         names = _replaced(step, _failing(step, result, by_id, run.outcomes[number]))
@@ -61,9 +62,16 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
     carried itself is never named as the mistake). `own`: the submission's own run, which a
     batch called example by example is compared with."""
     by_id = {result.id: result for result in steps}
+    provisional = getattr(own, "provisional", None) or {}
     for number, names in sorted(asked):
         step = STEPS[number]
         result = by_id[step.id]
+        if step.id in provisional:
+            # carried on exceptions alone: a wrong value of its own, now that it ran past them,
+            # gives it back its grade on its own cases; passing, raising again or dying changes nothing
+            if _shows_own_mistake(cases[step.id], expected[step.id], again.outcomes[number]):
+                by_id[step.id] = provisional[step.id]
+            continue
         if names == [PER_EXAMPLE]:
             if own is not None and _each_example_alike(cases[step.id], expected[step.id], own.outcomes[number],
                                                        again.outcomes[number]):
@@ -88,6 +96,20 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
                                     result.passed, result.total, list(result.case_passed),
                                     carried_from=judge.carried_source(sources, codes, by_id))
     return [by_id[result.id] for result in steps]
+
+
+def _shows_own_mistake(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:
+    """Did some call, made again, return a value (not raise, not die) that is not the reference's?"""
+    position = 0
+    for case, wanted in zip(cases, expected):
+        for index in range(len(case.calls)):
+            outcome = outcomes[position] if position < len(outcomes) else None
+            position += 1
+            if outcome is None or outcome.raised or outcome.fault:
+                continue
+            if not judge._judge_call(case, index, outcome, wanted[index]).ok:
+                return True
+    return False
 
 
 def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult]) -> StepResult:

@@ -1474,22 +1474,26 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                earlier: dict[str, StepResult], stopped: list[dict] = (),
-               mistakes: dict[str, list] | None = None, raised: set | None = None) -> StepResult:
+               mistakes: dict[str, list] | None = None, raised: set | None = None,
+               provisional: dict[str, StepResult] | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
     does. None when unknown (the diagnosis codes stand in for it).
+    `provisional`: where a step no other builds on keeps its credit carried from an earlier mistake
+    that explains only exceptions, its grade on its own cases is put here, for carry.py to give it
+    back if calling it again shows a wrong value of its own. None: such credit is final.
 
     Models run here as the student's code ran: an overflow gives infinity or NaN, never an
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
-        return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised)
+        return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional)
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                 earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
-                raised: set | None) -> StepResult:
+                raised: set | None, provisional: dict[str, StepResult] | None = None) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1537,21 +1541,33 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         detail = f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
         if stopped:
             detail += "\n" + feedback.stopped_cells(stopped)
+    carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]
         sources = _carried_from(step, calls, flat, wants, failing_uses, mistakes)
         if sources:
-            codes = carried_codes(codes, sources, earlier)
-            return StepResult(step.id, step.points, step.points, status,
-                              feedback.carried_feedback(step, sources, codes, total), codes,
-                              sum(passed), total, list(passed), carried_from=carried_source(sources, codes, earlier))
-        if codes and step.id in _BUILT_ON:
+            carried_codes_ = carried_codes(codes, sources, earlier)
+            carried_result = StepResult(step.id, step.points, step.points, status,
+                                        feedback.carried_feedback(step, sources, carried_codes_, total),
+                                        carried_codes_, sum(passed), total, list(passed),
+                                        carried_from=carried_source(sources, carried_codes_, earlier))
+            if provisional is None or step.id in _BUILT_ON or not _only_raised(flat):
+                return carried_result
+        elif codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
     text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
                                   {used: earlier[used].status for used in _first_causes(failing_uses)}, carried,
                                   alternatives=found.alternatives, looks=found.looks, seen=found.seen)
-    return StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
+    own = StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
+    if carried_result is not None:
+        # Where it failed, it only raised, inside an earlier step's function, as that step's mistake
+        # does: the lines of its own after that call never ran. Its credit stands until it is called
+        # again with the chapter's functions in place (carry.py): a wrong value it then returns
+        # (`v.sum(0)` behind a softmax that raised) gives it back this grade of its own cases.
+        provisional[step.id] = own
+        return carried_result
+    return own
 
 
 # ------------------------------------------------------------------ the error carried forward ----
@@ -1599,6 +1615,11 @@ def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[
         found = [(fn, derived.model(code)) for code in codes if derived.is_derived(code) and derived.fn_of(code) == fn
                  and _reproduces(derived.model(code), (fn, "derived", code), calls, flat, wants)]
     return found
+
+
+def _only_raised(flat: list[_CallVerdict]) -> bool:
+    """Did every failing call raise (none returned a wrong value)?"""
+    return all(verdict.kind == "raised" for verdict in flat if verdict.kind != "ok")
 
 
 def _carried_from(step: Step, calls: list, flat: list[_CallVerdict], wants: list[dict],
@@ -1881,6 +1902,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
     """
     results: dict[str, StepResult] = {}
     mistakes: dict[str, list] | None = {} if carry_forward else None
+    run.provisional = {}
     raised: set[str] = set()
     if not run.imported:
         return _unimportable(run)
@@ -1899,7 +1921,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
-                                      mistakes, raised)
+                                      mistakes, raised, run.provisional if carry_forward else None)
     return list(results.values())
 
 

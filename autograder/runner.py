@@ -97,6 +97,9 @@ class Run:
     reimport: str | None = None
     """How importing the module again failed, in a fresh process after a call that did not finish:
     the steps after that point were never run."""
+    provisional: dict = field(default_factory=dict)
+    """Set by the judge: step id -> its grade on its own cases, for a step whose carried credit
+    rests on exceptions alone until it is called again (judge.grade_step, carry.py)."""
 
 
 EXACT = object()

@@ -75,6 +75,9 @@ _LAYER_NORM = ("    o, a = attention(q, k, v)\n"
                "    o = (o - o.mean(axis=-1, keepdims=True)) / (o.std(axis=-1, keepdims=True) + 1e-5)  # as a block would\n"
                "    return o, a\n")
 
+_SOFTMAX_ROWS = ("shifted = s - s.max(axis=-1, keepdims=True)", "a = e / e.sum(axis=-1, keepdims=True)")
+_SOFTMAX_COLUMNS = ("shifted = s - s.max(axis=-2, keepdims=True)", "a = e / e.sum(axis=-2, keepdims=True)")
+
 SUBMISSIONS = {
     "sample": SAMPLE,
     "correct": reference_source(),
@@ -162,6 +165,12 @@ SUBMISSIONS.update({
     "scores_2d_only": variant([("k_t = np.swapaxes(k, -1, -2)", "k_t = k.T")]),
     "scores_2d_only_scale_wobbles": variant([("k_t = np.swapaxes(k, -1, -2)", "k_t = k.T"), (
         "s = d / np.sqrt(d_k)  # [T, T]", "s = d / np.sqrt(d_k) * (1 + 1e-3 * np.sin(d))  # [T, T]")]),
+    # a softmax normalized over columns, which raises on exercise 1's one-dimensional scores: alone,
+    # and with exercise 1's own mistake behind that call (the values summed, not averaged)
+    "softmax_columns": variant([(_SOFTMAX_ROWS[0], _SOFTMAX_COLUMNS[0]), (_SOFTMAX_ROWS[1], _SOFTMAX_COLUMNS[1])]),
+    "softmax_columns_zero_query_summed": variant([(_SOFTMAX_ROWS[0], _SOFTMAX_COLUMNS[0]),
+                                                  (_SOFTMAX_ROWS[1], _SOFTMAX_COLUMNS[1]),
+                                                  ("output = weights @ v", "output = v.sum(axis=0)")]),
     "scores_squashed_zero_steps": _on_squashed(
         "    return np.zeros_like(mix(softmax_rows(scale(scores(q, k), d_k)), v)), np.zeros((*q.shape[:-1], k.shape[-2]))\n",
         _ZERO_HEAD),
@@ -356,6 +365,18 @@ def test_a_head_that_also_mixes_or_drops_the_examples_of_a_batch_still_costs_the
     assert {"head", "batch"} <= set(_lost(carried[name])), _lost(carried[name])
     assert steps["batch"]["carried_from"] is None
     assert steps["batch"]["score"] == _steps(on_its_own[name])["batch"]["score"]
+
+
+def test_credit_carried_on_an_exception_alone_is_taken_back_when_the_step_then_shows_its_own_mistake(carried, on_its_own):
+    """Exercise 1 raises inside the column softmax, as that mistake does, before its own lines run.
+    Its credit is carried until it is called again with the chapter's softmax: then a right exercise
+    keeps it, and one that sums the values instead of averaging them is graded on its own cases."""
+    right, summed = _steps(carried["softmax_columns"]), _steps(carried["softmax_columns_zero_query_summed"])
+    assert right["ex1_zero_query"]["carried_from"] == "softmax" and right["ex1_zero_query"]["score"] == 6
+    assert summed["ex1_zero_query"]["carried_from"] is None
+    assert summed["ex1_zero_query"]["score"] == _steps(on_its_own["softmax_columns_zero_query_summed"])["ex1_zero_query"]["score"] < 6
+    assert {sid: step["score"] for sid, step in summed.items() if sid != "ex1_zero_query"} == \
+        {sid: step["score"] for sid, step in right.items() if sid != "ex1_zero_query"}
 
 
 def test_a_later_step_with_a_mistake_of_its_own_still_loses_its_points(carried, on_its_own):
