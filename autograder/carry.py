@@ -95,7 +95,28 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, codes,
                                     result.passed, result.total, list(result.case_passed),
                                     carried_from=judge.carried_source(sources, codes, by_id))
+    _through_carried(by_id, steps)
     return [by_id[result.id] for result in steps]
+
+
+def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> None:
+    """A step carried, on the first run, from an earlier step that was then itself carried from a
+    still earlier one (the head, whose own work checks out once attention is replaced) names that
+    first cause, through the step between: the student is sent where the mistake is."""
+    for result in steps:
+        current = by_id[result.id]
+        between = current.carried_from
+        if between is None or by_id[between].carried_from is None or current is not result:
+            continue  # not carried, carried from a step with a mistake of its own, or carried here
+        first, seen = between, {between}
+        while by_id[first].carried_from is not None and by_id[first].carried_from not in seen:
+            first = by_id[first].carried_from
+            seen.add(first)
+        step = BY_ID[result.id]
+        text = feedback.carried_feedback(step, [first], current.diagnoses, current.total, through=between)
+        by_id[result.id] = StepResult(step.id, current.score, current.max_score, current.status, text,
+                                      current.diagnoses, current.passed, current.total, list(current.case_passed),
+                                      carried_from=first)
 
 
 def _shows_own_mistake(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:

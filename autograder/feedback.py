@@ -133,14 +133,17 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
 
 
 def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int,
-                     replaced: list[str] | None = None, unwritten: bool = False, per_example: bool = False) -> str:
+                     replaced: list[str] | None = None, unwritten: bool = False, per_example: bool = False,
+                     through: str | None = None) -> str:
     """A step that keeps its points because an earlier step's mistake alone explains its numbers:
     the mistake is explained where it was made, and named here in one line.
 
     `replaced`: the functions that were replaced by the chapter's when the step was called again
     (None: a model of the earlier mistake reproduced its numbers); `unwritten`: the earlier steps
     are not written yet, rather than wrong. What went wrong may be wrong numbers or exceptions (an
-    earlier function that fails on the step's input), so the line speaks of neither."""
+    earlier function that fails on the step's input), so the line speaks of neither. `through`: the
+    step whose values, as the student wrote them, explain this one's, where that step's own work
+    checks out and the mistake is the earlier one's (`sources`)."""
     steps = ", ".join(f"`{name}`" for name in sources)
     plural = "s" if len(sources) > 1 else ""
     named = ", ".join(code for code in codes if code != "not-implemented")
@@ -152,6 +155,7 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
              f"the mistakes in the failing steps it builds on, your {steps} steps" if plural and replaced is None else
              f"one or more of the failing steps it builds on, your {steps} steps" if plural else
              f"the mistake in your {steps} step")
+    cause += f", carried through your `{through}` step" if through else ""
     cause += f" ({named})" if named and not unwritten else ""
     if replaced is None:
         how = "with those as you wrote them" if plural else "with that as you wrote it"
