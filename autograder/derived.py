@@ -1536,6 +1536,19 @@ def stage_of(code: str) -> str:
     return code.split("-")[2]
 
 
+_SWAPPED_TO = re.compile(r"-op-[^-]+-to-(.+?)(?:-[\d.]+)?$")
+
+
+def same_line_alike(code: str, other: str) -> bool:
+    """Do two single edits change one line in ways that, giving the same values, are one mistake
+    told alike: the line skipped or its result replaced, one operator with another bound? Not two
+    different operators put in the same place (`any` for `all`, and the first row alone)."""
+    if stage_of(code) != stage_of(other):
+        return False
+    mine, theirs = _SWAPPED_TO.search(code), _SWAPPED_TO.search(other)
+    return not (mine and theirs and mine.group(1) != theirs.group(1))
+
+
 @lru_cache(maxsize=None)
 def _called_stages(fn: str) -> frozenset:
     """The names the reference's `fn` gets by calling another of the chapter's functions: every

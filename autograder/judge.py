@@ -1219,13 +1219,15 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                     accepted.append(candidate)
             if accepted and depth == 3:
                 # edits of one line that come to the same values on every call (the line skipped,
-                # or its result replaced, alike): the first, in the order of preference, stands for
-                # them. Edits of different lines that agree everywhere stay, as alternatives: the
-                # values cannot say which line the student wrote (the head's input `w_v_new - w_v`,
-                # or the difference of the two outputs returned, for a head linear in W_V).
+                # or its result replaced, alike; a clip at any bound the cases cannot tell apart):
+                # the first, in the order of preference, stands for them. Edits of different lines,
+                # or one line's operator swapped for different ones (`any` and the first row alone,
+                # for a row test), that agree everywhere stay, as alternatives: the values cannot say
+                # which the student wrote (the head's input `w_v_new - w_v`, or the difference of
+                # the two outputs returned, for a head linear in W_V).
                 kept = []
                 for candidate in sorted(accepted, key=lambda c: derived.preference(c.codes[0])):
-                    if not any(derived.stage_of(candidate.codes[0]) == derived.stage_of(other.codes[0])
+                    if not any(derived.same_line_alike(candidate.codes[0], other.codes[0])
                                and _same_model_values(candidate, other, fn_calls) for other in kept):
                         kept.append(candidate)
                 accepted = kept
