@@ -133,7 +133,8 @@ CODES: dict[str, Diagnosis] = dict([
        "Apply `np.exp` to the (shifted) scores before normalizing.", "§15.3"),
     _d("not-normalized", "you exponentiated the scores but did not divide by each row's total, so the rows "
        "do not sum to one (a total taken over an axis of length one, as along the wrong axis of a "
-       "[1, T] row, divides each exponential by itself and leaves it as it was).",
+       "[1, T] row, is each exponential itself, and dividing by it makes every weight 1; dividing by the "
+       "row's largest exponential, which is 1 after the shift, changes nothing).",
        "Divide each row of exponentials by its own sum, taken along the row's own axis (`axis=-1`).", "§15.3"),
     _d("column-max-subtracted", "you subtracted each column's maximum; the shift must be one number per "
        "receiving row (its own maximum), or the weights change.",
@@ -171,8 +172,8 @@ CODES: dict[str, Diagnosis] = dict([
     _d("accepts-column-stochastic", "you accepted a matrix whose columns sum to one but whose rows do not; "
        "attention weights need every receiving row to sum to one.",
        "Sum along axis 1 (each receiving row), not axis 0.", "§15.3"),
-    _d("predicate-exact-equality", "you compared row sums with == 1; floating-point sums need a tolerance "
-       "(1e-9 here).",
+    _d("predicate-exact-equality", "you compared row sums with == 1, or within a tolerance as tight as "
+       "rounding error; floating-point sums need a tolerance (1e-9 here).",
        "Use `abs(row_sum - 1) <= 1e-9`, or `np.isclose(row_sum, 1, rtol=0, atol=1e-9)`.", "§15.6"),
     _d("predicate-ignores-negatives", "you accepted a matrix with a negative entry; attention weights are "
        "never negative.",
@@ -212,8 +213,8 @@ CODES: dict[str, Diagnosis] = dict([
        "and where you unpack one.", "§15.4"),
     _d("rounded-result", "you rounded the result; the grader compares to about 1e-9.",
        "Return the values unrounded: no `np.round` or `round` on the result.", "§15.6"),
-    _d("integer-division", "you used floor division (`//`), which drops the fractional part: 1 // T is 0 "
-       "for every T above 1.",
+    _d("integer-division", "you used floor division (`//`), which drops the fractional part (1 // T is 0 "
+       "for every T above 1, and 2.7 // 1.4 is 1.0).",
        "Use true division `/`.", "§15.3"),
     _d("one-based-rows", "you shifted the row indices by one, as if they counted from 1; Python counts "
        "rows from 0, so row 0 is the first value row.",
