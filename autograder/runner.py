@@ -383,6 +383,7 @@ class Worker:
         deadline = (time.monotonic() + (run.imports + len(run.outcomes)) * limits.import_timeout
                     + run.most_calls * (limits.call_timeout + 1.0) + 15.0)
         used, reader = 0, self._reader  # its own reference: another thread may close the worker
+        described = 0  # bytes of JSON text of the run's results so far (RUN_TEXT)
         if reader is None:
             raise protocol.Closed("the worker was ended")
         while True:
@@ -392,6 +393,17 @@ class Worker:
                 _record(run, *known, Outcome(value=EXACT))
                 continue
             text, blob = protocol.split(raw)
+            described += len(text) if len(text) <= RESULT_TEXT else 0
+            if len(text) > RESULT_TEXT or described > RUN_TEXT:
+                where = _result_of(run, text)
+                if where is not None:  # refused unread: reading it is what would cost
+                    _record(run, *where, Outcome(value=protocol.Bad(
+                        "an object too large to read (over %d KiB described)" % (RESULT_TEXT >> 10)
+                        if len(text) > RESULT_TEXT else
+                        "an object past what one submission may describe in all (%d MiB)" % (RUN_TEXT >> 20))))
+                    continue
+                if protocol.result_place(text) is not None:  # a second result for one call: forged
+                    raise protocol.ProtocolError("a result for a call already answered")
             try:
                 used = self._read_frame(run, raw, text, blob, used)
             except protocol.ProtocolError as exc:
@@ -462,6 +474,16 @@ class Worker:
         _record(run, step, call, Outcome(value=value, output=output))
         return used
 
+
+RESULT_TEXT = 64 << 10
+"""Bytes of JSON text one result may take (its value's description and its printed output), read
+or not: a [16, 16] matrix as nested lists takes 7 KiB. A value of twenty thousand parts, allowed by
+the child's own limit (protocol.MAX_PARTS), takes far more, and would cost the grader milliseconds
+to parse and check, again for every call."""
+RUN_TEXT = 2 << 20
+"""Bytes of JSON text all of one run's results may take: past it, each result is refused unread.
+A hundred calls returning nested lists take under 1 MiB; without a bound in all, a submission
+returning the largest description on every call would cost the grader seconds, and its memory."""
 
 CHECKED_TEXT, CHECKED_COUNT = 600, 4096
 _CHECKED: dict[bytes, tuple] = {}

@@ -667,3 +667,45 @@ def test_what_a_call_does_to_builtins_is_undone_before_the_next_call(tmp_path):
     ])
     result = grade_source(tmp_path, source)
     assert result["score"] == 100.0, [(s["id"], s["feedback"]) for s in result["steps"] if s["status"] != "passed"]
+
+
+def test_results_described_at_length_are_refused_unread_each_and_in_all(tmp_path):
+    """Values within the child's own limits can still take a lot of text to describe: every call
+    returning a dict of long lists would have the grader parse, check and hold megabytes, again for
+    every call. A result described in more than RESULT_TEXT bytes is refused unread; so is each
+    result once a run has described RUN_TEXT bytes in all. Either is a value of the wrong type."""
+    from autograder import protocol
+    from autograder.runner import RESULT_TEXT, RUN_TEXT
+
+    def described(value) -> int:
+        return len(json.dumps(protocol.encode(value, [], [0])))
+
+    huge, long = [0.123456789] * 6000, [0.123456789] * 1900
+    assert described(huge) > RESULT_TEXT > described(long) and 100 * described(long) > RUN_TEXT
+    others = ("scale", "softmax_rows", "mix", "attention", "self_attention_head", "zero_query_mixture",
+              "is_attention_weights", "column_normalized_counterexample", "shifted_output", "output_change",
+              "head_facts", "value_intervention")
+    source = reference_source() + "\n\ndef scores(q, k):\n    return [0.123456789] * 6000\n" + "".join(
+        f"\n\ndef {name}(*args, **kwargs):\n    return [0.123456789] * 1900\n" for name in others)
+    steps = steps_by_id(grade_source(tmp_path, source))
+    assert steps["qkv"]["status"] == "passed"
+    assert steps["scores"]["diagnoses"][:1] == ["wrong-type"]
+    assert "too large to read (over 64 KiB described)" in steps["scores"]["feedback"]
+    assert all("wrong-type" in steps[sid]["diagnoses"] for sid in steps if sid not in ("qkv", "scores")), steps
+    # The run itself: the first long results are read; past the run's bound, the rest are refused
+    # unread (hidden cases, after every step's example: the feedback shows an example's call).
+    from autograder.grading import Grader
+    from autograder.protocol import Bad
+    from autograder.runner import Worker
+    from autograder.submission import load
+
+    grader = Grader(3)
+    (tmp_path / "again.py").write_text(source)
+    with Worker(grader.limits, grader.isolation) as worker:
+        run = worker.receive(grader.send(worker, load(tmp_path / "again.py")))
+    values = [outcome.value for outcomes in run.outcomes[1:] for outcome in outcomes]
+    large = [value for value in values if isinstance(value, Bad) and "too large to read" in value.type]
+    past = [value for value in values if isinstance(value, Bad) and "describe in all" in value.type]
+    read = [value for value in values if isinstance(value, list)]
+    assert len(large) == 6 and len(large) + len(past) + len(read) == len(values) == 102
+    assert 20 < len(read) < 96 and past, (len(read), len(past))
