@@ -1215,7 +1215,8 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                     stopped[candidate.key] = candidate.stopped
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
-                        and to_explain <= candidate.explains and (candidate.carried or _shows_a_value(candidate, verdicts))):
+                        and to_explain <= candidate.explains
+                        and (candidate.carried or depth == 1 or _shows_a_value(candidate, verdicts))):
                     accepted.append(candidate)
             if accepted and depth == 3:
                 # edits of one line that come to the same values on every call (the line skipped,
@@ -1254,10 +1255,12 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
 def _shows_a_value(candidate: _Candidate, verdicts: list[_CallVerdict]) -> bool:
     """Does a model of the student's own mistake reproduce some value the student returned, not
     only exceptions? Code that fails only by raising (a broadcast that works only where two sizes
-    agree, a `.T` that reverses a batch's axes) raises the same message under many slips and edits
-    that are the reference wherever they run; none of them is told as what the student wrote: the
-    exception and the call it came from are. (An earlier step's mistake carried forward may explain
-    a crash alone: its own step showed it.)"""
+    agree, a `.T` that reverses a batch's axes) raises the same message under many compositions and
+    edits that are the reference wherever they run; none of them is told as what the student wrote:
+    the exception and the call it came from are. Asked of compositions and derived edits only: a
+    single slip of the chapter's list (`mix(v, a)`, the wrong order, raising wherever T is not d_v)
+    is named on its exceptions, as the self-check names it; so is an earlier step's mistake
+    carried forward, which its own step showed."""
     return any(verdicts[index].kind != "raised" for index in candidate.explains)
 
 

@@ -8,7 +8,7 @@ of the judge's own reasoning:
   the reference, or a derived edit) that reproduces the student's value, or the student's very
   exception, on every failing call of the function it names (where every failing call returned
   the wrong type, the very object the student returned), and where every failing call raised, it
-  is an earlier step's mistake carried forward; a condition of exercise 2's
+  is an earlier step's mistake carried forward or a single slip of the chapter's list; a condition of exercise 2's
   counterexample said to fail does fail for the matrix returned; `batch-axes-mixed` is said only
   where the head returns values for one sequence;
 - a value quoted as what the function returned ("got …") is the returned value at that index;
@@ -186,9 +186,10 @@ def _check_named_mistakes(graded, step_id, result):
     assert not unproven, f"{step_id}: {sorted(unproven)} named, but no model of it reproduces every failing call"
     if failing and all(kind == "raised" for _, kind, _ in failing):
         # An exception alone names no line: many edits that are right wherever they run raise it.
-        # Only an earlier step's mistake, carried forward, may explain a crash.
+        # Only an earlier step's mistake, carried forward, or a single slip of the chapter's list
+        # may explain a crash.
         earlier = {code for used in BY_ID[step_id].uses for code in _all_diagnoses(graded, used)}
-        guessed = named - earlier
+        guessed = {code for code in named - earlier if derived.is_derived(code)}
         assert not guessed, f"{step_id}: {sorted(guessed)} named for code that only raised"
 
 
