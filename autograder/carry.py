@@ -121,16 +121,18 @@ def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> N
 
 def _shows_own_mistake(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:
     """Did some call, made again, return a value (not raise, not die) that is not the reference's?"""
+    return any(outcome is not None and not outcome.raised and not outcome.fault
+               and not judge._judge_call(case, index, outcome, want).ok
+               for case, index, outcome, want in _each_call(cases, expected, outcomes))
+
+
+def _each_call(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]):
+    """(case, call index, outcome or None, expected value) of every planned call, in order."""
     position = 0
     for case, wanted in zip(cases, expected):
         for index in range(len(case.calls)):
-            outcome = outcomes[position] if position < len(outcomes) else None
+            yield case, index, outcomes[position] if position < len(outcomes) else None, wanted[index]
             position += 1
-            if outcome is None or outcome.raised or outcome.fault:
-                continue
-            if not judge._judge_call(case, index, outcome, wanted[index]).ok:
-                return True
-    return False
 
 
 def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult]) -> StepResult:
@@ -217,11 +219,6 @@ def _replaced(step: Step, failing: list[str]) -> list[str]:
 
 def _passes(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:
     """Did every call of every case return the reference's value (grading's own comparison)?"""
-    position = 0
-    for case, wanted in zip(cases, expected):
-        for index in range(len(case.calls)):
-            outcome = outcomes[position] if position < len(outcomes) else None
-            position += 1
-            if outcome is None or not judge._judge_call(case, index, outcome, wanted[index]).ok:
-                return False
-    return position == len(outcomes)
+    calls = list(_each_call(cases, expected, outcomes))
+    return len(calls) == len(outcomes) and all(
+        outcome is not None and judge._judge_call(case, index, outcome, want).ok for case, index, outcome, want in calls)

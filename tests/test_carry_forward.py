@@ -171,8 +171,7 @@ SUBMISSIONS.update({
     "softmax_columns_zero_query_summed": variant([(_SOFTMAX_ROWS[0], _SOFTMAX_COLUMNS[0]),
                                                   (_SOFTMAX_ROWS[1], _SOFTMAX_COLUMNS[1]),
                                                   ("output = weights @ v", "output = v.sum(axis=0)")]),
-    # mix's arguments swapped inside attention: attention raises or mixes wrongly, the head is
-    # carried from it once called again, and what builds on the head is carried through it
+    # mix's arguments swapped inside attention: it raises wherever T is not d_v
     "attention_mix_swapped": variant([("    o = mix(a, v)  # [T, d_v]\n", "    o = mix(v, a)  # [T, d_v]\n")]),
     "scores_squashed_zero_steps": _on_squashed(
         "    return np.zeros_like(mix(softmax_rows(scale(scores(q, k), d_k)), v)), np.zeros((*q.shape[:-1], k.shape[-2]))\n",
@@ -383,19 +382,25 @@ def test_credit_carried_on_an_exception_alone_is_taken_back_when_the_step_then_s
 
 
 def test_a_step_carried_from_one_that_was_itself_carried_names_the_first_cause(carried):
-    """The head's own work checks out once attention is replaced: a step carried from the head on
-    the first run is sent to attention, through the head, never to the head alone."""
-    steps = _steps(carried["attention_mix_swapped"])
-    assert steps["attention"]["carried_from"] is None and steps["attention"]["score"] < 8
-    assert steps["head"]["carried_from"] == "attention"
-    chained = [sid for sid in ("batch", "ex5_intervention") if steps[sid]["carried_from"] is not None]
-    assert chained
-    for sid in chained:
-        assert steps[sid]["carried_from"] == "attention", steps[sid]
-        assert "your `attention` step, carried through your `head` step" in steps[sid]["feedback"]
-    for step in steps.values():  # nothing is ever carried from a step that is carried itself
-        source = step["carried_from"]
-        assert source is None or steps[source]["carried_from"] is None, step
+    """The head, called again, is carried from attention; the batch was carried, on the first run,
+    from the head's values: it names attention, through the head, never the head alone. And in
+    every graded submission, nothing is carried from a step that is carried itself."""
+    from autograder.results import StepResult
+
+    def step(sid, carried_from=None, codes=("crashed",)):
+        return StepResult(sid, 8.0, 8.0, "failed", "", list(codes), 0, 6, [False] * 6, carried_from=carried_from)
+
+    steps = [step("attention"), step("head", "attention"), step("batch", "head", ("wrong-mix-order",))]
+    by_id = {result.id: result for result in steps}
+    carry._through_carried(by_id, steps)
+    assert by_id["batch"].carried_from == "attention" and by_id["batch"].diagnoses == ["wrong-mix-order"]
+    assert "your `attention` step, carried through your `head` step (wrong-mix-order)" in by_id["batch"].feedback
+    assert by_id["head"] is steps[1] and by_id["attention"] is steps[0]
+    for result in carried.values():
+        graded = _steps(result)
+        for one in graded.values():
+            source = one["carried_from"]
+            assert source is None or graded[source]["carried_from"] is None, (result["submission"], one)
 
 
 def test_a_later_step_with_a_mistake_of_its_own_still_loses_its_points(carried, on_its_own):
