@@ -303,12 +303,13 @@ def test_a_result_in_another_form_than_the_protocols_is_that_calls_own_fault(mod
     for name in ("b_frames_spaced.py", "d_frames_reordered.py"):
         facts = _own_fault_only(outcome, name)
         assert "not written as the protocol writes one" in facts["feedback"], facts["feedback"]
-    # Refused by the grader for a field whose name is 200 000 characters: a few words say so.
-    facts = _own_fault_only(outcome, "f_frames_long_key.py")
-    assert "unexpected fields" in facts["feedback"] and len(facts["feedback"]) < 2000, len(facts["feedback"])
+    # Refused by the grader, unread, for a field whose name is 200 000 characters (more text than a
+    # result may take): a few words say so.
+    facts = _own_fault_only(outcome, "f_frames_long_key.py", "an object too large to read")
+    assert len(facts["feedback"]) < 2000, len(facts["feedback"])
 
 
-def _own_fault_only(outcome: Outcome, name: str) -> dict:
+def _own_fault_only(outcome: Outcome, name: str, said: str = "sent the grader something that is not a result") -> dict:
     """The attack's head_facts step failed on its own first call's result, and the step after it
     earned what the stub earns (not lost with a failed worker). A result passed on by its first
     bytes counts as that call's answer, so the process is handed the next call: the next step's
@@ -317,7 +318,7 @@ def _own_fault_only(outcome: Outcome, name: str) -> dict:
     the step runs in a fresh process, as the stub's."""
     steps = steps_by_id(outcome.results[name])
     facts, after = steps["ex4_shapes"], steps["ex5_intervention"]
-    assert "sent the grader something that is not a result" in facts["feedback"], facts["feedback"]
+    assert said in facts["feedback"], facts["feedback"]
     assert "head_facts(t=5, d_k=4, d_v=3) on the chapter's example" in facts["feedback"], facts["feedback"]
     for step in (facts, after):
         assert "grading worker" not in step["feedback"], step["feedback"]
