@@ -1193,7 +1193,10 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         reshaped = _only_reshaped([verdicts[i] for i in to_explain], [expected[i] for i in to_explain])
         screen = _Screen([(calls[i], verdicts[i]) for i in indexes])
         stopped: dict[tuple, int] = {}  # a derived edit's key -> where its weighing stopped (by fn_calls)
-        for depth in (1, 2, 3, 4):
+        # Where every failing call raised, no composition or derived edit can be named (they need a
+        # value of the student's they reproduce, `_shows_a_value`): their search is not made.
+        depths = (1,) if all(verdicts[i].kind == "raised" for i in to_explain) else (1, 2, 3, 4)
+        for depth in depths:
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
             elif depth == 2:
