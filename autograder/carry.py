@@ -37,7 +37,7 @@ def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
     found = []
     for number, step in enumerate(STEPS):
         result = by_id.get(step.id)
-        provisional = step.id in getattr(run, "provisional", {})
+        provisional = step.id in run.provisional
         if result is None or result.status == "passed" or (result.carried_from and not provisional) \
                 or "time-budget" in result.diagnoses:  # never run: nothing to verify
             continue
@@ -62,7 +62,7 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
     carried itself is never named as the mistake). `own`: the submission's own run, which a
     batch called example by example is compared with."""
     by_id = {result.id: result for result in steps}
-    provisional = getattr(own, "provisional", None) or {}
+    provisional = own.provisional if own is not None else {}
     for number, names in sorted(asked):
         step = STEPS[number]
         result = by_id[step.id]

@@ -1193,8 +1193,13 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         reshaped = _only_reshaped([verdicts[i] for i in to_explain], [expected[i] for i in to_explain])
         screen = _Screen([(calls[i], verdicts[i]) for i in indexes])
         stopped: dict[tuple, int] = {}  # a derived edit's key -> where its weighing stopped (by fn_calls)
-        # Where every failing call raised, no composition or derived edit can be named (they need a
-        # value of the student's they reproduce, `_shows_a_value`): their search is not made.
+        # Where every failing call raised, only the chapter's single slips and earlier mistakes
+        # carried forward are tried. Code that fails only by raising (a broadcast that works only
+        # where two sizes agree, a `.T` that reverses a batch's axes) raises the same message under
+        # many compositions and edits that are the reference wherever they run; none of them is told
+        # as what the student wrote: the exception and the call it came from are. (A single slip,
+        # `mix(v, a)` raising wherever T is not d_v, is named on its exceptions, as the self-check
+        # names it.) Deeper, an accepted model reproduces every failing call, a returned value too.
         depths = (1,) if all(verdicts[i].kind == "raised" for i in to_explain) else (1, 2, 3, 4)
         for depth in depths:
             if depth == 1:
@@ -1218,8 +1223,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                     stopped[candidate.key] = candidate.stopped
                 candidate.explains = {indexes[i] for i in candidate.explains}
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
-                        and to_explain <= candidate.explains
-                        and (candidate.carried or depth == 1 or _shows_a_value(candidate, verdicts))):
+                        and to_explain <= candidate.explains):
                     accepted.append(candidate)
             if accepted and depth == 3:
                 # edits of one line that come to the same values on every call (the line skipped,
@@ -1253,18 +1257,6 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
         for group in groups:
             codes += [code for code in group if code not in codes]
     return codes, covered, alternatives
-
-
-def _shows_a_value(candidate: _Candidate, verdicts: list[_CallVerdict]) -> bool:
-    """Does a model of the student's own mistake reproduce some value the student returned, not
-    only exceptions? Code that fails only by raising (a broadcast that works only where two sizes
-    agree, a `.T` that reverses a batch's axes) raises the same message under many compositions and
-    edits that are the reference wherever they run; none of them is told as what the student wrote:
-    the exception and the call it came from are. Asked of compositions and derived edits only: a
-    single slip of the chapter's list (`mix(v, a)`, the wrong order, raising wherever T is not d_v)
-    is named on its exceptions, as the self-check names it; so is an earlier step's mistake
-    carried forward, which its own step showed."""
-    return any(verdicts[index].kind != "raised" for index in candidate.explains)
 
 
 def _only_reshaped(verdicts: list[_CallVerdict], expected: list[dict]) -> bool:

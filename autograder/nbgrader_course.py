@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 import secrets
 import sys
@@ -156,14 +155,10 @@ def source_files() -> dict[str, bytes]:
 def _write_private(path: Path, text: str) -> None:
     """Write `path` readable by its owner alone, as the grading key in ~/.config is: the key and
     the seed give every hidden case, and a course folder on a shared machine may be in students'
-    reach."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(descriptor, 0o600)  # a file made earlier, with other rights, loses them
-        with os.fdopen(descriptor, "w", encoding="utf-8", closefd=False) as handle:
-            handle.write(text)
-    finally:
-        os.close(descriptor)
+    reach. Written whole, through a rename, so rights set once apply to every byte."""
+    from .store import write_atomically
+
+    write_atomically(path, text, mode=0o600)
 
 
 def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int | None = None,

@@ -37,18 +37,21 @@ LATEST = "latest"
 _MAX_NAME = 200  # below every common file system's 255-byte limit, with room for the suffixes
 
 
-def write_atomically(target: Path, data: bytes | str | Iterable[str]) -> None:
+def write_atomically(target: Path, data: bytes | str | Iterable[str], mode: int = 0o644) -> None:
     """Write `target` whole or not at all: a temporary file beside it, flushed, then a rename.
 
-    `data` may be pieces of text, written as they come (a class's summary, row by row).
+    `data` may be pieces of text, written as they come (a class's summary, row by row). `mode`:
+    the file's permissions (0o600 for one its owner alone may read), whatever the umask.
     A failure (a full disk, say) removes the temporary file and raises; `target` is untouched.
     Renaming replaces a symbolic link at `target` instead of writing through it.
     """
     pieces = [data] if isinstance(data, (bytes, str)) else data
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
         try:
+            if mode != 0o644:  # a temporary file a killed run left has its own rights
+                os.fchmod(descriptor, mode)
             for piece in pieces:
                 view = memoryview(piece.encode("utf-8") if isinstance(piece, str) else piece)
                 while view:
