@@ -1535,6 +1535,8 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         called = case.calls[index].shown(inspect_names(case.calls[index].fn))
         shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
+    if found.relation:
+        detail = f"{detail}\n{found.relation}" if detail else found.relation
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
@@ -1702,6 +1704,8 @@ class _Findings:
     """Advice that replaces a code's general advice, where the evidence says more."""
     seen: dict[str, list[str]] = field(default_factory=dict)
     """For a code read from the look of the values (NaN, a shape, an exception): the cases showing it."""
+    relation: str = ""
+    """Where no mistake is named: how every wrong value relates to the expected one, if simply."""
 
 
 def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list[str]:
@@ -1710,11 +1714,13 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
 
 # Where to look when every batch raised and every single sequence ran: code for one sequence only.
 _RAISES_ON_A_BATCH = (
-    "Every batch raised where a single sequence ran: some line takes a [T, d] array only. Look for "
-    "einsum subscripts with two axes (`'ti,ij->tj'`; `'...ti,ij->...tj'` takes a batch), a check or "
-    "assert that an input is 2-D or square, `.T` (which reverses all three axes of a batch), a loop "
-    "over `range(x.shape[0])` that takes B for T, or an index array built for one sequence. Count axes "
-    "from the end, or run the head on each example alone and stack the results.")
+    "Each batch that failed raised, where every single sequence ran: some line takes a [T, d] array "
+    "only. Look for einsum subscripts with two axes (`'ti,ij->tj'`; `'...ti,ij->...tj'` takes a batch), "
+    "a check or assert that an input is 2-D or square, `.T` (which reverses all three axes of a batch), "
+    "`np.dot`, `np.inner` or `np.tensordot` (which pair the batch axis with every axis of the other "
+    "operand, where `@` keeps it), a loop over `range(x.shape[0])` that takes B for T, or an index array "
+    "built for one sequence. Count axes from the end, or run the head on each example alone and stack "
+    "the results.")
 
 
 def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
@@ -1798,6 +1804,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         if _copied(cases, verdicts, hidden_wrong):
             found.looks["hard-coded"] = ("On the hidden cases you returned the very numbers of the chapter's "
                                          "example: compute them from the arguments you are given.")
+        elif all(v.kind == "raised" for c in hidden_wrong for v in verdicts[c] if v.kind != "ok"):
+            found.looks["hard-coded"] = _raised_off_the_example(cases, verdicts, hidden_wrong)
     else:
         if any(v.nonfinite for v in unexplained):
             derived_codes.append("non-finite")
@@ -1805,6 +1813,11 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         if any(v.shape for v in unexplained):
             derived_codes.append("wrong-shape")
             found.seen["wrong-shape"] = _labels(cases, verdicts, lambda v: v.shape and id(v) in alone)
+            look = _shape_look([(v, want) for v, want in zip(flat, wants) if v.shape and id(v) in alone])
+            if look:
+                found.looks["wrong-shape"] = look
+    if not models and not derived_codes:
+        found.relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone])
     if any(v.kind == "raised" for v in unexplained):
         derived_codes.append("crashed")
         found.seen["crashed"] = _labels(cases, verdicts, lambda v: v.kind == "raised" and id(v) in alone)
@@ -1812,6 +1825,132 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
     return found
+
+
+_RELATIONS = {  # name -> (what holds of returned - expected, or of returned / expected; the sentence)
+    "shift": "On every case it failed, each of your numbers is the expected one plus the same constant{each}.",
+    "rows shift": "On every case it failed, each row of yours is the expected row plus a constant of its own: "
+                  "something adds or subtracts one number per row (its mean, maximum or minimum, say) that the "
+                  "chapter's computation does not.",
+    "columns shift": "On every case it failed, each column of yours is the expected column plus a constant of its "
+                     "own: something adds or subtracts one number per column (its mean, maximum or minimum, say).",
+    "factor": "On every case it failed, your numbers are the expected ones times the same factor{each}.",
+    "rows factor": "On every case it failed, each row of yours is the expected row times a factor of its own: "
+                   "something multiplies or divides each row by one number (its sum, maximum or norm, say).",
+    "columns factor": "On every case it failed, each column of yours is the expected column times a factor of its "
+                      "own: something multiplies or divides each column by one number (its sum, maximum or norm, say).",
+}
+
+
+def _relation(pairs: list[tuple[_CallVerdict, dict]]) -> str:
+    """How every wrong array relates to the expected one, where one simple relation holds on all of
+    them: a constant added (to all, or per row, or per column), or a factor; else ""."""
+    holding, constants, informative = set(_RELATIONS), [], set()
+    for verdict, want in pairs:
+        for name, part in want.items():
+            got = (verdict.actual or {}).get(name)
+            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)) or got.shape != part.shape \
+                    or not got.size or allclose(got, part, RTOL, ATOL, keep=False):
+                continue
+            if not (np.all(np.isfinite(got)) and np.all(np.isfinite(part))):
+                return ""
+            scale = max(1.0, float(np.max(np.abs(part))))
+            difference = got - part
+            nonzero = np.abs(part) > 1e-12 * scale
+            ratio = np.divide(got, part, out=np.zeros_like(got), where=nonzero)
+            pick = ratio[nonzero]
+            tests = {
+                "shift": (difference, difference.reshape(-1)[:1]),
+                "factor": (got, part * pick[:1]) if pick.size else None,
+            }
+            if part.ndim >= 1 and part.shape[-1] > 1:
+                tests["rows shift"] = (difference, difference[..., :1])
+                rows = _per(ratio, nonzero, -1)
+                tests["rows factor"] = None if rows is None else (got, part * rows)
+            if part.ndim >= 2 and part.shape[-2] > 1:
+                tests["columns shift"] = (difference, difference[..., :1, :])
+                cols = _per(ratio, nonzero, -2)
+                tests["columns factor"] = None if cols is None else (got, part * cols)
+            for relation in list(holding):
+                if relation not in tests:
+                    continue  # a row or column of one number: any constant fits it
+                test = tests[relation]
+                if test is None or not np.allclose(*test, rtol=1e-6, atol=1e-9 * scale):
+                    holding.discard(relation)
+                elif got.size > 1 and (relation in ("shift", "factor") or np.ptp(test[1]) > 1e-9 * scale):
+                    informative.add(relation)  # seen on more than one number, not only trivially
+            constants.append((float(difference.reshape(-1)[0]), float(pick[0]) if pick.size else None))
+    holding &= informative
+    # the most specific: one constant for all, before one per row or column
+    for relation in ("factor", "shift", "rows shift", "columns shift", "rows factor", "columns factor"):
+        if relation in holding:
+            if relation in ("shift", "factor"):
+                values = {round(c[0 if relation == "shift" else 1], 6) for c in constants}
+                each = f" ({values.pop():g})" if len(values) == 1 else ", one for each case"
+                if relation == "factor" and each == " (1)":
+                    continue
+                return _RELATIONS[relation].format(each=each)
+            return _RELATIONS[relation]
+    return ""
+
+
+def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None:
+    """Each row's (axis -1) or column's (axis -2) ratio, taken where the expected value is not zero;
+    None where a row or column has no such value."""
+    counts = nonzero.sum(axis=axis, keepdims=True)
+    if np.any(counts == 0):
+        return None
+    return ratio.sum(axis=axis, keepdims=True) / counts
+
+
+_SHAPE_LOOKS = {
+    "more ones": "Each wrong shape is the expected one with an extra axis of length 1 ({pair}): an axis added on "
+                 "the way (`x[None]`, `np.newaxis`, `keepdims=True`, `reshape(1, ...)`) is still there in what you "
+                 "return. Take it away before returning (index it with `[0]`, or never add it).",
+    "fewer ones": "Each wrong shape is the expected one without an axis of length 1 ({pair}): something took it "
+                  "away (`np.squeeze`, an index such as `[0]`, a sum or max without `keepdims=True`); where T or a "
+                  "width is 1, that axis must stay.",
+    "one more": "Each wrong shape has one axis more than asked ({pair}): something is computed once per position "
+                "or per row where one result is asked (a query of shape [T, d_k] for one query of [d_k], say), or "
+                "a sum or mean that should remove an axis is missing.",
+    "one fewer": "Each wrong shape has one axis fewer than asked ({pair}): a sum, max, mean or index removed an "
+                 "axis the result should keep (`keepdims=True` keeps one), or one row stands for them all.",
+}
+
+
+def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
+    """Where to look when every wrong shape differs from the expected one in the same way: axes of
+    length 1 added, or taken away, or one axis more, or one fewer, than asked; else None."""
+    found, first = [], None  # (more axes than asked, only axes of length 1 differ, by one axis)
+    for verdict, want in pairs:
+        for name, part in want.items():
+            got = (verdict.actual or {}).get(name)
+            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)) or got.ndim == part.ndim:
+                if isinstance(part, np.ndarray) and isinstance(got, np.ndarray) and got.shape != part.shape:
+                    return None  # the same number of axes, other sizes
+                continue
+            ones = [n for n in got.shape if n != 1] == [n for n in part.shape if n != 1]
+            found.append((got.ndim > part.ndim, ones, abs(got.ndim - part.ndim) == 1))
+            first = first or f"{name} {list(got.shape)} for {list(part.shape)}"
+    if not found or len({more for more, _, _ in found}) != 1:
+        return None
+    more = found[0][0]
+    if all(ones for _, ones, _ in found):
+        return _SHAPE_LOOKS["more ones" if more else "fewer ones"].format(pair=first)
+    if all(by_one for _, _, by_one in found):
+        return _SHAPE_LOOKS["one more" if more else "one fewer"].format(pair=first)
+    return None
+
+
+def _raised_off_the_example(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong: list[int]) -> str:
+    """Where to look when the example runs and the hidden cases raise: the two calls' shapes side by side."""
+    example = next(case.calls[0] for case in cases if case.public)
+    failed = next(call for c in hidden_wrong for call, v in zip(cases[c].calls, verdicts[c]) if v.kind == "raised")
+    return (f"It ran on the chapter's example, {example.shown(inspect_names(example.fn))}, and raised on hidden "
+            f"cases of other sizes, such as {failed.shown(inspect_names(failed.fn))}: some line holds only for the "
+            f"example's sizes. Look for an array built in the shape of another whose size equals it only there, "
+            f"one width taken for another, a stack or reshape that needs two sizes equal, a size written as a "
+            f"number, or something kept from the example's call (a global, a cache); then call your function with the failing shapes and read the error.")
 
 
 def _examples_left_out(verdicts: list[_CallVerdict], wants: list[dict], indexes: list[int]) -> str | None:

@@ -17,7 +17,11 @@ of the judge's own reasoning:
 - NaN or infinity is reported only beside a call whose value holds one, and `non-finite` only on
   cases that do;
 - a carried step names only its earlier steps' mistakes; what a code says of the returned weights
-  or output (rows off one, an output of zeros, the reference's numbers transposed) holds of them.
+  or output (rows off one, an output of zeros, the reference's numbers transposed) holds of them;
+- how the wrong numbers relate to the expected ones (a constant added, per row or column, or a
+  factor), and how the wrong shapes relate to the expected ones (axes of length 1 added or taken
+  away, one axis more or fewer), holds of every wrong array; "it ran on the chapter's example" and
+  "raised on hidden cases" hold of the calls.
 """
 from __future__ import annotations
 
@@ -393,6 +397,86 @@ def _check_value_claims(graded, step_id, result):
             f"{step_id}: transposed-result says the numbers are right, yet no value is the reference's transposed"
 
 
+_RELATION = re.compile(r"On every case it failed, (each of your numbers is the expected one plus the same constant|"
+                       r"your numbers are the expected ones times the same factor|each (row|column) of yours is the "
+                       r"expected \2 (plus a constant|times a factor) of its own)")
+
+
+def _check_relation(graded, step_id, text):
+    """"On every case it failed, …": the relation holds of every wrong array returned, checked here
+    with numbers, whatever the judge computed."""
+    said = _RELATION.search(text)
+    if not said:
+        return
+    for call, kind, value in _failing(graded, step_id):
+        if kind != "value":
+            continue
+        for name, want in _reference(call.fn, call).items():
+            got = value.get(name)
+            if not isinstance(want, np.ndarray) or np.allclose(got, want, rtol=1e-9, atol=1e-9):
+                continue
+            assert got.shape == want.shape, f"{step_id}: a relation said of an array of another shape"
+            tol = dict(rtol=1e-6, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
+            if said.group(1).startswith("each of your numbers"):
+                gap = got - want
+                assert np.allclose(gap, gap.flat[0], **tol), f"{step_id}: no constant added to every number"
+            elif said.group(1).startswith("your numbers"):
+                where = np.abs(want) > 1e-9
+                factor = (got[where] / want[where]).flat[0]
+                assert np.allclose(got, factor * want, **tol), f"{step_id}: no single factor"
+            else:
+                axis = -1 if said.group(2) == "row" else -2
+                if said.group(3) == "plus a constant":
+                    gap = got - want
+                    assert np.allclose(gap, np.take(gap, [0], axis=axis), **tol), f"{step_id}: no constant per {said.group(2)}"
+                else:
+                    for line in np.moveaxis(got / np.where(want == 0, np.nan, want), axis, -1).reshape(-1, got.shape[axis]):
+                        line = line[np.isfinite(line)]
+                        assert line.size and np.allclose(line, line[0], rtol=1e-6, atol=1e-8), \
+                            f"{step_id}: no factor per {said.group(2)}"
+
+
+_SHAPE_SAID = re.compile(r"Each wrong shape (is the expected one with an extra axis of length 1|is the expected one "
+                         r"without an axis of length 1|has one axis more than asked|has one axis fewer than asked)")
+
+
+def _check_shape_advice(graded, step_id, text):
+    """"Each wrong shape …": holds of every array returned in a shape other than the reference's."""
+    said = _SHAPE_SAID.search(text)
+    if not said:
+        return
+    seen = 0
+    for call, kind, value in _failing(graded, step_id):
+        if kind != "value":
+            continue
+        for name, want in _reference(call.fn, call).items():
+            got = value.get(name)
+            if not isinstance(want, np.ndarray) or got.shape == want.shape:
+                continue
+            seen += 1
+            squeezed = [n for n in got.shape if n != 1] == [n for n in want.shape if n != 1]
+            more = got.ndim > want.ndim
+            claim = said.group(1)
+            assert more == ("extra" in claim or "more" in claim), f"{step_id}: {claim} of {got.shape} for {want.shape}"
+            if "length 1" in claim:
+                assert squeezed, f"{step_id}: {claim} of {got.shape} for {want.shape}"
+            else:
+                assert abs(got.ndim - want.ndim) == 1, f"{step_id}: {claim} of {got.shape} for {want.shape}"
+    assert seen, f"{step_id}: a shape's advice where no shape is wrong"
+
+
+def _check_raised_off_the_example(graded, step_id, text):
+    """"It ran on the chapter's example … and raised on hidden cases …": the example's calls returned,
+    and a hidden call raised."""
+    if "It ran on the chapter's example" not in text:
+        return
+    labelled = list(zip(_labelled(graded, step_id), graded.outcomes[step_id]))
+    assert all(outcome.raised is None for (case, _), outcome in labelled if case.public), \
+        f"{step_id}: said to run on the example, where it raised"
+    assert any(outcome.raised is not None for (case, _), outcome in labelled if not case.public), \
+        f"{step_id}: said to raise on hidden cases, where none raised"
+
+
 def check(graded: Graded) -> None:
     """Assert every claim of every failing step's feedback."""
     for step in STEPS:
@@ -410,6 +494,9 @@ def check(graded: Graded) -> None:
         _check_carried(graded, result)
         _check_weight_claims(graded, step.id, result)
         _check_value_claims(graded, step.id, result)
+        _check_relation(graded, step.id, result.feedback)
+        _check_shape_advice(graded, step.id, result.feedback)
+        _check_raised_off_the_example(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

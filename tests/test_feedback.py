@@ -293,6 +293,47 @@ def test_the_self_check_names_nothing_on_an_exercise_while_a_step_of_the_head_fa
     assert checks.run_step("ex3_value_shift", namespace).status == "passed"
 
 
+def test_the_self_check_names_an_exercises_own_mistake_where_its_code_never_reaches_a_failing_step():
+    """head_facts calls no function of the head: a failing `scale` check says nothing of it, and its
+    own mistake (the softmax over the first axis) is named, as the hidden graders name it. Reached
+    through another function of the module, a closure or a default argument, it is still pointed at."""
+    from support import variant
+
+    checks = _public_checks()
+    source = variant([("    s = d / np.sqrt(d_k)", "    s = (d - d.mean(axis=-1, keepdims=True)) / np.sqrt(d_k)"),
+                      ('"softmax_axis": -1,', '"softmax_axis": 0,')])
+    namespace = {"__name__": "attention_head"}
+    exec(compile(source, "attention_head.py", "exec"), namespace)
+    outcome = checks.run_step("ex4_shapes", namespace)
+    assert outcome.status == "failed" and "fails too" not in outcome.message, outcome.message
+    assert "the hidden graders call it:\n[column-normalized]" in outcome.message, outcome.message
+    facts = namespace["head_facts"]
+    for reaching in (lambda t, d_k, d_v: facts(t, d_k, d_v) | {"divisor": float(scale(np.ones(1), d_k)[0])},
+                     lambda t, d_k, d_v, f=namespace["scale"]: facts(t, d_k, d_v)):
+        namespace["head_facts"] = reaching
+        if reaching.__code__.co_names:  # the first names `scale` as a global of the module
+            reaching.__globals__["scale"] = namespace["scale"]
+        assert "Your scale check fails too" in checks.run_step("ex4_shapes", namespace).message
+
+
+def test_the_self_checks_batch_check_compares_with_no_single_result_of_the_wrong_shape():
+    """A head that adds a batch axis to one sequence and returns its weights as [1, T, T]: the batch
+    check says the single sequence's shape is wrong, never that a batch slice should be [1, T, T]."""
+    from support import variant
+
+    checks = _public_checks()
+    source = variant([("    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]\n"
+                       "    return attention(q, k, v)",
+                       "    single = x.ndim == 2\n    if single:\n        x = x[None]\n"
+                       "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n    o, a = attention(q, k, v)\n"
+                       "    return (o[0], a) if single else (o, a)")])
+    namespace = {"__name__": "attention_head"}
+    exec(compile(source, "attention_head.py", "exec"), namespace)
+    message = checks.run_step("batch", namespace).message
+    assert "one sequence alone" in message and "has shape (1, 3, 3), expected (3, 3)" in message, message
+    assert "expected (1, 3, 3)" not in message
+
+
 _SPECIAL = [0.0, 1.0, -2.5, 1.0 + 1e-10, 1.1, np.inf, -np.inf, np.nan]
 
 
@@ -357,19 +398,24 @@ def test_the_task_line_names_each_section_once_in_the_chapter_s_order():
             assert set(named) == set(wanted), (step.id, chosen, task)
 
 
-@pytest.mark.parametrize("old, new", [
-    ("q = x @ w_q  #", "q = np.einsum('ti,ij->tj', x, w_q)  #"),
-    ("    s = d / np.sqrt(d_k)", "    assert d.ndim <= 2, 'scores must be [T, T]'\n    s = d / np.sqrt(d_k)"),
+@pytest.mark.parametrize("old, new, looked_for", [
+    ("q = x @ w_q  #", "q = np.einsum('ti,ij->tj', x, w_q)  #", "einsum subscripts"),
+    ("    s = d / np.sqrt(d_k)", "    assert d.ndim <= 2, 'scores must be [T, T]'\n    s = d / np.sqrt(d_k)",
+     "assert that an input is 2-D"),
+    # np.tensordot over axis 1: a batch whose d_in equals T runs (1 of 6 batch cases passes)
+    ("q = x @ w_q  #", "q = np.tensordot(x, w_q, axes=([1], [0]))  #", "`np.tensordot`"),
 ])
-def test_code_for_one_sequence_only_that_raises_on_a_batch_is_told_where_such_lines_hide(old, new):
-    """Einsum subscripts with two axes, or an assert that the scores are 2-D: every single sequence
-    runs and every batch raises. The batch step says so, and points at such lines, not at axes
-    counted from the front alone."""
+def test_code_for_one_sequence_only_that_raises_on_a_batch_is_told_where_such_lines_hide(old, new, looked_for):
+    """Einsum subscripts with two axes, an assert that the scores are 2-D, a tensordot over the
+    second axis: every single sequence runs and every batch that fails raises. The batch step says
+    so, and points at such lines, not at axes counted from the front alone; it never says every
+    batch raised where one passed."""
     from inprocess import grade
     from support import variant
 
     result = grade(variant([(old, new)])).steps
     assert [sid for sid, step in result.items() if step.status != "passed"] == ["batch"], result
     assert result["batch"].diagnoses == ["batch-axes-mixed"]
-    assert "Every batch raised where a single sequence ran" in result["batch"].feedback
-    assert "einsum subscripts" in result["batch"].feedback
+    assert "Each batch that failed raised, where every single sequence ran" in result["batch"].feedback
+    assert "Every batch raised" not in result["batch"].feedback
+    assert looked_for in result["batch"].feedback

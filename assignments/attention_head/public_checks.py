@@ -416,10 +416,13 @@ def _check_batch(ns: dict, ex) -> None:
     _same(a[0], ex.A, "slice 0 of a", call, "the chapter's weights A (Table 15.1)")
     alone, alone_call = _call(ns, "self_attention_head", _Arg("2 * X", 2 * ex.X), *_parameters(ex))
     o_alone, a_alone = _parts(alone, ("o", "a"), alone_call)
-    _same(o[1], _array(o_alone, "the output o", alone_call), "slice 1 of o", call,
-          f"the output of {alone_call} run alone")
-    _same(a[1], _array(a_alone, "the weights a", alone_call), "slice 1 of a", call,
-          f"the weights of {alone_call} run alone")
+    o_alone, a_alone = _array(o_alone, "the output o", alone_call), _array(a_alone, "the weights a", alone_call)
+    for array, name, shape in ((o_alone, "the output o", (t, d_v)), (a_alone, "the weights a", (t, t))):
+        if array.shape != shape:  # then no slice can be compared with it
+            raise _Problem(f"Called {alone_call}, one sequence alone, to compare slice 1 of the batch "
+                           f"with; {name} has shape {array.shape}, expected {shape}.")
+    _same(o[1], o_alone, "slice 1 of o", call, f"the output of {alone_call} run alone")
+    _same(a[1], a_alone, "slice 1 of a", call, f"the weights of {alone_call} run alone")
 
 
 def _check_ex1(ns: dict, ex) -> None:
@@ -597,7 +600,8 @@ def _head_step_failing(step: Step, namespace: dict) -> str:
     head = _all_uses("head") + ["head"]
     if step.id in head or step.id == "batch":
         return ""
-    failing = [used for used in head if used not in _all_uses(step.id) and _problem(used, namespace) is not None]
+    failing = [used for used in head if used not in _all_uses(step.id) and _problem(used, namespace) is not None
+               and _may_call(namespace, step.functions, steps()[used].functions)]
     failing = [used for used in failing if not set(_all_uses(used)) & set(failing)]  # where to start fixing
     if not failing:
         return ""
@@ -605,6 +609,52 @@ def _head_step_failing(step: Step, namespace: dict) -> str:
             f"for {step.id} calls {'them' if len(failing) > 1 else 'it'}, fix {'those' if len(failing) > 1 else 'that'} "
             f"first. Until then this check names no mistake here: the hidden graders may carry the mistake "
             f"forward from there.")
+
+
+# Names through which code may reach a function without naming it.
+_DYNAMIC = frozenset({"globals", "locals", "vars", "getattr", "eval", "exec", "__import__", "sys", "importlib",
+                      "__dict__", "__builtins__", "inspect"})
+
+
+def _may_call(namespace: dict, names, targets) -> bool:
+    """Could the module's functions `names` call one of `targets`, directly or through other
+    functions of the module? Read from their code: the global names it looks up (nested functions
+    and comprehensions included), and the functions held in closures and defaults. Anything this
+    cannot read (a callable object, a name looked up dynamically) counts as a call."""
+    wanted = {id(namespace[name]) for name in targets if callable(namespace.get(name))}
+    seen, todo = set(), [namespace.get(name) for name in names]
+    while todo:
+        function = todo.pop()
+        if id(function) in seen or function is None:
+            continue
+        seen.add(id(function))
+        if id(function) in wanted:
+            return True
+        code = getattr(function, "__code__", None)
+        if code is None:
+            if callable(function) and not isinstance(function, type(len)):  # a builtin calls nothing of ours
+                return True
+            continue
+        codes, looked_up = [code], set()
+        while codes:
+            current = codes.pop()
+            looked_up.update(current.co_names)
+            codes.extend(const for const in current.co_consts if hasattr(const, "co_names"))
+        if looked_up & (_DYNAMIC | set(targets)):
+            return True
+        held = [cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell)]
+        held += list(function.__defaults__ or ()) + list((function.__kwdefaults__ or {}).values())
+        todo += [namespace.get(name) for name in looked_up if callable(namespace.get(name))]
+        todo += [value for value in held if callable(value)]
+    return False
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 BATCHED = frozenset({"softmax_rows", "self_attention_head"})
