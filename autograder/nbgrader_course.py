@@ -49,6 +49,10 @@ configure(c)
 
 # grades.csv (nbgrader export) with every score to two places, as the feedback and formgrader show it.
 c.ExportApp.plugin_class = "autograder.nbgrader_export.RoundedCsvExport"
+
+# nbgrader collect copies a student's links as links, never the file one names (the source
+# notebook, a classmate's, the course's key): qkv-grade --nbgrader grades no linked notebook.
+c.ExchangeFactory.collect = "autograder.nbgrader_exchange.LinkSafeCollect"
 '''
 
 class CourseError(Exception):
@@ -173,11 +177,18 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
     files = source_files()
     done = []
     close = None if folder.exists() else close_assignment(assignment, assignments_in(course))
-    course.mkdir(parents=True, exist_ok=True)
+    if not course.exists():
+        # only its owner: the gradebook, every student's submission, grades and feedback lie below
+        course.mkdir(parents=True, mode=0o700)
+        done.append(f"made {course} (only you may read it; nbgrader's exchange is a folder of its own)")
     config = course / CONFIG_FILE
     if not config.exists():
         config.write_text(CONFIG.format(course_id=course.resolve().name), encoding="utf-8")
         done.append(f"wrote {config}")
+    elif "nbgrader_exchange.LinkSafeCollect" not in config.read_text(encoding="utf-8", errors="replace"):
+        done.append(f"{config} predates a setting: add `c.ExchangeFactory.collect = "
+                    f"\"autograder.nbgrader_exchange.LinkSafeCollect\"` to it, so that nbgrader collect "
+                    f"copies a student's links as links rather than the files they name")
     settings = course / COURSE_FILE
     if settings.exists():
         kept = course_seed(course)

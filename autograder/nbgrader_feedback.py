@@ -308,7 +308,10 @@ def _link_allowed(tag: str, name: str, value: str) -> bool:
         return True
     url = re.sub(r"[\s\x00-\x20]", "", html.unescape(value)).lower()
     if tag == "a" and name == "href":
-        return not url.startswith("data:")
+        # `files/javascript:…` is a relative link to bleach; nbconvert's `strip_files_prefix`, were it
+        # applied after cleaning, would make it a script (it is a no-op here, `unchanged`)
+        bare = re.sub(r"^(/|\\)*files/", "", url)
+        return not url.startswith("data:") and (bare == url or not re.match(r"[a-z][a-z0-9+.-]*:", bare))
     if tag == "img" and name == "src":
         return bool(PICTURE_URL.match(url))
     return tag == "img" and name in ("alt", "width", "height") or tag in ("td", "th") and name == "align"
@@ -443,6 +446,14 @@ class FeedbackExporter(HTMLExporter):
     renders with HTMLExporter's settings, whose template is `qkv_formgrade`."""
 
 
+def unchanged(text: str) -> str:
+    """Stands in for nbconvert's `strip_files_prefix`, which the templates apply to markdown already
+    cleaned: it rewrites `href="files/…"` as `href="…"`, and so would turn a link a student wrote to
+    `files/javascript:…`, harmless when cleaned, into a script. The pages link to no file of the
+    course (their pictures are data: URLs), so nothing needs the prefix taken off."""
+    return text
+
+
 def configure(c) -> None:
     """Set the course's nbgrader configuration `c` to use the reader's view and templates, and to
     write every feedback page afresh."""
@@ -473,4 +484,5 @@ def configure(c) -> None:
     c.HTMLExporter.sanitize_html = True
     # Code is highlighted within the budgets for code (BoundedHighlight), and shown as text past them.
     c.HTMLExporter.filters = {"markdown2html": f"{__name__}.CleanMarkdown",
-                              "highlight_code": f"{__name__}.BoundedHighlight"}
+                              "highlight_code": f"{__name__}.BoundedHighlight",
+                              "strip_files_prefix": f"{__name__}.unchanged"}

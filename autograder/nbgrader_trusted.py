@@ -151,8 +151,10 @@ def step_cells(coursedir, assignment: str) -> dict[str, str]:
 def odd_name(name: str) -> str:
     """Why a name a student chose (their folder's, which is their id, or a file's) cannot be passed
     on to nbgrader as it is, or "" when it can: nbgrader's gradebook holds only UTF-8 text (SQLite
-    refuses the rest), and nbgrader's own commands print names raw in their logs, where a control
-    character would drive the terminal of whoever reads them."""
+    refuses the rest), nbgrader's own commands print names raw in their logs, where a control
+    character would drive the terminal of whoever reads them, and formgrader puts a student's id
+    into its pages unescaped (the grading view's bar, Manage Students), where markup would run as
+    the grader's own script."""
     from .results import printable
 
     try:
@@ -161,7 +163,13 @@ def odd_name(name: str) -> str:
         return "is not UTF-8 text, which nbgrader's gradebook cannot hold"
     if printable(name, one_line=True) != name:
         return "holds control characters or invisible marks, which nbgrader's commands print raw"
+    if set(name) & set(HTML_MARKS):
+        return f"holds HTML markup ({' '.join(sorted(set(name) & set(HTML_MARKS)))}), which formgrader's pages show unescaped"
     return ""
+
+
+HTML_MARKS = "<>&\"'`"
+"""Characters of HTML markup: no id a JupyterHub gives holds one."""
 
 
 def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
@@ -366,10 +374,30 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     # budgets), and only in the shape nbformat 4 allows: metadata of an unexpected shape, or
     # metadata that would hide a cell's source from a person, is gone before nbgrader's steps.
     notebook = _inert_notebook(path, f"{student}/{path.parent.name}/{path.name}")
+    marked = _source_marks(notebook, config)
+    if marked:
+        raise ValueError(f"it holds the source notebook's `{marked}` marks, which a released notebook never "
+                         f"does: a copy of the instructor's notebook, not the student's")
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
     return notebook
+
+
+def _source_marks(notebook, config) -> str:
+    """The first of nbgrader's solution, hidden-test and mark-scheme marks that a cell of
+    `notebook` holds on a line of its own ("" for none). `nbgrader generate_assignment` takes them
+    all out of what it releases; only the course's source notebook (or a copy of it) holds them."""
+    marks = [config[section].get(name, default) for section, name, default in (
+        ("ClearSolutions", "begin_solution_delimeter", "BEGIN SOLUTION"),
+        ("ClearHiddenTests", "begin_test_delimeter", "BEGIN HIDDEN TESTS"),
+        ("ClearMarkScheme", "begin_mark_scheme_delimeter", "BEGIN MARK SCHEME"))]
+    pattern = re.compile(r"^\W*(%s)\W*$" % "|".join(re.escape(str(mark)) for mark in marks), re.MULTILINE)
+    for cell in notebook.cells:
+        found = pattern.search(cell.get("source", "") if isinstance(cell.get("source"), str) else "")
+        if found:
+            return found.group(1)
+    return ""
 
 
 def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, str], kept: dict):
@@ -434,6 +462,12 @@ def _kept_metadata(metadata) -> dict:
     return metadata
 
 
+MOST_CELLS = 1_000
+"""Cells a notebook may hold (the release has some forty): formgrader renders a notebook in the
+Jupyter server's only thread, and 25 000 one-letter cells, within every other budget, held it for
+some 18 seconds a view."""
+
+
 def _inert_notebook(path: Path, name: str):
     """The notebook at `path` rebuilt from what nbgrader and the pages need of it: each cell's type,
     id, source, the metadata nbgrader and the grader read, and the pictures a markdown cell refers
@@ -449,6 +483,10 @@ def _inert_notebook(path: Path, name: str):
         document = _converted(document)
     elif document.get("nbformat") != 4:
         raise ValueError(f"an nbformat {document.get('nbformat')!r} notebook, not nbformat 1 to 4")
+    handed = document.get("cells", [])
+    if isinstance(handed, list) and len(handed) > MOST_CELLS:
+        # every cell costs formgrader and the feedback page their share of a render, whatever its size
+        raise ValueError(f"{len(handed)} cells, more than the {MOST_CELLS} a notebook of this assignment may hold")
     cells = []
     for index, cell in enumerate(c for c in document.get("cells", []) if isinstance(c, dict)):
         kind = cell.get("cell_type")
@@ -553,9 +591,19 @@ notebook needs none of them, and a folder of links to one large file would fill 
 
 
 # What of a student's own files is copied into autograded/, from where `nbgrader generate_feedback`
-# copies every file into the feedback folder it releases: code, text, data and pictures. Not a page
-# a browser would run (.html, .xht, .svg, .atom and the rest), nor anything else unknown.
-COPIED_KINDS = (".py", ".txt", ".md", ".csv", ".tsv", ".json", ".npy", ".npz", ".png", ".jpg", ".jpeg", ".gif")
+# copies every file into the feedback folder it releases: text, data and pictures. Not a page a
+# browser would run (.html, .xht, .svg, .atom and the rest), nor code Python would import: a kernel
+# started for the autograded notebook (formgrader's "open live notebook") runs `python -m
+# ipykernel_launcher` there, which imports a module of that name from the notebook's folder first,
+# as the instructor. Nor anything else unknown.
+COPIED_KINDS = (".txt", ".md", ".csv", ".tsv", ".json", ".npy", ".npz", ".png", ".jpg", ".jpeg", ".gif")
+# The files nbgrader's own commands read beside the notebook, as they come from `nbgrader submit`:
+# `release_feedback` opens both in the feedback folder for every student in turn (a folder so named
+# ends it for the whole class) and prints the timestamp raw. Never copied as the student left
+# them: `_nbgrader_files` writes them, checked.
+NBGRADER_FILES = ("timestamp.txt", "submission_secret.txt")
+SECRET = re.compile(r"[0-9A-Za-z]{1,512}")
+"""A submission_secret.txt's text (`nbgrader submit` writes 128 hexadecimal digits)."""
 # Nor anything below a folder named as nbgrader names what it reads and writes there:
 # generate_feedback converts every `*.ipynb` it finds (a folder so named too), and writes the page
 # `<notebook>.html`, failing where a folder of that name stands.
@@ -581,17 +629,19 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
         for seen, (entry, parts, problem) in enumerate(walk(folder)):
             if problem or not entry.is_file(follow_symlinks=False) or entry.name.endswith(".ipynb"):
                 continue
+            if budgeted and parts[0] in NBGRADER_FILES:
+                continue  # written by `_nbgrader_files`, or not at all
             if budgeted and (not entry.name.lower().endswith(COPIED_KINDS)
                              or any(part.lower().endswith(NBGRADER_NAMES) or odd_name(part) for part in parts)):
                 # a page of the student's making, say, which generate_feedback would publish; a file
                 # the release ships (pytest.ini) is written from the source anyway
                 left_out += not os.path.lexists(source / Path(*parts))
                 continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
             if budgeted:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
                 if (count >= COPIED_FILES or size + info.st_size > COPIED_BYTES or info.st_nlink > 1
                         or seen > 10 * COPIED_FILES):
                     left_out += 1
@@ -599,15 +649,17 @@ def _copy_files(submitted: Path, source: Path, target: Path) -> int:
                         break  # a folder of thousands: not walked to its end
                     continue
                 count, size = count + 1, size + info.st_size
-            files.append((Path(entry.path), parts))
-        for path, parts in files:
+            # a file not everyone may read stays so (the course's key, collected through a link by
+            # an older collect, is 0600 in submitted/): never made readable to all by the copy
+            files.append((Path(entry.path), parts, 0o644 if info.st_mode & 0o004 else 0o600))
+        for path, parts, mode in files:
             try:
                 data = read_bytes(path, "/".join(parts))
             except SubmissionError:
                 continue  # replaced by a link or a FIFO meanwhile: not copied
             try:
                 (target / Path(*parts)).parent.mkdir(parents=True, exist_ok=True)
-                write_atomically(target / Path(*parts), data)
+                write_atomically(target / Path(*parts), data, mode=mode)
             except (IsADirectoryError, NotADirectoryError, FileExistsError):
                 pass  # a student's folder named as a file (its own, or the source's beside it): that
                 # one file is not copied, which costs no one else's grade
@@ -646,6 +698,7 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
     folder.mkdir(parents=True)
     source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
     left_out = _copy_files(graded.path.parent, source, folder)
+    _nbgrader_files(graded, folder)
     if left_out:
         graded.notes = [*(graded.notes or []), f"{left_out} of the files beside the notebook not copied into "
                         f"autograded/ (code, text, data and pictures only, none in a folder named like a notebook "
@@ -673,6 +726,47 @@ def update_autograded(graded: Graded, coursedir, config, assignment: str, step_i
                     "files": _contents(folder)}
     _sync_tree(folder)
     return notebook
+
+
+def _nbgrader_files(graded: Graded, folder: Path) -> None:
+    """timestamp.txt and submission_secret.txt in the autograded folder, where the submission has
+    them, as nbgrader's commands read them there: each the student's own when it is a regular file
+    that reads as `nbgrader submit` writes it (a date `_timestamp` reads; letters and digits); else
+    a stand-in, so that `nbgrader release_feedback`, which opens both for every student in turn and
+    prints the timestamp, goes on past this one. The stand-in timestamp is empty, which nbgrader
+    reads as none; the stand-in secret a fresh one, under which the feedback is released where
+    that student's `nbgrader fetch_feedback` cannot find it (noted: the timestamp has its own note)."""
+    import secrets
+
+    from .submission import SubmissionError, read_bytes
+
+    for name in NBGRADER_FILES:
+        path = graded.path.parent / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            text = read_bytes(path, f"{graded.student}/{path.parent.name}/{name}").decode("utf-8")
+        except (SubmissionError, OSError, UnicodeDecodeError):
+            text = None
+        if name == "timestamp.txt":
+            good = (text is not None and len(text) <= MAX_TIMESTAMP_BYTES and text.strip().isprintable()
+                    and _parse_timestamp_quietly(text.strip()) is not None)
+            written = text if good else ""
+        else:
+            good = text is not None and SECRET.fullmatch(text) is not None
+            written = text if good else secrets.token_hex(64)
+            if not good:
+                graded.notes = [*(graded.notes or []), "submission_secret.txt is not what nbgrader submit "
+                                "writes: the feedback is released under a fresh one, which this student's "
+                                "nbgrader fetch_feedback cannot find"]
+        write_atomically(folder / name, written)
+
+
+def _parse_timestamp_quietly(text: str):
+    try:
+        return _parse_timestamp(text)
+    except Exception:  # whatever a date parser raises on a student's text
+        return None
 
 
 def _contents(folder: Path) -> dict[str, str] | None:

@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import urllib.parse
@@ -123,9 +124,16 @@ def _latest_lock(out: Path):
 
 
 def _point_latest(out: Path) -> None:
+    """Point `latest` at the run that finished last, of those this user made: a folder someone
+    else put in a results folder they may write (a shared drop folder graded in place) is never
+    the one `latest` shows."""
     newest = None
     for folder in out.glob("run-*"):
-        if folder.name.endswith(INCOMPLETE) or not folder.is_dir() or folder.is_symlink():
+        try:
+            info = folder.lstat()
+        except OSError:
+            continue
+        if folder.name.endswith(INCOMPLETE) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
             continue
         try:
             manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))

@@ -237,6 +237,23 @@ def test_the_course_s_seed_and_key_are_readable_by_their_owner_alone(tmp_path):
     assert json.loads((older / "qkv_course.json").read_text()) == {"seed": 4, "key": local_key().hex()}
 
 
+def test_a_new_course_is_its_owners_alone_and_an_older_config_is_told_what_to_add(tmp_path):
+    """The gradebook and every student's work lie below the course folder; nbgrader's exchange is a
+    folder of its own. A course whose nbgrader_config.py predates LinkSafeCollect is told the line."""
+    import stat
+
+    done = write_course(tmp_path / "new", "hw1", seed=3)
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    assert "LinkSafeCollect" in (tmp_path / "new" / "nbgrader_config.py").read_text()
+    assert not any("predates" in line for line in done)
+    older = tmp_path / "older"
+    older.mkdir(mode=0o755)
+    (older / "nbgrader_config.py").write_text("c = get_config()\n")
+    done = write_course(older, "hw1", seed=4)
+    assert stat.S_IMODE(older.stat().st_mode) == 0o755  # a folder it did not make is left as it is
+    assert any("c.ExchangeFactory.collect = \"autograder.nbgrader_exchange.LinkSafeCollect\"" in line for line in done)
+
+
 def test_the_hook_outside_a_kernel_prints_feedback_and_returns_a_number(capsys):
     try:
         score = nbgrader_hook.check("softmax")

@@ -99,7 +99,9 @@ SCRIPTED_ANSWERS = [
     "<img src=x onerror=\"window.__pwned = 'img'\"> The weights stay uniform.",
     "<script>window.__pwned = 'script'</script> Columns are not rows.",
     "<svg><script>window.__pwned = 'svg'</script></svg><svg onload=\"window.__pwned = 'svgload'\"></svg>",
-    "[a link](javascript:window.__pwned='link') <a href=\"javascript:window.__pwned='a'\">another</a>",
+    "[a link](javascript:window.__pwned='link') <a href=\"javascript:window.__pwned='a'\">another</a>"
+    # relative links to bleach, which nbconvert's strip_files_prefix would make scripts
+    " [a file](files/javascript:window.__pwned='files') <a href=\"/files/javascript:window.__pwned='f'\">f</a>",
     "<iframe srcdoc=\"<script>parent.__pwned='iframe'</script>\"></iframe>"
     "<details open ontoggle=\"window.__pwned='toggle'\">x</details>",
 ]
@@ -696,7 +698,9 @@ ATTACHMENTS = [("see ![missing](attachment:nope.png)", None),
 # shared exchange and collected can be) or that nbgrader's own logs would print raw: name -> how the
 # listing shows it, and a word of its reason.
 ODD_IDS = {b"m\xffallory": ("m\\xffallory", "not UTF-8"),
-           "eve\x1b]0;all good\x07\x1b[2J".encode(): ("eve\\x1b]0;all good\\x07\\x1b[2J", "control characters")}
+           "eve\x1b]0;all good\x07\x1b[2J".encode(): ("eve\\x1b]0;all good\\x07\\x1b[2J", "control characters"),
+           # formgrader's grading view and Manage Students page show an id unescaped
+           b"<img src=x onerror=alert(1)>": ("<img src=x onerror=alert(1)>", "HTML markup")}
 
 
 @pytest.fixture(scope="module")

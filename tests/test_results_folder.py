@@ -361,3 +361,32 @@ def test_latest_left_on_an_older_run_by_a_kill_is_mended_by_the_next_run(tmp_pat
     done = qkv_grade(str(folder), "--out", str(out), "--seed", "3", *FAST)
     assert done.returncode == 0, done.stderr
     assert (out / "latest").readlink() == Path(runs(out)[-1].name)
+
+
+def test_latest_never_points_at_a_run_someone_else_put_in_the_results_folder(tmp_path):
+    """A results folder others may write (a shared drop folder graded in place): a run folder of
+    theirs, with a manifest finished far in the future and a summary of full marks, is never the
+    one `latest` shows; the run just finished is."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("making a folder another user owns needs root")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "a.py").write_text(reference_source())
+    out = tmp_path / "out"
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "3", *FAST)
+    assert done.returncode == 0, done.stderr
+    planted = out / "run-29991231-235959-seed1"
+    shutil.copytree(runs(out)[-1], planted)
+    manifest = json.loads((planted / "run.json").read_text())
+    (planted / "run.json").write_text(json.dumps({**manifest, "finished": 9e12}))
+    (planted / "summary.csv").write_text("submission,score,max\nmallory.py,100,100\n")
+    for path in [planted, *planted.iterdir()]:
+        os.lchown(path, 65534, 65534)
+    time.sleep(1.1)
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "3", *FAST)
+    assert done.returncode == 0, done.stderr
+    assert (out / "latest").readlink() != Path(planted.name)
+    assert (out / "latest").readlink() == Path(max((r for r in runs(out) if r != planted), key=lambda r: r.name).name)

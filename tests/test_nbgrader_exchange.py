@@ -1,0 +1,149 @@
+"""What students hand in around the notebook, through nbgrader's own exchange: real `nbgrader
+release_assignment`, `submit`, `collect`, `qkv-grade --nbgrader`, `generate_feedback` and
+`release_feedback`, in a course qkv-course wrote.
+
+Each student submits the reference, with one thing beside it that the instructor's tools would
+trust: alice nothing (the control); eve a link to the course's source notebook in place of her
+notebook; sol a copy of that source notebook itself; victor an `ipykernel_launcher.py`, which a
+kernel started in his autograded folder would import first, and a note only he may read; trudy a
+folder named `timestamp.txt` and another named `submission_secret.txt`; oscar a timestamp of a
+terminal's escape codes; bulk 1 200 one-letter markdown cells, each a share of formgrader's render.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from support import ASSIGNMENT, NOTEBOOK, build_course, filled_notebook, gradebook_scores, reference_source
+
+ESCAPES = "\x1b]2;OWNED\x07\x1b[31;1mFAKE LINE\x1b[0m"
+LAUNCHER = "open(__file__ + '.ran', 'w').close()\nfrom ipykernel import kernelapp as app\napp.launch_new_instance()\n"
+
+
+def _run(argv, cwd, env):
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _nbgrader(*argv, cwd, env):
+    return _run([sys.executable, "-m", "nbgrader", *argv], cwd, env)
+
+
+@pytest.fixture(scope="module")
+def exchange(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exchange")
+    course, env = build_course(root, {})
+    shared = root / "shared"
+    where = f"--Exchange.root={shared}"
+    released = course / "release" / ASSIGNMENT / NOTEBOOK
+    done = _nbgrader("release_assignment", ASSIGNMENT, where, cwd=course, env=env)
+    assert done.returncode == 0, done.stderr
+    inbound = shared / course.name / "inbound"
+
+    def submit(student: str, notebook, extra: dict[str, str] | None = None) -> Path:
+        """`nbgrader submit` from a folder of the student's own; the inbound folder renamed for
+        `student` (submit names it after the user running it)."""
+        work = root / "students" / student
+        shutil.copytree(course / "release" / ASSIGNMENT, work / ASSIGNMENT)
+        nbformat.write(notebook, work / ASSIGNMENT / NOTEBOOK)
+        for name, text in (extra or {}).items():
+            (work / ASSIGNMENT / name).write_text(text)
+        before = set(os.listdir(inbound)) if inbound.exists() else set()
+        submitted = _nbgrader("submit", ASSIGNMENT, f"--course={course.name}", where, cwd=work, env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        (made,) = set(os.listdir(inbound)) - before
+        renamed = inbound / (student + "+" + made.split("+", 1)[1])
+        os.rename(inbound / made, renamed)
+        return renamed
+
+    reference = filled_notebook(released, reference_source())
+    submit("alice", reference)
+    eve = submit("eve", reference)
+    (eve / NOTEBOOK).unlink()
+    (eve / NOTEBOOK).symlink_to(course / "source" / ASSIGNMENT / NOTEBOOK)
+    submit("sol", nbformat.read(course / "source" / ASSIGNMENT / NOTEBOOK, as_version=4))
+    victor = submit("victor", reference, {"ipykernel_launcher.py": LAUNCHER, "notes.txt": "mine alone"})
+    (victor / "notes.txt").chmod(0o600)
+    trudy = submit("trudy", reference)
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        (trudy / name).unlink()
+        (trudy / name).mkdir()
+        (trudy / name / "x.txt").write_text("x")
+    oscar = submit("oscar", reference)
+    (oscar / "timestamp.txt").write_text(ESCAPES)
+    bulk = filled_notebook(released, reference_source())
+    bulk.cells += [nbformat.v4.new_markdown_cell("x") for _ in range(1_200)]
+    submit("bulk", bulk)
+
+    steps = {}
+    for name, argv in (("collect", ["collect", ASSIGNMENT, where]),
+                       ("trusted", None),
+                       ("feedback", ["generate_feedback", ASSIGNMENT]),
+                       ("release", ["release_feedback", ASSIGNMENT, where])):
+        steps[name] = (_run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT], root, env)
+                       if argv is None else _nbgrader(*argv, cwd=course, env=env))
+    return {"course": course, "shared": shared, **steps}
+
+
+def _line(done, student: str) -> str:
+    """What the run says of `student`, its lines joined."""
+    lines = [line for line in done.stdout.splitlines() if line.startswith(f"{student}:")]
+    assert lines, (student, done.stdout)
+    return "\n".join(lines)
+
+
+def test_the_exchange_is_collected_graded_and_released_for_everyone_else(exchange):
+    for name in ("collect", "trusted", "feedback", "release"):
+        assert exchange[name].returncode == 0, (name, exchange[name].stderr[-3000:])
+    scores = gradebook_scores(exchange["course"])
+    for student in ("alice", "victor", "trudy", "oscar"):
+        assert sum(value or 0 for value in scores[student].values()) == sum(
+            value or 0 for value in scores["alice"].values()) > 0, student
+    released = list((exchange["shared"] / exchange["course"].name / "feedback").glob("*.html"))
+    assert len(released) == 4, released  # alice, victor, trudy and oscar: the others have no page
+
+
+def test_a_link_in_the_exchange_is_collected_as_a_link_and_graded_as_nothing(exchange):
+    notebook = exchange["course"] / "submitted" / "eve" / ASSIGNMENT / NOTEBOOK
+    assert notebook.is_symlink()  # nbgrader's own collect would have copied the source notebook
+    assert sum(gradebook_scores(exchange["course"])["eve"].values()) == 0
+    assert "symbolic link" in _line(exchange["trusted"], "eve")
+
+
+def test_a_copy_of_the_source_notebook_is_not_graded(exchange):
+    assert sum(gradebook_scores(exchange["course"])["sol"].values()) == 0  # the reference, and scored nothing
+    line = _line(exchange["trusted"], "sol")
+    assert "BEGIN SOLUTION" in line and "copy of the instructor's notebook" in line, line
+
+
+def test_no_python_file_of_the_students_is_put_where_a_kernel_would_import_it(exchange):
+    folder = exchange["course"] / "autograded" / "victor" / ASSIGNMENT
+    assert (folder / NOTEBOOK).exists() and not (folder / "ipykernel_launcher.py").exists()
+    notes = folder / "notes.txt"
+    assert notes.read_text() == "mine alone" and stat.S_IMODE(notes.stat().st_mode) == 0o600
+
+
+def test_nbgraders_own_files_are_copied_only_as_submit_writes_them(exchange):
+    trudy = exchange["course"] / "autograded" / "trudy" / ASSIGNMENT
+    assert (trudy / "timestamp.txt").is_file() and (trudy / "timestamp.txt").read_text() == ""
+    assert (trudy / "submission_secret.txt").is_file() and not (trudy / "timestamp.txt" / "x.txt").exists()
+    assert "submission_secret.txt is not what nbgrader submit writes" in _line(exchange["trusted"], "trudy")
+    oscar = exchange["course"] / "autograded" / "oscar" / ASSIGNMENT
+    assert (oscar / "timestamp.txt").read_text() == ""
+    alice = exchange["course"] / "autograded" / "alice" / ASSIGNMENT
+    submitted = exchange["course"] / "submitted" / "alice" / ASSIGNMENT
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        assert (alice / name).read_text() == (submitted / name).read_text()
+    for name in ("trusted", "feedback", "release"):
+        assert "\x1b" not in exchange[name].stdout + exchange[name].stderr, name
+
+
+def test_a_notebook_of_too_many_cells_is_not_graded(exchange):
+    assert sum(gradebook_scores(exchange["course"])["bulk"].values()) == 0
+    assert "cells, more than the 1000" in _line(exchange["trusted"], "bulk")
