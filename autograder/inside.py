@@ -1078,15 +1078,16 @@ class Worker:
         own results later.
         """
         while True:
-            whole = reader.ready()
+            # Every frame already written is taken first: a quota found outgrown belongs to the
+            # call still running, not to one whose result waits unread.
+            if reader.ready():
+                return
             now = time.monotonic()
             if now - self.checked > DISK_POLL:
                 self.checked = now
                 if _over_quota(scratch):
                     raise OverQuota("it wrote more than %d MiB or %d files, or made a folder that cannot be counted"
                                     % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
-            if whole:
-                return
             if now >= deadline:
                 raise protocol.TimedOut("no whole frame before the deadline")
             watched = reader.fd if self.bell is None or reader.buffer else self.bell
@@ -1111,7 +1112,8 @@ class Worker:
         larger than that room goes in as the child reads it, until `deadline` (monotonic)."""
         room = fcntl.fcntl(calls_out, F_GETPIPE_SZ)
         count = 1
-        while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room:
+        while count < len(places) and places[count][0] + places[count][1] - places[0][0] <= room \
+                and places[count][0] == places[count - 1][0] + places[count - 1][1]:  # one piece of the plan
             count += 1
         start, end = places[0][0], places[count - 1][0] + places[count - 1][1]
         view = memoryview(arguments)[start:end]
@@ -1133,7 +1135,7 @@ class Worker:
         return count
 
     def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
-        limits, steps, arguments = job["limits"], job["steps"], job["arguments"]
+        limits, steps, arguments, public = job["limits"], job["steps"], job["arguments"], job.get("public", 0)
         reader = protocol.Reader(read_end)
         expected = None  # None: the import result; then (step, call); then "end"
         # Importing again in a fresh process (after a call that did not finish) is not charged to the
@@ -1159,7 +1161,8 @@ class Worker:
                     # the calls the child holds: passed on without reading further. The grader
                     # reads each whole, and refuses it if any later field says otherwise
                     # (protocol.Reader.parse), as it refuses a value it cannot check.
-                    last = handed[1] if handed is not None and handed[0] == expected[0] else expected[1]
+                    last = (expected[1] if handed is None or handed[0] < expected[0] else
+                            handed[1] if handed[0] == expected[0] else len(steps[expected[0]]) - 1)
                     taken = reader.take_results(*expected, last, protocol.MAX_JOB_BYTES - used[0])
                 if taken is not None:
                     raw, count, blobs = taken
@@ -1196,14 +1199,18 @@ class Worker:
                 _end(pid)
                 self.flush()
                 return None
-            if handed is None or expected[0] != handed[0] or expected[1] > handed[1]:
-                # the child holds no more calls: hand over the rest of this step, never a later step's
+            if handed is None or expected > handed:
+                # the child holds no more calls: hand over the rest of the plan, as far as the
+                # public calls go while any is left (none of them sees a hidden input)
+                end = public if expected[0] < public else len(steps)
+                held = [(expected[0], call) for call in range(expected[1], len(steps[expected[0]]))]
+                held += [(step, call) for step in range(expected[0] + 1, end) for call in range(len(steps[step]))]
                 try:
-                    count = self.hand_over(calls_out, steps[expected[0]][expected[1]:], arguments,
+                    count = self.hand_over(calls_out, [steps[step][call] for step, call in held], arguments,
                                            time.monotonic() + limits["call_timeout"] + TOLERANCE)
                 except protocol.ProtocolError as exc:
                     return self.stop_child(exc, pid, expected, tag)
-                handed = (expected[0], expected[1] + count - 1)
+                handed = held[count - 1]
             sent = time.monotonic()
             deadline = min(sent + limits["call_timeout"] + TOLERANCE, self.ends)
             self.flush_some()  # while the child works on the call
@@ -1502,11 +1509,12 @@ def main():
                 if worker is not None:
                     raise SystemExit("a worker grades one plan")
                 steps, arguments = head["steps"], _read_mapped(stdin, blob_len)
+                public = head.get("public", 0)
                 gc.collect()
                 gc.freeze()  # forked children then never touch (and so never copy) the worker's own objects
                 worker = Worker(config, stdout, seal, scratch_root, ForkServer(seal, arguments, (stdin, stdout)))
                 continue
-            head["steps"], head["arguments"] = steps, arguments
+            head["steps"], head["arguments"], head["public"] = steps, arguments, public
             worker.serve(head, stdin, blob_len)
     finally:
         remove_tree(scratch_root)

@@ -124,6 +124,9 @@ class Prepared:
     empty when the worker runs the plan as it is."""
     sizes: tuple[int, ...] = ()
     """Per step of the plan, its number of calls (`counts` are per step as the worker runs it)."""
+    public: int = 0
+    """How many of the steps as the worker runs them are the public calls' parts: the worker
+    never hands a submission's process a call past them before they have all answered."""
 
 
 def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list] | None = None,
@@ -161,7 +164,9 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list
     return Prepared(json.dumps(steps, separators=(",", ":")).encode(), b"".join(frames),
                     tuple(len(picked) for _, picked in runs), exact=exact,
                     order=tuple((step_index, tuple(picked)) for step_index, picked in order),
-                    sizes=tuple(len(calls) for _, calls in plan))
+                    sizes=tuple(len(calls) for _, calls in plan),
+                    public=sum(1 for step_index, picked in order if picked and all(
+                        c in public[step_index] for c in picked)) if order else 0)
 
 
 class WorkerFailed(RuntimeError):
@@ -320,8 +325,8 @@ class Worker:
         limits = self.limits
         frames = []
         if self._plan_id != prepared.id:  # the worker keeps the plan it was last sent, decoded
-            frames.append(protocol.pack_raw(b'{"plan_id":"%s","steps":' % prepared.id.encode() + prepared.plan_json
-                                            + b"}", prepared.blob))
+            frames.append(protocol.pack_raw(b'{"plan_id":"%s","public":%d,"steps":' % (prepared.id.encode(), prepared.public)
+                                            + prepared.plan_json + b"}", prepared.blob))
         job = next(_jobs)
         head = {"job": job, "filename": filename, "answers": list(answers), "plan_id": prepared.id,
                 "limits": {"import_timeout": limits.import_timeout, "call_timeout": limits.call_timeout,

@@ -375,6 +375,27 @@ def test_filling_the_scratch_folder_ends_that_call_and_nothing_is_left(tmp_path)
     assert all(s["status"] == "passed" for sid, s in steps.items() if sid != "ex4_shapes")
 
 
+def test_a_quota_outgrown_is_told_of_the_call_that_outgrew_it(tmp_path):
+    """The first hidden call passes and leaves a mark; the second fills the scratch folder. The
+    results written before the quota is found are taken first, so the fault is the second's."""
+    require_sandbox()
+    probe = '''    import os
+    if t != 5 and not os.path.exists("seen"):
+        open("seen", "w").close()
+    elif t != 5:
+        block = b"x" * (1 << 20)
+        for n in range(400):
+            with open(f"fill{n}", "wb") as handle:
+                for _ in range(15):
+                    handle.write(block)
+'''
+    steps = steps_by_id(grade_source(tmp_path, in_facts(probe), "attention_head.py", "--timeout", "5"))
+    feedback = steps["ex4_shapes"]["feedback"]
+    assert steps["ex4_shapes"]["score"] == 2.0, feedback  # the example and the first hidden case
+    assert "on hidden case 2." in feedback and "outgrew its quota" in feedback, feedback
+    assert all(s["status"] == "passed" for sid, s in steps.items() if sid != "ex4_shapes")
+
+
 def test_writing_outside_the_scratch_folder_is_refused(tmp_path):
     require_sandbox()
     target = tmp_path / "planted.txt"
