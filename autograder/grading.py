@@ -106,7 +106,9 @@ class Grader:
         # The submission's own file name: what a student sees in tracebacks and line numbers.
         name = submission.path.name if submission.path.suffix in (".py", ".ipynb") else (
             "attention_head.ipynb" if submission.notebook else "attention_head.py")
-        return worker.send(name, list(submission.cells), self.plan, self._answers(submission), queued,
+        # a notebook's cells each with its number in the notebook, which tracebacks name
+        cells = list(zip(submission.numbers, submission.cells)) if submission.numbers else list(submission.cells)
+        return worker.send(name, cells, self.plan, self._answers(submission), queued,
                            again=None if again is None else again.asked)
 
     @staticmethod

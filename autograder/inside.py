@@ -538,6 +538,55 @@ CHAPTER_CALLS = {"attention": ("scores", "scale", "softmax_rows", "mix"), "self_
 """Which of the chapter's functions each calls: a stand-in reaches these, and nothing else of it."""
 
 
+GRADED_FUNCTIONS = CHAPTER_NAMES + ("zero_query_mixture", "is_attention_weights", "column_normalized_counterexample",
+                                    "shifted_output", "output_change", "head_facts", "value_intervention")
+_LOAD_GLOBAL = __import__("opcode").opmap["LOAD_GLOBAL"]
+_EXTENDED_ARG = __import__("opcode").opmap["EXTENDED_ARG"]
+_GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0  # 3.11 keeps a flag in the lowest bit
+
+
+def _globals_loaded(code, depth=0):
+    """The global names `code` loads (LOAD_GLOBAL, not an attribute's name), and code nested in it."""
+    found, raw, extended = set(), code.co_code, 0
+    for at in range(0, len(raw) - 1, 2):
+        op, arg = raw[at], raw[at + 1] | extended
+        extended = arg << 8 if op == _EXTENDED_ARG else 0
+        if op == _LOAD_GLOBAL and (arg >> _GLOBAL_SHIFT) < len(code.co_names):
+            found.add(code.co_names[arg >> _GLOBAL_SHIFT])
+    if depth < 3:
+        for const in code.co_consts:
+            if type(const) is type(code):
+                found |= _globals_loaded(const, depth + 1)
+    return found
+
+
+def names_read_outside(namespace):
+    """For each graded function of `namespace`, the names of the module's own values (not
+    functions, classes, modules or text) that it, or a function of the module it calls, reads as
+    globals: what stays as it is whatever arguments the function is given. Read from bytecode:
+    an attribute (`x.T`) is no global. At most 8 names a function, each an identifier."""
+    function_type, module_type = type(names_read_outside), type(sys)
+    values = {name for name, value in namespace.items() if type(name) is str and name.isidentifier()
+              and not name.startswith("__") and not callable(value)
+              and type(value) not in (module_type, str, bytes, type(None))}
+    if not values:
+        return {}
+    found = {}
+    for name in GRADED_FUNCTIONS:
+        todo, seen, read = [namespace.get(name)], set(), set()
+        while todo and len(seen) < 20:
+            function = todo.pop()
+            if type(function) is not function_type or id(function) in seen:
+                continue
+            seen.add(id(function))
+            loaded = _globals_loaded(function.__code__)
+            read |= loaded & values
+            todo += [namespace.get(other) for other in loaded if type(namespace.get(other)) is function_type]
+        if read:
+            found[name] = sorted(read)[:8]
+    return found
+
+
 def chapter_needs(names) -> set:
     """`names` and every function of the chapter's they call, directly or not."""
     found, todo = set(), list(names)
@@ -643,8 +692,10 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     stopped = []  # the notebook's cells that stopped with an error, as Jupyter would show them
     try:
         for index, cell in enumerate(job["cells"]):
+            # a notebook's cell comes with its number among all the notebook's cells
+            number, cell = cell if type(cell) is tuple else (index + 1, cell)
             try:  # in a notebook, a cell that will not compile or run ends that cell only, as in Jupyter
-                exec(compile(cell, "%s, cell %d" % (filename, index + 1) if notebook else filename, "exec"),
+                exec(compile(cell, "%s, cell %d" % (filename, number) if notebook else filename, "exec"),
                      module.__dict__)
             except BaseException as exc:
                 if not notebook:
@@ -673,6 +724,13 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     imported = {"ev": "imported", "ok": True, "answers": answers}
     if stopped:  # sent only when there are some: most submissions' frame stays as it was
         imported["stopped"] = stopped
+    try:
+        outside = names_read_outside(dict(module.__dict__))
+    except BaseException:  # a value whose own code raises when looked at: nothing said of it
+        outside = {}
+    restore_builtins()
+    if outside:
+        imported["outside"] = outside
     send(imported)
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)
@@ -734,8 +792,17 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             function = getattr(module, name, None)
         except BaseException:
             function = None
-        if not callable(function):
+        if function is None:
             send(dict(where, raised={"type": "MissingName", "message": name, "where": None}))
+            continue
+        if not callable(function):  # defined, then bound again to a value (a notebook's later cell, say)
+            try:
+                kind = protocol.plain_text(type(function).__name__, 60)
+            except BaseException:
+                kind = "value"
+            send(dict(where, raised={"type": "TypeError", "where": None, "message": (
+                "%s is no longer a function but a value of type %s: after its def, something assigned to the name "
+                "(in a notebook, a later cell such as `%s = ...`)" % (name, kind, name))}))
             continue
         failure = value = None
         saved = []
@@ -932,12 +999,14 @@ def _check_child_frame(obj, blob, expected, used):
     if expected is None:
         if event != "imported" or type(obj.get("ok")) is not bool:
             raise protocol.ProtocolError("something other than the module's import result")
-        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped")
+        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside")
         clean = {"ev": "imported", "ok": obj["ok"], "out": text or ""}
         if obj["ok"]:
             clean["answers"] = protocol.answers(obj.get("answers", {}))
             if "stopped" in obj:
                 clean["stopped"] = protocol.stopped(obj["stopped"])
+            if "outside" in obj:
+                clean["outside"] = protocol.outside(obj["outside"])
         else:
             clean["error"] = protocol.raised(obj.get("error"))
         return clean, b""

@@ -1475,7 +1475,7 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                earlier: dict[str, StepResult], stopped: list[dict] = (),
                mistakes: dict[str, list] | None = None, raised: set | None = None,
-               provisional: dict[str, StepResult] | None = None) -> StepResult:
+               provisional: dict[str, StepResult] | None = None, outside: dict | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
@@ -1488,12 +1488,14 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     Models run here as the student's code ran: an overflow gives infinity or NaN, never an
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
-        return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional)
+        return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
+                           outside or {})
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                 earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
-                raised: set | None, provisional: dict[str, StepResult] | None = None) -> StepResult:
+                raised: set | None, provisional: dict[str, StepResult] | None = None,
+                outside: dict | None = None) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1537,6 +1539,9 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         detail = verdict.full_detail()
     if found.relation:
         detail = f"{detail}\n{found.relation}" if detail else found.relation
+    read = _read_outside(step, codes, outside or {})
+    if read:
+        detail = f"{detail}\n{read}" if detail else read
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
@@ -1903,6 +1908,26 @@ def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None
     return ratio.sum(axis=axis, keepdims=True) / counts
 
 
+_UNMODELLED = {"hard-coded", "crashed", "wrong-shape", "non-finite"}
+
+
+def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]]) -> str:
+    """Where no modelled mistake is named: the values defined outside the step's functions that
+    they read (a notebook's `X`, `K` or `d_k`), which are no argument of theirs."""
+    if not set(codes) <= _UNMODELLED:
+        return ""
+    sentences = []
+    for fn in step.functions:
+        names = outside.get(fn)
+        if names:
+            shown = " and ".join(", ".join(f"`{name}`" for name in names).rsplit(", ", 1))
+            sentences.append(f"Your `{fn}` reads {shown}, defined outside the function rather than given to it as "
+                             f"{'arguments' if len(names) > 1 else 'an argument'}: on the hidden cases "
+                             f"{'they are' if len(names) > 1 else 'it is'} still what your notebook or module set, "
+                             f"not the case's own. Compute from the arguments instead.")
+    return "\n".join(sentences)
+
+
 _SHAPE_LOOKS = {
     "more ones": "Each wrong shape is the expected one with an extra axis of length 1 ({pair}): an axis added on "
                  "the way (`x[None]`, `np.newaxis`, `keepdims=True`, `reshape(1, ...)`) is still there in what you "
@@ -2060,7 +2085,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
-                                      mistakes, raised, run.provisional if carry_forward else None)
+                                      mistakes, raised, run.provisional if carry_forward else None, run.outside)
     return list(results.values())
 
 

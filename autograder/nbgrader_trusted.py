@@ -421,7 +421,9 @@ def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, 
             reason = clipped(str(error)) or type(error).__name__
             raise SubmissionError(f"{name}: nbgrader cannot take it as this assignment's notebook ({reason})") from None
         kept[student] = notebook
-        return Submission(path, shown_name(name), tuple(notebook_cells(text, Path(name))), True)
+        numbered = notebook_cells(text, Path(name), numbered=True)
+        return Submission(path, shown_name(name), tuple(code for _, code in numbered), True,
+                          tuple(number for number, _ in numbered))
 
     return loader
 

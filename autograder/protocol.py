@@ -466,6 +466,21 @@ def stopped(obj):
     return [raised(item) for item in obj]
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def outside(obj):
+    """Per graded function, the names of values defined outside it that it reads: a small object
+    of identifiers."""
+    if type(obj) is not dict or len(obj) > 16:
+        _fail("names read outside that are not a small object")
+    for key, names in obj.items():
+        if (type(key) is not str or not _NAME.fullmatch(key) or type(names) is not list or len(names) > 8
+                or any(type(name) is not str or not _NAME.fullmatch(name) for name in names)):
+            _fail("names read outside that are not identifiers")
+    return obj
+
+
 def answers(obj):
     if type(obj) is not dict or len(obj) > 16:
         _fail("answers that are not a small object")

@@ -78,6 +78,8 @@ class Run:
     """For each requested module-level answer name: present and non-empty."""
     stopped: list[dict] = field(default_factory=list)
     """The notebook cells that stopped with an error (at most protocol.MAX_STOPPED), each as `raised`."""
+    outside: dict[str, list[str]] = field(default_factory=dict)
+    """Per graded function, the names of values defined outside it that it reads (a notebook's `X`)."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
     imports: int = 1
@@ -446,6 +448,7 @@ class Worker:
                 if run.imported:
                     run.answers = dict(protocol.answers(obj.get("answers", {})))
                     run.stopped = protocol.stopped(obj.get("stopped", []))
+                    run.outside = protocol.outside(obj.get("outside", {}))
             return used
         step = protocol.index(obj, "step", optional=True)
         call = protocol.index(obj, "call", optional=True)

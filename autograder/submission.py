@@ -63,6 +63,9 @@ class Submission:
     """How the submission is named in results: its path relative to the folder graded."""
     cells: tuple[str, ...]
     notebook: bool
+    numbers: tuple[int, ...] = ()
+    """A notebook's: each code cell's place among all the notebook's cells, counted from 1, as a
+    student counts them scrolling down (tracebacks say "cell 9")."""
 
 
 def load(path: Path, name: str | None = None) -> Submission:
@@ -90,7 +93,9 @@ def _load(path: Path, name: str) -> Submission:
             raise SubmissionError(f"{path}: {len(text)} characters of code, more than a submission may hold "
                                   f"({MAX_SOURCE})")
         return Submission(path, shown_name(name), (text,), False)
-    return Submission(path, shown_name(name), tuple(notebook_cells(read_bytes(path, name), path)), True)
+    numbered = notebook_cells(read_bytes(path, name), path, numbered=True)
+    return Submission(path, shown_name(name), tuple(code for _, code in numbered), True,
+                      tuple(number for number, _ in numbered))
 
 
 # Text codecs written in Python whose decoding takes time far beyond a file's length (punycode's is
@@ -230,8 +235,9 @@ def read_bytes(path: Path, name: str | None = None, limit: int = MAX_BYTES) -> b
         os.close(folder)
 
 
-def notebook_cells(data: bytes | str, path: Path) -> list[str]:
-    """The code cells a notebook submission is made of, as the Python an IPython kernel would run.
+def notebook_cells(data: bytes | str, path: Path, numbered: bool = False) -> list:
+    """The code cells a notebook submission is made of, as the Python an IPython kernel would run;
+    with `numbered`, each as (its place among all the notebook's cells, from 1; the code).
 
     Its raw bytes are pre-scanned for their budgets (`prescan`) before json.loads reads them.
     Older formats (nbformat 3's worksheets) are converted by nbformat itself, once every cell but
@@ -262,15 +268,15 @@ def notebook_cells(data: bytes | str, path: Path) -> list[str]:
         raise SubmissionError(f"{path}: corrupt notebook (not a JSON object)")
     cells = _code_cells(document, path)
     del document  # outputs, attachments and the rest: never kept
-    total = sum(len(source) for source, _ in cells)
+    total = sum(len(source) for source, _, _ in cells)
     if total > MAX_SOURCE:
         raise SubmissionError(f"{path}: {total} characters of code, more than a submission may hold ({MAX_SOURCE})")
     code, budget = [], [MAGIC_WORK]
-    for source, runs in cells:
+    for source, runs, number in cells:
         if runs:
             transformed = python_source(source, budget)
             if transformed is not None:
-                code.append(transformed)
+                code.append((number, transformed) if numbered else transformed)
     return code
 
 
@@ -311,26 +317,28 @@ def prescan(data: bytes, path: Path) -> None:
         raise SubmissionError(f"{path}: corrupt notebook (JSON nested more than {MAX_NESTING} levels deep)")
 
 
-def _code_cells(document: dict, path: Path) -> list[tuple[str, bool]]:
-    """The notebook's code cells as (source, whether the grader runs it), read from the parsed JSON:
-    nbformat 4 directly, an older format through nbformat's conversion of its code cells alone."""
+def _code_cells(document: dict, path: Path) -> list[tuple[str, bool, int]]:
+    """The notebook's code cells as (source, whether the grader runs it, its place among all the
+    notebook's cells from 1), read from the parsed JSON: nbformat 4 directly, an older format
+    through nbformat's conversion of its code cells alone (numbered among those)."""
     version = document.get("nbformat")
     if isinstance(version, int) and not isinstance(version, bool) and version < 4:
-        found = _older_code_cells(document, path)
+        found = list(enumerate(_older_code_cells(document, path), 1))
     else:
         found = document.get("cells")
         if not isinstance(found, list):
             raise SubmissionError(f"{path}: corrupt notebook (no list of cells)")
-        found = [cell for cell in found if isinstance(cell, dict) and cell.get("cell_type") == "code"]
+        found = [(number, cell) for number, cell in enumerate(found, 1)
+                 if isinstance(cell, dict) and cell.get("cell_type") == "code"]
         _count_cells(len(found), path)
     cells = []
-    for cell in found:
+    for number, cell in found:
         source = cell.get("source", "")
         if isinstance(source, list) and all(isinstance(line, str) for line in source):
             source = "".join(source)
         elif not isinstance(source, str):
             raise SubmissionError(f"{path}: corrupt notebook (a cell whose source is not text)")
-        cells.append((source, _runs(cell.get("metadata"))))
+        cells.append((source, _runs(cell.get("metadata")), number))
     return cells
 
 

@@ -64,8 +64,13 @@ _NUMBERS = itertools.count()
 
 
 def call(made: types.ModuleType, fn: str, args: tuple) -> Outcome:
-    if not hasattr(made, fn):
+    function = getattr(made, fn, None)
+    if function is None:
         return Outcome(raised={"type": "MissingName", "message": fn, "where": None})
+    if not callable(function):  # as the worker reports a name bound again to a value
+        return Outcome(raised={"type": "TypeError", "where": None, "message": (
+            f"{fn} is no longer a function but a value of type {type(function).__name__}: after its def, "
+            f"something assigned to the name (in a notebook, a later cell such as `{fn} = ...`)")})
     try:
         with np.errstate(all="ignore"):
             return Outcome(value=getattr(made, fn)(*(_frozen(arg) for arg in args)))

@@ -13,7 +13,7 @@ import time
 
 import nbformat
 import pytest
-from support import qkv_grade, reference_source, require_sandbox
+from support import REPO, qkv_grade, reference_source, require_sandbox
 
 from autograder.submission import MAGIC_WORK, MAX_CELLS, NO_IPYTHON, SubmissionError, notebook_cells, python_source
 
@@ -307,3 +307,92 @@ def test_every_character_without_a_glyph_of_its_own_is_shown_escaped():
         name = f"ada{char}.py"
         assert char not in printable(name, one_line=True) and char not in printable(name), hex(ord(char))
         assert char not in dumps({"submission": name}) and json.loads(dumps(name)) == name, hex(ord(char))
+
+
+def test_a_cell_is_named_by_its_place_among_all_the_notebooks_cells(tmp_path):
+    """Markdown cells and the notebook's own checks count as a student counts them scrolling down:
+    an error in the fifth cell is told as cell 5, whatever the grader skips before it."""
+    require_sandbox()
+    check = nbformat.v4.new_code_cell("check('scores', scores)\n")
+    check.metadata["qkv"] = {"role": "check"}
+    path = tmp_path / "numbered.ipynb"
+    path.write_text(_notebook(nbformat.v4.new_markdown_cell("# Scores"), reference_source(), check,
+                              nbformat.v4.new_markdown_cell("A second try:"),
+                              "def scores(q, k):\n    raise ValueError('mine')\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    feedback = {step["id"]: step["feedback"] for step in json.loads(done.stdout)["steps"]}
+    assert "(numbered.ipynb, cell 5 line 2, in scores)" in feedback["scores"], feedback["scores"]
+
+
+def test_a_function_bound_again_to_a_value_is_told_so_not_as_never_written(tmp_path):
+    """`scores = Q @ K.T` in a scratch cell after `def scores`: the step says the name now holds an
+    array, where it used to say the function was never written."""
+    require_sandbox()
+    path = tmp_path / "shadowed.ipynb"
+    path.write_text(_notebook(reference_source(), "import numpy as np\nscores = np.ones((3, 3))\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+    assert steps["scores"]["status"] == "failed", steps["scores"]
+    assert "scores is no longer a function but a value of type ndarray" in steps["scores"]["feedback"]
+    assert "not implemented" not in steps["scores"]["feedback"] and "defines no function" not in steps["scores"]["feedback"]
+
+
+def test_the_self_check_runs_a_notebooks_cells_as_the_hidden_graders_do(tmp_path):
+    """A scratch cell after the solutions, and a cell that raises before a def: the self-check
+    runs them as the graders do (each raising cell stops itself only), so it fails what they fail
+    and passes what they pass, and lists the cells that stopped."""
+    import shutil
+    import subprocess
+    import sys
+
+    folder = tmp_path / "attention_head"
+    shutil.copytree(REPO / "assignments" / "attention_head", folder)
+    (folder / "attention_head.py").unlink()
+    release = nbformat.read(folder / "attention_head.ipynb", as_version=4)
+    source = reference_source()
+    for cell in release.cells:
+        if cell.metadata.get("qkv", {}).get("role") == "solution":
+            cell.source = source
+            source = "pass\n"
+    release.cells.append(nbformat.v4.new_code_cell("mix = 'scratch'\n"))  # after every def: mix is gone
+    release.cells.insert(1, nbformat.v4.new_code_cell("print(undefined_name)\n"))  # raises, stops itself only
+    nbformat.write(release, folder / "attention_head.ipynb")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
+    failed = sorted(line.split("[")[1].split("]")[0] for line in done.stdout.splitlines()
+                    if line.startswith("FAILED") and "test_step[" in line)
+    graded = qkv_grade(str(folder / "attention_head.ipynb"), "--format", "json", "--seed", str(SEED))
+    not_passed = sorted(step["id"] for step in json.loads(graded.stdout)["steps"] if step["status"] != "passed")
+    assert "mix" in failed and "qkv" not in failed, done.stdout[-3000:]
+    assert set(failed) <= set(not_passed) and "mix" in not_passed, (failed, not_passed)
+    assert "cell 2: NameError: name 'undefined_name' is not defined" in done.stdout
+
+
+def test_a_function_that_reads_the_notebooks_own_values_is_told_which(tmp_path):
+    """A projection written with the example's `X` from an earlier cell where its argument `x`
+    belongs: right on the example, wrong everywhere else. The feedback names `X`, read from the
+    function's bytecode: an attribute (`k.T`, beside a notebook's `T = 3`) is never taken for it."""
+    require_sandbox()
+    path = tmp_path / "globals.ipynb"
+    path.write_text(_notebook(reference_source(),
+                              "import numpy as np\nX = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])\nT = 3\n",
+                              "def project_qkv(x, w_q, w_k, w_v):\n    return X @ w_q, X @ w_k, X @ w_v\n",
+                              "def scores(q, k):\n    return q @ k.T\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+    assert "Your `project_qkv` reads `X`, defined outside the function" in steps["qkv"]["feedback"], steps["qkv"]
+    assert "reads `T`" not in done.stdout and "`scores` reads" not in done.stdout
+
+
+def test_names_read_outside_are_globals_loaded_never_attributes():
+    from autograder.inside import GRADED_FUNCTIONS, names_read_outside
+    from autograder.steps import STEPS
+
+    assert set(GRADED_FUNCTIONS) == {fn for step in STEPS for fn in step.functions}
+
+    namespace = {"T": 3, "X": [1.0], "EPS": 1e-9, "np": __import__("numpy"), "TEXT": "words"}
+    exec("def scores(q, k):\n    return q @ k.T\n"
+         "def helper(s):\n    return s + EPS\n"
+         "def softmax_rows(s):\n    return [helper(row) for row in s] + X\n"
+         "def mix(a, v):\n    return (a @ v) if TEXT else np.zeros(1)\n", namespace)
+    assert names_read_outside(namespace) == {"softmax_rows": ["EPS", "X"]}

@@ -24,7 +24,7 @@ def _chosen(config):
 
 @pytest.fixture(scope="session")
 def submission(pytestconfig):
-    """The student's module, or the notebook's setup and solution cells."""
+    """The student's module, or the notebook's code cells but its checks and plot."""
     return public_checks.load_submission(_chosen(pytestconfig))
 
 

@@ -17,7 +17,9 @@ def test_step(step_id, submission, record_property):
     outcome = public_checks.run_step(step_id, submission.namespace)
     record_property("status", outcome.status)
     if outcome.status != "passed":
-        pytest.fail(outcome.message, pytrace=False)
+        stopped = "".join(f"\n  {line}" for line in submission.stopped)
+        pytest.fail(outcome.message + (f"\nCells of your notebook that stopped with an error (the hidden "
+                                       f"graders run them alike):{stopped}" if stopped else ""), pytrace=False)
 
 
 def test_written_answers_are_filled_in(submission, record_property):

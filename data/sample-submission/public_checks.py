@@ -2,8 +2,8 @@
 
 Whether a check passes depends on Example 15.1 of Chapter 15 (the three positions red, key and .)
 or one of the chapter's exercise situations, nothing else. `pytest` in this folder runs one check
-per graded step on attention_head.py, or on the setup and solution cells of attention_head.ipynb
-when there is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
+per graded step on attention_head.py, or on the code cells of attention_head.ipynb (all but the
+checks and the plot, run in order as the hidden graders run them) when there is no attention_head.py; the notebook's check cells call `check` directly. Passing them is a good
 sign, not a grade: the hidden graders try other shapes, large scores, batches and other situations.
 
 The step list (ids, titles, chapter sections, functions) comes from steps.json and the example's
@@ -38,7 +38,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 MODULE = "attention_head.py"
 NOTEBOOK = "attention_head.ipynb"
-GRADED_CELL_ROLES = ("setup", "solution")  # the notebook cells a grader runs; the others it skips
+SKIPPED_CELL_ROLES = ("check", "plot")  # the notebook's code cells a grader skips; it runs all others
 ATOL = 1e-9  # absolute tolerance of every comparison
 CALL_SECONDS = 10
 """How long one call on the chapter's example may run (where the system can stop it): far more
@@ -934,6 +934,8 @@ class Submission:
     """The names it defines."""
     error: str = ""
     """Why it could not be loaded, if it could not."""
+    stopped: tuple = ()
+    """A notebook's cells that stopped with an error, each as a line: where, and what it raised."""
 
     @property
     def kind(self) -> str:
@@ -955,11 +957,12 @@ def load_submission(path: Path | None = None) -> Submission:
         return Submission(None, {}, f"there is no {MODULE} or {NOTEBOOK} in {HERE}.")
     if not path.is_file():
         return Submission(path, {}, f"there is no file {path}.")
+    stopped: list[str] = []
     try:
-        namespace = _load_notebook(path) if path.suffix == ".ipynb" else _load_module(path)
+        namespace = _load_notebook(path, stopped) if path.suffix == ".ipynb" else _load_module(path)
     except (Exception, SystemExit) as error:
         return Submission(path, {}, f"{path.name} could not be loaded: {_error_text(error)}.")
-    return Submission(path, namespace)
+    return Submission(path, namespace, stopped=tuple(stopped))
 
 
 def _load_module(path: Path) -> dict:
@@ -970,16 +973,27 @@ def _load_module(path: Path) -> dict:
     return vars(module)
 
 
-def _load_notebook(path: Path) -> dict:
-    """Run the notebook's setup and solution cells, in order, in one namespace."""
+def _load_notebook(path: Path, stopped: list) -> dict:
+    """Run the notebook's code cells in order, in one namespace, as the hidden graders do: every
+    one but the checks, the plot and nbgrader's test cells, a cell that raises stopping itself only
+    (each such cell is added to `stopped`). Lines of IPython's magics and shell escapes are
+    skipped, as the graders skip them. Cells are numbered among all the notebook's cells, from 1."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
     namespace = {"__name__": path.stem}
-    for index, cell in enumerate(notebook.get("cells", [])):
-        role = cell.get("metadata", {}).get("qkv", {}).get("role")
-        if cell.get("cell_type") != "code" or role not in GRADED_CELL_ROLES:
+    for number, cell in enumerate(notebook.get("cells", []), 1):
+        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        qkv = metadata.get("qkv") if isinstance(metadata.get("qkv"), dict) else {}
+        nbgrader = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
+        if (cell.get("cell_type") != "code" or qkv.get("role") in SKIPPED_CELL_ROLES
+                or (nbgrader.get("grade") and not nbgrader.get("solution"))):
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
-        where = f"{path.name} cell {index} ({cell.get('id', role)})"
-        exec(compile(source, where, "exec"), namespace)
+        source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!")
+                           else line for line in source.split("\n"))
+        where = f"{path.name}, cell {number}"
+        try:
+            exec(compile(source, where, "exec"), namespace)
+        except (Exception, SystemExit) as error:
+            stopped.append(f"cell {number}: {_error_text(error)}")
     return namespace
