@@ -181,7 +181,9 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     out = args.out or Path("qkv-results")
     try:
         if args.report is not None:
-            args.report.mkdir(parents=True, exist_ok=True)
+            store.own_folder(args.report, "report folder")
+    except store.NotYours as exc:
+        return _fail(str(exc), EXIT_UNWRITTEN)
     except OSError as exc:
         return _fail(f"{args.report}: cannot create the report folder ({exc.strerror})", EXIT_UNWRITTEN)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
@@ -193,6 +195,8 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
                                                             "carry_forward": args.carry_forward}))
     except (store.RunBusy, store.NothingToResume) as exc:
         return _fail(str(exc))
+    except store.NotYours as exc:
+        return _fail(str(exc), EXIT_UNWRITTEN)
     except OSError as exc:
         return _fail(f"{exc.filename or out}: cannot write the results there ({exc.strerror})", EXIT_UNWRITTEN)
     if args.resume:
@@ -265,11 +269,15 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
             if failure is None and saver.error is None and args.report is not None:
                 from .report import write
 
+                from .store import NotYours
+
                 try:
                     page = write(list(graded), args.report)  # the page lists every student
                 except OSError as exc:
                     failure = (f"{args.report}: could not write the class report ({exc.strerror}); the results "
                                f"are in {run.folder}/", EXIT_UNWRITTEN)
+                except NotYours as exc:  # changed hands since the run began
+                    failure = (f"{exc}; the results are in {run.folder}/", EXIT_UNWRITTEN)
             if graded or failure is None:
                 _print_folder(graded, found.skipped, run, args, page)
     except KeyboardInterrupt:

@@ -35,10 +35,14 @@ BUCKET_NAMES = {"passed": "passed", "partial": "partial credit", "failed": "fail
 
 def write(results: list[SubmissionResult], folder: Path) -> Path:
     """Write index.html and scores.csv into `folder`; returns the page's path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "scores.csv").write_text(scores_csv(results), encoding="utf-8")
+    from .store import own_folder, write_atomically
+
+    own_folder(folder, "report folder")
+    # written whole, then renamed over whatever stands there: a link put in the folder is replaced,
+    # never written through
+    write_atomically(folder / "scores.csv", scores_csv(results))
     page = folder / "index.html"
-    page.write_text(render(results), encoding="utf-8")
+    write_atomically(page, render(results))
     return page
 
 

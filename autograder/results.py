@@ -58,7 +58,9 @@ class SubmissionResult:
             "score": self.score,
             "max_score": self.max_score,
             "steps": [{"id": s.id, "score": s.score, "max_score": s.max_score, "status": s.status,
-                       "feedback": s.feedback, "diagnoses": list(s.diagnoses),
+                       # what a student's code printed or raised, quoted: a terminal's controls shown
+                       # escaped, as on the console (`jq -r` prints the text as it stands)
+                       "feedback": printable(s.feedback), "diagnoses": list(s.diagnoses),
                        "cases_passed": s.passed, "cases_total": s.total, "carried_from": s.carried_from}
                       for s in self.steps],
             "seed": self.seed,
@@ -70,7 +72,7 @@ class SubmissionResult:
         if self.error:
             document["error"] = self.error
         if self.output:
-            document["output"] = self.output
+            document["output"] = printable(self.output)
         return document
 
 
@@ -137,10 +139,10 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
                       "score": step.score, "max_score": step.max_score,
                       # a step whose credit is carried forward passes: its own work checks out
                       "status": "passed" if step.status == "passed" or step.carried_from else "failed",
-                      "output": step.feedback, "tags": [] if result.error else list(step.diagnoses),
+                      "output": printable(step.feedback), "tags": [] if result.error else list(step.diagnoses),
                       "visibility": visibility})
     if result.error:
-        lines = [f"Your submission could not be graded: {result.error}", "Fix that and submit again."]
+        lines = [f"Your submission could not be graded: {printable(result.error)}", "Fix that and submit again."]
     else:
         lines = [f"Score {result.score:g} / {result.max_score:g}."]
         if any(step.status != "passed" for step in result.steps):

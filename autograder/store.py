@@ -95,6 +95,34 @@ class NothingToResume(Exception):
     """There is no unfinished run to resume; the message says what there is."""
 
 
+class NotYours(Exception):
+    """A folder the grader would write in that someone else could change; the message says why."""
+
+
+def own_folder(folder: Path, what: str) -> None:
+    """Make `folder` (readable by its owner alone when made here), or check the one there: a real
+    folder, not a link, owned by this user and written by no one else. Everything qkv-grade writes
+    below it goes by its path; in a folder a classmate may write (a shared drop folder graded in
+    place, /tmp), they could swap a run folder for a link to another, plant a run to resume, or
+    pin `latest`, with this user's rights. Raises NotYours, or OSError when it cannot be made."""
+    if not os.path.lexists(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # made meanwhile: checked below like any other
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise NotYours(f"{folder}: the {what} is {'a symbolic link' if stat.S_ISLNK(info.st_mode) else 'not a folder'};"
+                       f" name a folder of your own")
+    if info.st_uid != os.geteuid():
+        raise NotYours(f"{folder}: the {what} belongs to another user (uid {info.st_uid}), who could change what "
+                       f"is written there; name a folder of your own")
+    if info.st_mode & 0o022:
+        raise NotYours(f"{folder}: others may write in the {what} (mode {stat.S_IMODE(info.st_mode):o}), and so "
+                       f"change what is written there; make it yours alone (chmod go-w) or name another")
+
+
 def point_latest(out: Path) -> None:
     """Point `latest` at the newest finished run in `out` (by when it finished), and remove the
     link a run killed while switching it left behind. Every run does this as it starts, resumes
@@ -188,8 +216,8 @@ class Run:
 
     @classmethod
     def start(cls, out: Path, source: Path, seed: int, options: dict) -> "Run":
-        """A new run folder in `out` (created if missing), locked and marked as running."""
-        out.mkdir(parents=True, exist_ok=True)
+        """A new run folder in `out` (created if missing; see `own_folder`), locked and marked as running."""
+        own_folder(out, "results folder")
         point_latest(out)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         # Made whole under a hidden name, then renamed: a run folder never lacks its manifest.
@@ -224,10 +252,15 @@ class Run:
         unfinished. An older unfinished run is history: a newer one, finished, took its place."""
         wanted = str(source.resolve())
         if out.is_dir():
+            own_folder(out, "results folder")
             point_latest(out)
         runs = []
         for folder in sorted(out.glob("run-*")) if out.is_dir() else []:
             try:
+                info = folder.lstat()
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                    continue  # never a run this user did not make
+
                 manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue

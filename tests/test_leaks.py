@@ -207,3 +207,18 @@ def test_no_public_message_carries_what_an_earlier_step_saw_of_a_hidden_case(tmp
         hidden |= _hidden_numbers(step_id)
     found = set(re.findall(r"\d[\d.e-]*", shown)) & hidden
     assert not found, sorted(found)[:5]
+
+
+def test_a_terminals_controls_a_submission_prints_or_raises_stay_escaped_in_json_and_gradescope(tmp_path):
+    """`jq -r` prints a JSON string as it stands: what a student's code printed or raised, quoted in
+    the output and the feedback, reaches no terminal as a control (a title, a cleared screen, a
+    line reordered), in qkv-grade's JSON as on its console, and in Gradescope's results."""
+    source = variant([("def scale(d, d_k):\n", "def scale(d, d_k):\n"
+                       "    raise ValueError('\\x1b]2;OWNED\\x07\\x1b[2J all steps passed \\u202e')\n")])
+    path = tmp_path / "attention_head.py"
+    path.write_text("print('\\x1b[31mFAKE\\x1b[0m \\u202edesrever')\n" + source)
+    for fmt in ("json", "gradescope"):
+        done = qkv_grade(str(path), "--format", fmt, "--seed", "3")
+        document = json.loads(done.stdout)
+        text = json.dumps(document, ensure_ascii=False)
+        assert "OWNED" in text and "\x1b" not in text and "\u202e" not in text and "\x07" not in text, fmt

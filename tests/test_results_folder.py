@@ -390,3 +390,44 @@ def test_latest_never_points_at_a_run_someone_else_put_in_the_results_folder(tmp
     assert done.returncode == 0, done.stderr
     assert (out / "latest").readlink() != Path(planted.name)
     assert (out / "latest").readlink() == Path(max((r for r in runs(out) if r != planted), key=lambda r: r.name).name)
+
+
+def test_a_results_or_report_folder_others_may_write_is_refused_and_a_link_in_it_never_written_through(tmp_path):
+    """In a folder a classmate may write they could swap the run folder for a link, plant a run to
+    resume or pin `latest`: qkv-grade names the problem and writes nothing there. A link planted
+    in the report folder (scores.csv -> a file of the instructor's) is replaced, never written
+    through."""
+    import os
+    import stat
+
+    from autograder.cli import EXIT_UNWRITTEN
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "a.py").write_text(reference_source())
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    done = qkv_grade(str(folder), "--out", str(shared), "--seed", "3", *FAST)
+    assert done.returncode == EXIT_UNWRITTEN and "others may write in the results folder" in done.stderr, done.stderr
+    assert list(shared.iterdir()) == []
+    done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--report", str(shared), "--seed", "3", *FAST)
+    assert done.returncode == EXIT_UNWRITTEN and "others may write in the report folder" in done.stderr, done.stderr
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o755)
+        os.chown(theirs, 65534, 65534)
+        done = qkv_grade(str(folder), "--out", str(theirs), "--seed", "3", *FAST)
+        assert done.returncode == EXIT_UNWRITTEN and "belongs to another user" in done.stderr, done.stderr
+    report = tmp_path / "report"
+    report.mkdir(mode=0o700)
+    keys = tmp_path / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAA instructor\n")
+    (report / "scores.csv").symlink_to(keys)
+    done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--report", str(report), "--seed", "3", *FAST)
+    if done.returncode == 0:  # the report needs matplotlib (the report extra)
+        assert keys.read_text() == "ssh-ed25519 AAAA instructor\n"
+        assert stat.S_ISREG(os.lstat(report / "scores.csv").st_mode)
+    else:
+        assert "matplotlib" in done.stderr, done.stderr
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o700  # made here: yours alone
