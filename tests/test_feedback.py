@@ -334,6 +334,30 @@ def test_the_self_checks_batch_check_compares_with_no_single_result_of_the_wrong
     assert "expected (1, 3, 3)" not in message
 
 
+def test_the_self_check_loads_and_calls_as_the_hidden_graders_do(tmp_path, monkeypatch):
+    """What the graders' sandbox refuses, the self-check refuses too: a module that imports what
+    only the student's machine has (matplotlib), an in-place write into an argument that leaves its
+    numbers as they were, a module slower to load than the graders allow; and a value no float
+    holds is a wrong value, never a traceback of the self-check's own."""
+    from support import reference_source, variant
+
+    checks = _public_checks()
+    module = tmp_path / "attention_head.py"
+    module.write_text("import matplotlib.pyplot as plt\n" + reference_source())
+    loaded = checks.load_submission(module)
+    assert "No module named 'matplotlib' where the hidden graders run your code" in loaded.error, loaded.error
+    module.write_text(variant([("    o = a @ v  #", "    a[a < 0] = 0.0\n    o = a @ v  #")]))
+    outcome = checks.run_step("mix", checks.load_submission(module).namespace)
+    assert outcome.status == "failed" and "it wrote into an array it was given" in outcome.message, outcome.message
+    module.write_text("import time\ntime.sleep(0.3)\n" + reference_source())
+    monkeypatch.setattr(checks, "IMPORT_SECONDS", 0.1)
+    assert "more than the 0 s the hidden graders allow" in checks.load_submission(module).error
+    monkeypatch.undo()
+    module.write_text(variant([("    return np.array([[1.0, 1.0, 1.0],", "    return [[2 ** 1024, 0, 0], [0, 1, 0], [0, 0, 1]]\n"
+                                "    return np.array([[1.0, 1.0, 1.0],")]))
+    assert checks.run_step("ex2_row_normalization", checks.load_submission(module).namespace).status == "failed"
+
+
 _SPECIAL = [0.0, 1.0, -2.5, 1.0 + 1e-10, 1.1, np.inf, -np.inf, np.nan]
 
 

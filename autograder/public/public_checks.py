@@ -27,6 +27,7 @@ import json
 import math
 import sys
 import textwrap
+import time
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -184,6 +185,9 @@ def _call(namespace: dict, name: str, *args: _Arg):
         raise _Problem(f"{name} is {_describe(function)}, not a function.")
     given = [np.array(arg.value) if isinstance(arg.value, np.ndarray) else copy.deepcopy(arg.value)
              for arg in args]
+    for value in given:  # read-only, as the hidden graders hand them: writing into one raises there
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
     positional = [value for arg, value in zip(args, given) if arg.keyword is None]
     keywords = {arg.keyword: value for arg, value in zip(args, given) if arg.keyword is not None}
     try:
@@ -195,6 +199,11 @@ def _call(namespace: dict, name: str, *args: _Arg):
     except NotImplementedError:
         raise _NotImplemented(f"calling {call} raised NotImplementedError: {name}, or a function "
                               f"it calls, is still a stub.") from None
+    except ValueError as error:
+        if "read-only" in str(error):
+            raise _Problem(f"Called {call}; it wrote into an array it was given ({_error_text(error)}). "
+                           f"Work on new arrays and leave the ones you are given as they were.") from None
+        raise _Problem(f"Called {call}; it raised {_error_text(error)}.") from None
     except (Exception, SystemExit) as error:
         raise _Problem(f"Called {call}; it raised {_error_text(error)}.") from None
     for arg, value in zip(args, given):
@@ -831,7 +840,7 @@ def _part_reshaped(part, want) -> str:
             got = got.reshape(want.shape)
         else:
             want = np.broadcast_to(want, got.shape)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return "other"
     return kind if np.allclose(got, want, rtol=ATOL, atol=ATOL) else "other"
 
@@ -841,7 +850,7 @@ def _right(call: dict, value) -> bool:
     if call["function"] == "column_normalized_counterexample":
         try:
             c = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             c = np.zeros(0)
         return (c.shape == (3, 3) and bool(np.isfinite(c).all() and (c >= 0).all())
                 and bool(np.allclose(c.sum(axis=0), 1.0, rtol=0.0, atol=ATOL))
@@ -863,6 +872,8 @@ def _agrees(returned, value, rtol: float, atol: float, equal_nan: bool, near: fl
     numeric = not (returned is None or isinstance(returned, (bool, np.bool_, str, bytes, dict)))
     try:
         got, want = np.asarray(returned, dtype=np.float64), np.asarray(value, dtype=np.float64)
+    except OverflowError:  # an int past any float: no number the graders compare with
+        return False
     except (TypeError, ValueError):  # parts of different shapes: compare them one by one
         return (isinstance(returned, (tuple, list)) and isinstance(value, list) and len(returned) == len(value)
                 and all(_agrees(part, item, rtol, atol, equal_nan, near) for part, item in zip(returned, value)))
@@ -957,17 +968,49 @@ def load_submission(path: Path | None = None) -> Submission:
         return Submission(None, {}, f"there is no {MODULE} or {NOTEBOOK} in {HERE}.")
     if not path.is_file():
         return Submission(path, {}, f"there is no file {path}.")
+    if path.suffix not in (".py", ".ipynb"):
+        return Submission(path, {}, f"{path.name} is neither a .py module nor an .ipynb notebook.")
     stopped: list[str] = []
+    started = time.monotonic()
     try:
         namespace = _load_notebook(path, stopped) if path.suffix == ".ipynb" else _load_module(path)
     except (Exception, SystemExit) as error:
         return Submission(path, {}, f"{path.name} could not be loaded: {_error_text(error)}.")
+    took = time.monotonic() - started
+    if took > IMPORT_SECONDS:
+        return Submission(path, {}, f"{path.name} took {took:.0f} s to load (every cell it runs, for a notebook), more "
+                                    f"than the {IMPORT_SECONDS:.0f} s the hidden graders allow: they would grade "
+                                    f"nothing. Move slow experiments out of it.")
     return Submission(path, namespace, stopped=tuple(stopped))
+
+
+IMPORT_SECONDS = 10.0
+"""How long the hidden graders let a module, or a notebook's cells, take to load."""
+ALLOWED = frozenset(getattr(sys, "stdlib_module_names", ())) | {"numpy", "__future__"}
+"""What the hidden graders' Python can import: numpy and the standard library, nothing else."""
+
+
+def _graders_builtins() -> dict:
+    """Python's builtins with an `import` that finds only what the hidden graders' Python has: a
+    student's `import matplotlib` raises here as it raises there, whatever this machine holds."""
+    import builtins
+
+    real = builtins.__import__
+
+    def graders_import(name, globals=None, locals=None, fromlist=(), level=0):
+        top = name.partition(".")[0]
+        if level == 0 and ALLOWED and top not in ALLOWED:
+            raise ModuleNotFoundError(f"No module named {top!r} where the hidden graders run your code "
+                                      f"(numpy and Python's standard library only)", name=top)
+        return real(name, globals, locals, fromlist, level)
+
+    return {**vars(builtins), "__import__": graders_import}
 
 
 def _load_module(path: Path) -> dict:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    module.__builtins__ = _graders_builtins()
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return vars(module)
@@ -979,8 +1022,12 @@ def _load_notebook(path: Path, stopped: list) -> dict:
     (each such cell is added to `stopped`). Lines of IPython's magics and shell escapes are
     skipped, as the graders skip them. Cells are numbered among all the notebook's cells, from 1."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
-    namespace = {"__name__": path.stem}
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells", []), list):
+        raise ValueError("it is not a notebook (no list of cells)")
+    namespace = {"__name__": path.stem, "__builtins__": _graders_builtins()}
     for number, cell in enumerate(notebook.get("cells", []), 1):
+        if not isinstance(cell, dict):
+            continue
         metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
         qkv = metadata.get("qkv") if isinstance(metadata.get("qkv"), dict) else {}
         nbgrader = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
