@@ -1548,6 +1548,10 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         detail = f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
         if stopped:
             detail += "\n" + feedback.stopped_cells(stopped)
+    elif stopped and any(v.raised == "NameError" for v in flat):
+        # a name the function looks up was never defined: a cell that stopped early may be why
+        # (`from scipy.special import softmax` in a cell of its own, say)
+        detail = f"{detail}\n{feedback.stopped_cells(stopped)}" if detail else feedback.stopped_cells(stopped)
     carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]

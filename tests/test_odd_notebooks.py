@@ -396,3 +396,16 @@ def test_names_read_outside_are_globals_loaded_never_attributes():
          "def softmax_rows(s):\n    return [helper(row) for row in s] + X\n"
          "def mix(a, v):\n    return (a @ v) if TEXT else np.zeros(1)\n", namespace)
     assert names_read_outside(namespace) == {"softmax_rows": ["EPS", "X"]}
+
+
+def test_a_name_never_defined_because_its_cell_stopped_is_told_with_that_cell(tmp_path):
+    """`from scipy.special import softmax` alone in a cell stops there when graded (no scipy), and
+    the softmax that calls it raises NameError: the step lists the cell that stopped, and why."""
+    require_sandbox()
+    path = tmp_path / "scipy.ipynb"
+    path.write_text(_notebook(reference_source(), "from scipy.special import softmax\n",
+                              "def softmax_rows(s):\n    return softmax(s, axis=-1)\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+    assert "No module named 'scipy' (scipy.ipynb, cell 2 line 1, in <module>)" in steps["softmax"]["feedback"]
+    assert "keep other imports" in steps["softmax"]["feedback"]
