@@ -342,17 +342,22 @@ def test_the_self_check_loads_and_calls_as_the_hidden_graders_do(tmp_path, monke
     from support import reference_source, variant
 
     checks = _public_checks()
+    import sys
+    import types
+
+    # load_submission registers the module it loads; what it left is taken away afterwards
+    monkeypatch.setitem(sys.modules, "attention_head", types.ModuleType("attention_head"))
     module = tmp_path / "attention_head.py"
     module.write_text("import matplotlib.pyplot as plt\n" + reference_source())
     loaded = checks.load_submission(module)
     assert "No module named 'matplotlib' where the hidden graders run your code" in loaded.error, loaded.error
     module.write_text(variant([("    o = a @ v  #", "    a[a < 0] = 0.0\n    o = a @ v  #")]))
     outcome = checks.run_step("mix", checks.load_submission(module).namespace)
-    assert outcome.status == "failed" and "it wrote into an array it was given" in outcome.message, outcome.message
+    assert outcome.status == "failed" and "it wrote into an argument it was given" in outcome.message, outcome.message
     module.write_text("import time\ntime.sleep(0.3)\n" + reference_source())
     monkeypatch.setattr(checks, "IMPORT_SECONDS", 0.1)
     assert "more than the 0 s the hidden graders allow" in checks.load_submission(module).error
-    monkeypatch.undo()
+    monkeypatch.setattr(checks, "IMPORT_SECONDS", 10.0)
     module.write_text(variant([("    return np.array([[1.0, 1.0, 1.0],", "    return [[2 ** 1024, 0, 0], [0, 1, 0], [0, 0, 1]]\n"
                                 "    return np.array([[1.0, 1.0, 1.0],")]))
     assert checks.run_step("ex2_row_normalization", checks.load_submission(module).namespace).status == "failed"

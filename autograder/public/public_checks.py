@@ -201,7 +201,7 @@ def _call(namespace: dict, name: str, *args: _Arg):
                               f"it calls, is still a stub.") from None
     except ValueError as error:
         if "read-only" in str(error):
-            raise _Problem(f"Called {call}; it wrote into an array it was given ({_error_text(error)}). "
+            raise _Problem(f"Called {call}; it wrote into an argument it was given ({_error_text(error)}). "
                            f"Work on new arrays and leave the ones you are given as they were.") from None
         raise _Problem(f"Called {call}; it raised {_error_text(error)}.") from None
     except (Exception, SystemExit) as error:
@@ -651,19 +651,15 @@ def _may_call(namespace: dict, names, targets) -> bool:
             codes.extend(const for const in current.co_consts if hasattr(const, "co_names"))
         if looked_up & (_DYNAMIC | set(targets)):
             return True
-        held = [cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell)]
-        held += list(function.__defaults__ or ()) + list((function.__kwdefaults__ or {}).values())
+        held = list(function.__defaults__ or ()) + list((function.__kwdefaults__ or {}).values())
+        for cell in function.__closure__ or ():
+            try:
+                held.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
         todo += [namespace.get(name) for name in looked_up if callable(namespace.get(name))]
         todo += [value for value in held if callable(value)]
-    return False
-
-
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell
-        return False
-    return True
+    return bool(wanted & seen)  # none of them reached: a call would have returned above
 
 
 BATCHED = frozenset({"softmax_rows", "self_attention_head"})
@@ -872,9 +868,8 @@ def _agrees(returned, value, rtol: float, atol: float, equal_nan: bool, near: fl
     numeric = not (returned is None or isinstance(returned, (bool, np.bool_, str, bytes, dict)))
     try:
         got, want = np.asarray(returned, dtype=np.float64), np.asarray(value, dtype=np.float64)
-    except OverflowError:  # an int past any float: no number the graders compare with
-        return False
-    except (TypeError, ValueError):  # parts of different shapes: compare them one by one
+    except (TypeError, ValueError, OverflowError):  # parts of different shapes (or an int past any
+        # float, which no number the graders compare with equals): compare them one by one
         return (isinstance(returned, (tuple, list)) and isinstance(value, list) and len(returned) == len(value)
                 and all(_agrees(part, item, rtol, atol, equal_nan, near) for part, item in zip(returned, value)))
     with np.errstate(all="ignore"):
