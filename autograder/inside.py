@@ -724,13 +724,14 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     imported = {"ev": "imported", "ok": True, "answers": answers}
     if stopped:  # sent only when there are some: most submissions' frame stays as it was
         imported["stopped"] = stopped
-    try:
-        outside = names_read_outside(dict(module.__dict__))
-    except BaseException:  # a value whose own code raises when looked at: nothing said of it
-        outside = {}
-    restore_builtins()
-    if outside:
-        imported["outside"] = outside
+    if job.get("replace") is None:  # a first run's: the grader reads it of no run called again
+        try:
+            outside = names_read_outside(dict(module.__dict__))
+        except BaseException:  # a value whose own code raises when looked at: nothing said of it
+            outside = {}
+        restore_builtins()
+        if outside:
+            imported["outside"] = outside
     send(imported)
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)

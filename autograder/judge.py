@@ -1489,7 +1489,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
         return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
-                           outside or {})
+                           outside)
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
@@ -1537,11 +1537,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         called = case.calls[index].shown(inspect_names(case.calls[index].fn))
         shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
-    if found.relation:
-        detail = f"{detail}\n{found.relation}" if detail else found.relation
-    read = _read_outside(step, codes, outside or {})
-    if read:
-        detail = f"{detail}\n{read}" if detail else read
+    detail = _joined(detail, found.relation, _read_outside(step, codes, outside or {}))
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
@@ -1551,7 +1547,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     elif stopped and any(v.raised == "NameError" for v in flat):
         # a name the function looks up was never defined: a cell that stopped early may be why
         # (`from scipy.special import softmax` in a cell of its own, say)
-        detail = f"{detail}\n{feedback.stopped_cells(stopped)}" if detail else feedback.stopped_cells(stopped)
+        detail = _joined(detail, feedback.stopped_cells(stopped))
     carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]
@@ -1836,7 +1832,12 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     return found
 
 
-_RELATIONS = {  # name -> (what holds of returned - expected, or of returned / expected; the sentence)
+def _joined(*parts: str) -> str:
+    """The feedback's detail lines, those that say something, one to a line."""
+    return "\n".join(part for part in parts if part)
+
+
+_RELATIONS = {  # how every wrong array relates to the expected one -> the sentence that says so
     "shift": "On every case it failed, each of your numbers is the expected one plus the same constant{each}.",
     "rows shift": "On every case it failed, each row of yours is the expected row plus a constant of its own: "
                   "something adds or subtracts one number per row (its mean, maximum or minimum, say) that the "
@@ -1912,13 +1913,10 @@ def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None
     return ratio.sum(axis=axis, keepdims=True) / counts
 
 
-_UNMODELLED = {"hard-coded", "crashed", "wrong-shape", "non-finite"}
-
-
 def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]]) -> str:
     """Where no modelled mistake is named: the values defined outside the step's functions that
     they read (a notebook's `X`, `K` or `d_k`), which are no argument of theirs."""
-    if not set(codes) <= _UNMODELLED:
+    if not set(codes) <= _UNMODELLED_VALUES | {"crashed"}:
         return ""
     sentences = []
     for fn in step.functions:
@@ -1979,7 +1977,8 @@ def _raised_off_the_example(cases: list[Case], verdicts: list[list[_CallVerdict]
             f"cases of other sizes, such as {failed.shown(inspect_names(failed.fn))}: some line holds only for the "
             f"example's sizes. Look for an array built in the shape of another whose size equals it only there, "
             f"one width taken for another, a stack or reshape that needs two sizes equal, a size written as a "
-            f"number, or something kept from the example's call (a global, a cache); then call your function with the failing shapes and read the error.")
+            f"number, or something kept from the example's call (a global, a cache); then call your function "
+            f"with the failing shapes and read the error.")
 
 
 def _examples_left_out(verdicts: list[_CallVerdict], wants: list[dict], indexes: list[int]) -> str | None:

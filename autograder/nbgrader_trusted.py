@@ -746,29 +746,22 @@ def _nbgrader_files(graded: Graded, folder: Path) -> None:
         path = graded.path.parent / name
         if not os.path.lexists(path):
             continue
-        try:
-            text = read_bytes(path, f"{graded.student}/{path.parent.name}/{name}").decode("utf-8")
-        except (SubmissionError, OSError, UnicodeDecodeError):
-            text = None
         if name == "timestamp.txt":
-            good = (text is not None and len(text) <= MAX_TIMESTAMP_BYTES and text.strip().isprintable()
-                    and _parse_timestamp_quietly(text.strip()) is not None)
-            written = text if good else ""
+            try:
+                written = _read_timestamp(graded)[0]
+            except Exception:  # already noted by `_timestamp`, as the gradebook's time
+                written = ""
         else:
-            good = text is not None and SECRET.fullmatch(text) is not None
-            written = text if good else secrets.token_hex(64)
-            if not good:
+            try:
+                text = read_bytes(path, f"{graded.student}/{path.parent.name}/{name}").decode("utf-8")
+            except (SubmissionError, OSError, UnicodeDecodeError):
+                text = None
+            written = text if text is not None and SECRET.fullmatch(text) else secrets.token_hex(64)
+            if written != text:
                 graded.notes = [*(graded.notes or []), "submission_secret.txt is not what nbgrader submit "
                                 "writes: the feedback is released under a fresh one, which this student's "
                                 "nbgrader fetch_feedback cannot find"]
         write_atomically(folder / name, written)
-
-
-def _parse_timestamp_quietly(text: str):
-    try:
-        return _parse_timestamp(text)
-    except Exception:  # whatever a date parser raises on a student's text
-        return None
 
 
 def _contents(folder: Path) -> dict[str, str] | None:
@@ -817,23 +810,33 @@ def _remove(path: Path) -> None:
 MAX_TIMESTAMP_BYTES = 200  # `nbgrader collect` writes some thirty
 
 
-def _timestamp(graded: Graded):
-    """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
-    notebook (None without one, or with one no date fits, which adds a note for that student);
-    read as submissions are, never through a link."""
+def _read_timestamp(graded: Graded) -> tuple:
+    """(the text of the submission's `timestamp.txt`, the date it names), read as submissions are,
+    never through a link; raises where it holds none (ValueError, or whatever a date parser raises
+    on a student's text), or characters no date holds (a terminal's controls, which nbgrader's
+    release_feedback would print)."""
     from .submission import read_bytes
 
     path = graded.path.parent / "timestamp.txt"
-    if not os.path.lexists(path):
+    data = read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
+    if len(data) > MAX_TIMESTAMP_BYTES:
+        raise ValueError(f"{len(data)} bytes")
+    text = data.decode("utf-8")
+    if not text.strip().isprintable():
+        raise ValueError("characters no date holds")
+    when = _parse_timestamp(text.strip())
+    if when is None:
+        raise ValueError("empty")
+    return text, when
+
+
+def _timestamp(graded: Graded):
+    """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
+    notebook (None without one, or with one no date fits, which adds a note for that student)."""
+    if not os.path.lexists(graded.path.parent / "timestamp.txt"):
         return None
     try:
-        data = read_bytes(path, f"{graded.student}/{path.parent.name}/{path.name}")
-        if len(data) > MAX_TIMESTAMP_BYTES:
-            raise ValueError(f"{len(data)} bytes")
-        when = _parse_timestamp(data.decode("utf-8").strip())
-        if when is None:
-            raise ValueError("empty")
-        return when
+        return _read_timestamp(graded)[1]
     except Exception as error:  # whatever the student's text makes a date parser raise: this student's note
         from .results import printable
 

@@ -140,13 +140,15 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list
     step, and what it saw of a hidden input could otherwise come back in a later step's public
     message. The worker then runs each step in two parts; `Worker.receive` puts the outcomes back in
     the plan's order."""
-    order = []
+    order, public_runs = [], 0
     if public is not None:
         for part in (True, False):
             for step_index, (_step_id, calls) in enumerate(plan):
                 picked = [c for c in range(len(calls)) if (c in public[step_index]) == part]
                 if picked:
                     order.append((step_index, picked))
+            if part:
+                public_runs = len(order)  # the public parts come first
     runs = order or [(step_index, list(range(len(calls)))) for step_index, (_, calls) in enumerate(plan)]
     exact = {}
     steps, frames, offset = [], [], 0
@@ -166,9 +168,7 @@ def prepare(plan: list[tuple[str, list[tuple[str, tuple]]]], returned: list[list
     return Prepared(json.dumps(steps, separators=(",", ":")).encode(), b"".join(frames),
                     tuple(len(picked) for _, picked in runs), exact=exact,
                     order=tuple((step_index, tuple(picked)) for step_index, picked in order),
-                    sizes=tuple(len(calls) for _, calls in plan),
-                    public=sum(1 for step_index, picked in order if picked and all(
-                        c in public[step_index] for c in picked)) if order else 0)
+                    sizes=tuple(len(calls) for _, calls in plan), public=public_runs)
 
 
 class WorkerFailed(RuntimeError):
