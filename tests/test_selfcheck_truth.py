@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -58,11 +59,21 @@ def _corpus() -> dict[str, str]:
 def _self_check(checks, text: str) -> dict[str, tuple[list[str], str]]:
     """The codes the self-check names on each step whose check fails (none: an empty list), with
     its message, on one submission's module."""
-    namespace = {"__name__": "attention_head"}
+    module = types.ModuleType("attention_head")
+    module.__file__ = "attention_head.py"
+    namespace = module.__dict__
+    # registered while it runs, as an import registers it: a dataclass looks its module up there
+    saved = sys.modules.get("attention_head")
+    sys.modules["attention_head"] = module
     try:
         exec(compile(text, "attention_head.py", "exec"), namespace)
     except Exception:
         return {}
+    finally:
+        if saved is None:
+            sys.modules.pop("attention_head", None)
+        else:
+            sys.modules["attention_head"] = saved
     named = {}
     for step_id in checks.step_ids():
         outcome = checks.run_step(step_id, namespace)

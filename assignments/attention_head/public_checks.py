@@ -738,7 +738,8 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
     of the step, explained; or "".
 
     Judged function by function, as the hidden graders judge: a mistake fits a function when, on
-    each of the step's public calls of it, the function returns what the mistake returns (the
+    each of the step's public calls of it that the hidden graders make too (a batch only into a
+    function whose docstring takes one), the function returns what the mistake returns (the
     reference's value where it is right, the mistake's where it is wrong, within 1e-6), or raises
     the very exception the mistake raises; and at least one of those is a wrong value, not only an
     exception. Hand-written slips come before edits derived from the reference, and a slip of a
@@ -750,14 +751,19 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
     table = known.get("steps", {}).get(step_id)
     if not table or not table["models"]:
         return ""
+    # Only the calls the hidden graders make too: a batch into a function whose docstring takes
+    # 2-D arrays only (`scores`, say) could tell apart mistakes the hidden graders cannot, and then
+    # name one they would not.
     calls = table["calls"]
-    seen = [_seen(namespace, call) for call in calls]
-    if any(one.kind == "stop" for one in seen):
+    seen = [_seen(namespace, call) if _promised(call) else None for call in calls]
+    if any(one is not None and one.kind == "stop" for one in seen):
         return ""
     whole_result = set(known.get("whole_result", ()))
     found: list[list[str]] = []
     for function in dict.fromkeys(call["function"] for call in calls):
-        mine = [i for i, call in enumerate(calls) if call["function"] == function]
+        every = [i for i, call in enumerate(calls) if call["function"] == function]  # what a way indexes
+        kept = [at for at, i in enumerate(every) if seen[i] is not None]
+        mine = [every[at] for at in kept]
         right = {i: seen[i].kind == "value" and _right(calls[i], seen[i].value) for i in mine}
         if all(right.values()):
             continue
@@ -767,8 +773,8 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
         reshaped = all(seen[i].kind == "value" and _reshaped(seen[i].value, calls[i]["reference"]) for i in wrong)
         fits = [entry["codes"] for entry in table["models"].values() if entry["function"] == function
                 and not (reshaped and entry.get("inside"))
-                and any(_fits(way, [calls[i] for i in mine], [seen[i] for i in mine], [right[i] for i in mine])
-                        for way in entry["ways"])]
+                and any(_fits(_kept_of(way, kept), [calls[i] for i in mine], [seen[i] for i in mine],
+                              [right[i] for i in mine]) for way in entry["ways"])]
         codes = list(dict.fromkeys(code for group in fits for code in group))
         slips = [code for code in codes if not code.startswith("derived-")]
         codes = slips or codes
@@ -788,6 +794,19 @@ def _named_mistake(step_id: str, namespace: dict) -> str:
                       f"They cannot tell them apart; each, in the hidden graders' words:"]
             lines += [explanations[code] for code in codes]
     return "\n".join(lines) + "\n"
+
+
+def _promised(call: dict) -> bool:
+    """Is this a call the function's docstring promises to take: no batch, unless it is one of BATCHED?"""
+    return call["function"] in BATCHED or not any(np.ndim(arg["array"]) > 2 for arg in call["args"]
+                                                  if isinstance(arg, dict) and "array" in arg)
+
+
+def _kept_of(way, kept: list[int]):
+    """A way a mistake goes, on the calls `kept` alone (their places among the function's calls)."""
+    if isinstance(way, list):
+        return [way[i] for i in kept]
+    return {"outcomes": [way["outcomes"][i] for i in kept], "near": [way["near"][i] for i in kept]}
 
 
 def _fits(way, calls: list[dict], seen: list[_Seen], right: list[bool]) -> bool:
