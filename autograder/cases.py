@@ -231,10 +231,15 @@ def _cases_ex2(rng, ex):
     tiny[2, 0], tiny[2, 1] = -1e-12, tiny[2, 1] + tiny[2, 0] + 1e-12
     spread = _weights(rng, 4)
     spread[1] += 1.5e-9 / 4
+    # Valid weights of another size whose every row sums to exactly one in floating point: a test
+    # of the example's shape fails it where a test of exact equality passes it, so the two are told apart.
+    # (Every entry positive: a test of strictly positive entries passes it too.)
+    exact = np.array([[0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25], [0.625, 0.125, 0.125, 0.125],
+                      [0.375, 0.125, 0.25, 0.25]])
     for matrix in (counter, column_stochastic, _weights(rng, 4, 6), negative, near, within,
                    _weights(rng, 3)[None], _weights(rng, 1)[0], inside, outside, zero, later, nan, tiny, spread,
                    # a batch whose rows and columns all sum to one: not 2-D, whatever axis is summed
-                   np.full((2, 3, 3), 1.0 / 3.0)):
+                   np.full((2, 3, 3), 1.0 / 3.0), exact):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 

@@ -227,11 +227,19 @@ def printable(text: str, one_line: bool = False) -> str:
     invisible direction marks that reorder a line are shown escaped, never sent as they are.
     Submission names, messages and output come from students. `one_line` escapes line breaks and
     tabs too: a name in a listing of one line per submission must not start a line of its own."""
+    if (_UNSAFE_ONE_LINE if one_line else _UNSAFE).search(text) is None:  # most text: nothing to escape
+        return text
     kept = "" if one_line else "\n\t"
     return "".join(char if char in kept or (" " <= char < "\x7f") or (
         ord(char) > 0x9f and ord(char) not in _INVISIBLE and not _PLANE_14[0] <= ord(char) <= _PLANE_14[1]) else "\\x%02x" % ord(char) if ord(char) < 0x100
         else "\\u%04x" % ord(char) if ord(char) <= 0xFFFF else "\\U%08x" % ord(char) for char in text)
 
+
+# Every character `printable` escapes: a search for one is much cheaper than a look at each character.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f%s%s-%s]" % (_ranges({*range(0x7f, 0xa0), *_INVISIBLE}),
+                                                      chr(_PLANE_14[0]), chr(_PLANE_14[1])))
+_UNSAFE_ONE_LINE = re.compile("[\x00-\x1f%s%s-%s]" % (_ranges({*range(0x7f, 0xa0), *_INVISIBLE}),
+                                                     chr(_PLANE_14[0]), chr(_PLANE_14[1])))
 
 MOST_QUOTED = 300
 """Characters of a message kept where it may quote what a student wrote: nbgrader's refusal of a
