@@ -95,6 +95,11 @@ def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = froz
     return lines
 
 
+UNREACHED = "unreached"
+"""In place of a step's status "not_implemented", for its feedback only: its functions were never
+defined because the notebook cells holding their defs stopped with an error before them."""
+
+
 def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[str],
                   shown_call: str | None, detail: str, root_causes: dict[str, str],
                   carried: frozenset[str] = frozenset(), alternatives: list[tuple] = (),
@@ -109,12 +114,18 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         return f"{step.title}: all {total} cases pass."
     lines = []
     unwritten = [name for name, state in root_causes.items() if state == "not_implemented"]
-    wrong = [name for name in root_causes if name not in unwritten]
+    unreached = [name for name, state in root_causes.items() if state == UNREACHED]
+    wrong = [name for name in root_causes if name not in unwritten and name not in unreached]
     if wrong:
         lines.append(_root_line(wrong, "wrong (see above)", "fix"))
     if unwritten:
         lines.append(_root_line(unwritten, "not implemented yet", "write"))
-    if status == "not_implemented" and not root_causes:
+    if unreached:
+        lines.append(_root_line(unreached, "never defined, as a cell stopped before its def (see above)", "fix"))
+    if status == UNREACHED and not root_causes:
+        lines.append(f"{step.title}: never defined ({', '.join(step.functions)}): a cell stopped before its def "
+                     f"(see below).")
+    elif status in ("not_implemented", UNREACHED) and not root_causes:
         lines.append(f"{step.title}: not implemented yet ({', '.join(step.functions)}).")
     else:
         lines.append(f"{step.title}: {passed} of {total} cases pass.")
@@ -133,14 +144,15 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
 
 
 def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int,
-                     replaced: list[str] | None = None, unwritten: bool = False, per_example: bool = False,
+                     replaced: list[str] | None = None, unwritten: bool | str = False, per_example: bool = False,
                      through: str | None = None) -> str:
     """A step that keeps its points because an earlier step's mistake alone explains its numbers:
     the mistake is explained where it was made, and named here in one line.
 
     `replaced`: the functions that were replaced by the chapter's when the step was called again
     (None: a model of the earlier mistake reproduced its numbers); `unwritten`: the earlier steps
-    are not written yet, rather than wrong. What went wrong may be wrong numbers or exceptions (an
+    are not written yet, rather than wrong (UNREACHED: never defined, as a notebook cell stopped
+    before their defs). What went wrong may be wrong numbers or exceptions (an
     earlier function that fails on the step's input), so the line speaks of neither. `through`: the
     step whose values, as the student wrote them, explain this one's, where that step's own work
     checks out and the mistake is the earlier one's (`sources`)."""
@@ -151,7 +163,9 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     # replaced at once; that shows they account for its numbers together, not that each of them
     # does (one may fail only on what this step never hands it, a read-only argument say): so "one or
     # more". A model of the named mistakes, composed, reproduces them all.
-    cause = (f"your {steps} step{plural}, not written yet" if unwritten else
+    cause = (f"your {steps} step{plural}, never defined as a cell stopped before {'their defs' if plural else 'its def'}"
+             if unwritten == UNREACHED else
+             f"your {steps} step{plural}, not written yet" if unwritten else
              f"the mistakes in the failing steps it builds on, your {steps} steps" if plural and replaced is None else
              f"one or more of the failing steps it builds on, your {steps} steps" if plural else
              f"the mistake in your {steps} step")
@@ -163,7 +177,8 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
         functions = [f"`{name}`" for name in replaced]
         listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]
         how = f"called again with the chapter's {listed} in place of yours"
-    then = f"{'Write' if unwritten else 'Fix'} {'them' if plural else 'it'} there (see above) and this step follows."
+    then = (f"{'Write' if unwritten is True else 'Fix'} {'them' if plural else 'it'} there (see above) and this step "
+            f"follows.")
     checks = f"{how}, your own work here checks out on all {total} cases"
     if per_example:  # the same function, on a batch: what it does to one sequence is what goes wrong
         checks = (f"called again on each example of the batch alone, your function returns what it returned for "
@@ -189,14 +204,19 @@ def raised_text(kind: str, message: str, where: str | None) -> str:
     return text + (f" ({printable(where, one_line=True)})" if where else "")
 
 
-def stopped_cells(stopped: list[dict]) -> str:
+def stopped_cells(stopped: list[dict], missing: set[str] | frozenset = frozenset()) -> str:
     """Why a notebook may lack a function: the cells that stopped with an error, each of which ran
-    only up to the line that raised, as in Jupyter."""
+    only up to the line that raised, as in Jupyter; for each, the functions of `missing` (never
+    defined) that it would have defined had it run to the end."""
     lines = ["A cell of your notebook stopped with an error, so what came after that line in it never ran:"
              if len(stopped) == 1 else
              f"{len(stopped)} cells of your notebook stopped with an error, so what came after those lines never ran:"]
     for raised in stopped:
-        lines.append(f"  {raised_text(raised['type'], raised['message'], raised.get('where'))}")
+        line = f"  {raised_text(raised['type'], raised['message'], raised.get('where'))}"
+        never = [name for name in raised.get("defines", ()) if name in missing]
+        if never:
+            line += f"; the rest of that cell would have defined {', '.join(f'`{name}`' for name in never)}"
+        lines.append(line)
     if any(raised["type"] == "ModuleNotFoundError" for raised in stopped):
         lines.append("Only numpy and Python's standard library are there when a notebook is graded: keep other "
                      "imports (plotting, say) in cells of their own.")

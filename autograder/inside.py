@@ -587,6 +587,39 @@ def names_read_outside(namespace):
     return found
 
 
+_STORES = (__import__("opcode").opmap["STORE_NAME"], __import__("opcode").opmap["STORE_GLOBAL"])
+MOST_BINDINGS = 8
+"""Of the cells that bound a graded name anew, the last this many are told."""
+
+
+def _binds(code, source):
+    """The graded functions a notebook cell binds at its top level (a def, an import, an
+    assignment), read from its bytecode; where it would not compile, the names of its `def` lines."""
+    if code is None:
+        return sorted({line.lstrip()[4:].split("(")[0].strip() for line in source.splitlines()
+                       if line.lstrip().startswith("def ")} & set(GRADED_FUNCTIONS))
+    found, raw, extended = set(), code.co_code, 0
+    for at in range(0, len(raw) - 1, 2):
+        op, arg = raw[at], raw[at + 1] | extended
+        extended = arg << 8 if op == _EXTENDED_ARG else 0
+        if op in _STORES and arg < len(code.co_names):
+            found.add(code.co_names[arg])
+    return sorted(found & set(GRADED_FUNCTIONS))
+
+
+def _note_bindings(namespace, number, held, bound, absent):
+    """After notebook cell `number`: each graded name bound to something new is noted (`bound`,
+    name -> cell numbers; `held`, name -> what it is bound to)."""
+    for name in GRADED_FUNCTIONS:
+        try:
+            value = namespace.get(name, absent)
+        except BaseException:  # a key of the notebook's own making may compare itself in any way
+            continue
+        if value is not absent and value is not held.get(name, absent):
+            held[name] = value
+            bound.setdefault(name, []).append(number)
+
+
 def chapter_needs(names) -> set:
     """`names` and every function of the chapter's they call, directly or not."""
     found, todo = set(), list(names)
@@ -690,13 +723,15 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     # one cell ends that cell only, and the next cell still runs.
     notebook = filename.endswith(".ipynb")
     stopped = []  # the notebook's cells that stopped with an error, as Jupyter would show them
+    held, bound = {}, {}  # a notebook's graded names: what each is bound to, and the cells that bound it anew
     try:
         for index, cell in enumerate(job["cells"]):
             # a notebook's cell comes with its number among all the notebook's cells
             number, cell = cell if type(cell) is tuple else (index + 1, cell)
+            code = None
             try:  # in a notebook, a cell that will not compile or run ends that cell only, as in Jupyter
-                exec(compile(cell, "%s, cell %d" % (filename, number) if notebook else filename, "exec"),
-                     module.__dict__)
+                code = compile(cell, "%s, cell %d" % (filename, number) if notebook else filename, "exec")
+                exec(code, module.__dict__)
             except BaseException as exc:
                 if not notebook:
                     raise
@@ -704,6 +739,11 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
                     stopped.append(_raised(exc, filename))
                     if isinstance(exc, (ExitCalled, SystemExit)):  # as Jupyter would say, not as caught here
                         stopped[-1].update(type="SystemExit", message="the cell called exit()")
+                    defines = _binds(code, cell)
+                    if defines:  # what it would have defined, had it run to the end
+                        stopped[-1]["defines"] = defines
+            if notebook:
+                _note_bindings(module.__dict__, number, held, bound, absent)
     except ExitCalled:
         restore_builtins()
         send({"ev": "imported", "ok": False, "error": {"type": "ExitCalled", "message": "", "where": None}})
@@ -724,6 +764,9 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     imported = {"ev": "imported", "ok": True, "answers": answers}
     if stopped:  # sent only when there are some: most submissions' frame stays as it was
         imported["stopped"] = stopped
+    rebound = {name: cells[-MOST_BINDINGS:] for name, cells in bound.items() if len(cells) > 1}
+    if rebound:  # likewise: a name bound by two cells or more
+        imported["bound"] = rebound
     if job.get("replace") is None:  # a first run's: the grader reads it of no run called again
         try:
             outside = names_read_outside(dict(module.__dict__))
@@ -1000,7 +1043,7 @@ def _check_child_frame(obj, blob, expected, used):
     if expected is None:
         if event != "imported" or type(obj.get("ok")) is not bool:
             raise protocol.ProtocolError("something other than the module's import result")
-        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside")
+        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside", "bound")
         clean = {"ev": "imported", "ok": obj["ok"], "out": text or ""}
         if obj["ok"]:
             clean["answers"] = protocol.answers(obj.get("answers", {}))
@@ -1008,6 +1051,8 @@ def _check_child_frame(obj, blob, expected, used):
                 clean["stopped"] = protocol.stopped(obj["stopped"])
             if "outside" in obj:
                 clean["outside"] = protocol.outside(obj["outside"])
+            if "bound" in obj:
+                clean["bound"] = protocol.bound(obj["bound"])
         else:
             clean["error"] = protocol.raised(obj.get("error"))
         return clean, b""

@@ -1475,8 +1475,12 @@ def inspect_names(fn: str) -> tuple[str, ...]:
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                earlier: dict[str, StepResult], stopped: list[dict] = (),
                mistakes: dict[str, list] | None = None, raised: set | None = None,
-               provisional: dict[str, StepResult] | None = None, outside: dict | None = None) -> StepResult:
+               provisional: dict[str, StepResult] | None = None, outside: dict | None = None,
+               bound: dict | None = None, unreached: frozenset = frozenset()) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
+    `bound`: a notebook's graded functions bound in two cells or more, with those cells' numbers.
+    `unreached`: the functions never defined because the cell holding their def stopped first
+    (see `unreached_functions`).
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
@@ -1489,13 +1493,14 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
         return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
-                           outside)
+                           outside, bound or {}, unreached)
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                 earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
                 raised: set | None, provisional: dict[str, StepResult] | None = None,
-                outside: dict | None = None) -> StepResult:
+                outside: dict | None = None, bound: dict | None = None,
+                unreached: frozenset = frozenset()) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1537,17 +1542,26 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         called = case.calls[index].shown(inspect_names(case.calls[index].fn))
         shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
-    detail = _joined(detail, found.relation, _read_outside(step, codes, outside or {}))
+    read_outside = _read_outside(step, codes, outside or {})
+    if read_outside:
+        # a function that reads the example's values from outside returns the example's shapes:
+        # no sum or index of its own is what the shape look would guess at
+        found.looks.pop("wrong-shape", None)
+    detail = _joined(detail, found.relation, read_outside)
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
-        detail = f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
+        # (a name a stopped cell would have defined: the first line says so, and the cell is listed)
+        detail = "" if set(missing) <= unreached else \
+            f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
         if stopped:
-            detail += "\n" + feedback.stopped_cells(stopped)
+            detail = _joined(detail, feedback.stopped_cells(stopped, unreached))
     elif stopped and any(v.raised == "NameError" for v in flat):
         # a name the function looks up was never defined: a cell that stopped early may be why
         # (`from scipy.special import softmax` in a cell of its own, say)
-        detail = _joined(detail, feedback.stopped_cells(stopped))
+        detail = _joined(detail, feedback.stopped_cells(stopped, unreached))
+    if status != "passed":
+        detail = _joined(detail, _bound_again(step, bound or {}))
     carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]
@@ -1563,8 +1577,10 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         elif codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
-    text = feedback.step_feedback(step, status, sum(passed), total, codes, shown, detail,
-                                  {used: earlier[used].status for used in _first_causes(failing_uses)}, carried,
+    shown_status = feedback.UNREACHED if status == "not_implemented" and set(missing) & unreached else status
+    text = feedback.step_feedback(step, shown_status, sum(passed), total, codes, shown, detail,
+                                  {used: step_state(earlier[used], unreached) for used in _first_causes(failing_uses)},
+                                  carried,
                                   alternatives=found.alternatives, looks=found.looks, seen=found.seen)
     own = StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
     if carried_result is not None:
@@ -1821,7 +1837,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             look = _shape_look([(v, want) for v, want in zip(flat, wants) if v.shape and id(v) in alone])
             if look:
                 found.looks["wrong-shape"] = look
-    if not models and not derived_codes:
+    if not models and not derived_codes and all(v.kind in ("ok", "mismatch") for v in flat):
+        # "on every case it failed": only where every failing call returned numbers
         found.relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone])
     if any(v.kind == "raised" for v in unexplained):
         derived_codes.append("crashed")
@@ -1838,17 +1855,18 @@ def _joined(*parts: str) -> str:
 
 
 _RELATIONS = {  # how every wrong array relates to the expected one -> the sentence that says so
-    "shift": "On every case it failed, each of your numbers is the expected one plus the same constant{each}.",
-    "rows shift": "On every case it failed, each row of yours is the expected row plus a constant of its own: "
+    "shift": "On every case it failed, every number of each wrong array is the expected one plus the same "
+             "constant{each}.",
+    "rows shift": "On every case it failed, each row of a wrong array is the expected row plus a constant of its own: "
                   "something adds or subtracts one number per row (its mean, maximum or minimum, say) that the "
                   "chapter's computation does not.",
-    "columns shift": "On every case it failed, each column of yours is the expected column plus a constant of its "
-                     "own: something adds or subtracts one number per column (its mean, maximum or minimum, say).",
-    "factor": "On every case it failed, your numbers are the expected ones times the same factor{each}.",
-    "rows factor": "On every case it failed, each row of yours is the expected row times a factor of its own: "
+    "columns shift": "On every case it failed, each column of a wrong array is the expected column plus a constant of "
+                     "its own: something adds or subtracts one number per column (its mean, maximum or minimum, say).",
+    "factor": "On every case it failed, each wrong array of yours is the expected one times the same factor{each}.",
+    "rows factor": "On every case it failed, each row of a wrong array is the expected row times a factor of its own: "
                    "something multiplies or divides each row by one number (its sum, maximum or norm, say).",
-    "columns factor": "On every case it failed, each column of yours is the expected column times a factor of its "
-                      "own: something multiplies or divides each column by one number (its sum, maximum or norm, say).",
+    "columns factor": "On every case it failed, each column of a wrong array is the expected column times a factor of "
+                      "its own: something multiplies or divides each column by one number (its sum, maximum or norm, say).",
 }
 
 
@@ -1911,6 +1929,36 @@ def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None
     if np.any(counts == 0):
         return None
     return ratio.sum(axis=axis, keepdims=True) / counts
+
+
+def unreached_functions(run: Run) -> frozenset:
+    """The graded functions a notebook never defined because a cell that would have defined them
+    stopped with an error first: called, they were missing, and a stopped cell binds them."""
+    defined_in_stopped = {name for raised in run.stopped for name in raised.get("defines", ())}
+    if not defined_in_stopped:
+        return frozenset()
+    missing = {outcome.raised.get("message") for outcomes in run.outcomes for outcome in outcomes
+               if outcome is not None and outcome.raised and outcome.raised.get("type") == "MissingName"}
+    return frozenset(missing & defined_in_stopped)
+
+
+def step_state(result: StepResult, unreached: frozenset) -> str:
+    """A step's status as an earlier step's feedback names it: UNREACHED for one never defined."""
+    if result.status == "not_implemented" and set(BY_ID[result.id].functions) & unreached:
+        return feedback.UNREACHED
+    return result.status
+
+
+def _bound_again(step: Step, bound: dict[str, list[int]]) -> str:
+    """For a step's function that a notebook binds in two cells or more: which cell's the graders call."""
+    sentences = []
+    for fn in step.functions:
+        cells = bound.get(fn)
+        if cells:
+            listed = ", ".join(str(cell) for cell in cells[:-1]) + f" and {cells[-1]}"
+            sentences.append(f"Your notebook binds `{fn}` in more than one cell (cells {listed}); the graders run "
+                             f"every cell in order, so they call what cell {cells[-1]} left.")
+    return "\n".join(sentences)
 
 
 def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]]) -> str:
@@ -2073,6 +2121,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
     raised: set[str] = set()
     if not run.imported:
         return _unimportable(run)
+    unreached = unreached_functions(run)
     for number, step in enumerate(STEPS):
         outcomes = run.outcomes[number]
         per_case, position = [], 0
@@ -2088,7 +2137,8 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
-                                      mistakes, raised, run.provisional if carry_forward else None, run.outside)
+                                      mistakes, raised, run.provisional if carry_forward else None, run.outside,
+                                      run.bound, unreached)
     return list(results.values())
 
 

@@ -462,10 +462,33 @@ three axes first) is made once for each example alone, the results returned toge
 
 
 def stopped(obj):
-    """The notebook cells that stopped with an error: a short list of exception descriptions."""
+    """The notebook cells that stopped with an error: a short list of exception descriptions, each
+    with the graded functions the cell would have bound had it run to the end ("defines"), if any."""
     if type(obj) is not list or len(obj) > MAX_STOPPED:
         _fail("stopped cells that are not a short list")
-    return [raised(item) for item in obj]
+    found = []
+    for item in obj:
+        defines = item.get("defines", []) if type(item) is dict else []
+        if type(defines) is not list or len(defines) > 16 \
+                or any(type(name) is not str or not _NAME.fullmatch(name) for name in defines):
+            _fail("names a stopped cell defines that are not identifiers")
+        entry = raised({key: value for key, value in item.items() if key != "defines"} if type(item) is dict else item)
+        if defines:
+            entry["defines"] = list(defines)
+        found.append(entry)
+    return found
+
+
+def bound(obj):
+    """Per graded function of a notebook bound by two cells or more, the numbers of those cells, in
+    order (at most the last eight)."""
+    if type(obj) is not dict or len(obj) > 16:
+        _fail("names bound again that are not a small object")
+    for key, cells in obj.items():
+        if (type(key) is not str or not _NAME.fullmatch(key) or type(cells) is not list or not 2 <= len(cells) <= 8
+                or any(type(cell) is not int or not 1 <= cell <= 1 << 20 for cell in cells)):
+            _fail("names bound again that are not identifiers with cell numbers")
+    return obj
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")

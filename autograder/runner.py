@@ -80,6 +80,8 @@ class Run:
     """The notebook cells that stopped with an error (at most protocol.MAX_STOPPED), each as `raised`."""
     outside: dict[str, list[str]] = field(default_factory=dict)
     """Per graded function, the names of values defined outside it that it reads (a notebook's `X`)."""
+    bound: dict[str, list[int]] = field(default_factory=dict)
+    """Per graded function a notebook binds in two cells or more, those cells' numbers, in order."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
     imports: int = 1
@@ -449,6 +451,7 @@ class Worker:
                     run.answers = dict(protocol.answers(obj.get("answers", {})))
                     run.stopped = protocol.stopped(obj.get("stopped", []))
                     run.outside = protocol.outside(obj.get("outside", {}))
+                    run.bound = protocol.bound(obj.get("bound", {}))
             return used
         step = protocol.index(obj, "step", optional=True)
         call = protocol.index(obj, "call", optional=True)

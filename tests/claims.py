@@ -397,9 +397,9 @@ def _check_value_claims(graded, step_id, result):
             f"{step_id}: transposed-result says the numbers are right, yet no value is the reference's transposed"
 
 
-_RELATION = re.compile(r"On every case it failed, (each of your numbers is the expected one plus the same constant|"
-                       r"your numbers are the expected ones times the same factor|each (row|column) of yours is the "
-                       r"expected \2 (plus a constant|times a factor) of its own)")
+_RELATION = re.compile(r"On every case it failed, (every number of each wrong array is the expected one plus the same "
+                       r"constant|each wrong array of yours is the expected one times the same factor|each (row|column) "
+                       r"of a wrong array is the expected \2 (plus a constant|times a factor) of its own)")
 
 
 def _check_relation(graded, step_id, text):
@@ -409,18 +409,17 @@ def _check_relation(graded, step_id, text):
     if not said:
         return
     for call, kind, value in _failing(graded, step_id):
-        if kind != "value":
-            continue
+        assert kind == "value", f"{step_id}: a relation said on every case it failed, yet one of them {kind}"
         for name, want in _reference(call.fn, call).items():
             got = value.get(name)
             if not isinstance(want, np.ndarray) or np.allclose(got, want, rtol=1e-9, atol=1e-9):
                 continue
             assert got.shape == want.shape, f"{step_id}: a relation said of an array of another shape"
             tol = dict(rtol=1e-6, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
-            if said.group(1).startswith("each of your numbers"):
+            if said.group(1).startswith("every number"):
                 gap = got - want
                 assert np.allclose(gap, gap.flat[0], **tol), f"{step_id}: no constant added to every number"
-            elif said.group(1).startswith("your numbers"):
+            elif said.group(1).startswith("each wrong array"):
                 where = np.abs(want) > 1e-9
                 factor = (got[where] / want[where]).flat[0]
                 assert np.allclose(got, factor * want, **tol), f"{step_id}: no single factor"

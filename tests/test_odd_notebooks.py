@@ -409,3 +409,95 @@ def test_a_name_never_defined_because_its_cell_stopped_is_told_with_that_cell(tm
     steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
     assert "No module named 'scipy' (scipy.ipynb, cell 2 line 1, in <module>)" in steps["softmax"]["feedback"]
     assert "keep other imports" in steps["softmax"]["feedback"]
+
+
+def _without(source: str, name: str) -> str:
+    """The reference's source with the def of `name` taken out (up to the next top-level line)."""
+    lines, kept, inside = source.splitlines(keepends=True), [], False
+    for line in lines:
+        if line.startswith(f"def {name}("):
+            inside = True
+        elif inside and line.strip() and not line[0].isspace():
+            inside = False
+        if not inside:
+            kept.append(line)
+    return "".join(kept)
+
+
+_SOFTMAX = ("def softmax_rows(s):\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+            "    return e / e.sum(axis=-1, keepdims=True)\n")
+
+
+def test_a_function_whose_cell_stopped_before_its_def_is_told_never_defined_not_unwritten(tmp_path):
+    """A correct softmax in a cell that first imports matplotlib, or whose def reads a default set
+    only in a later cell: graded, the cell stops before the def. The step, and every step carried
+    from it, says it was never defined and names that cell; "not implemented", "not written yet"
+    and "Write it there" would send the student to write what is written. The self-check says the same."""
+    require_sandbox()
+    import importlib.util
+    import sys
+
+    # the released self-check, as students have it (it reads the data files beside it)
+    spec = importlib.util.spec_from_file_location(
+        "released_public_checks_unreached", REPO / "assignments" / "attention_head" / "public_checks.py")
+    public_checks = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = public_checks
+    spec.loader.exec_module(public_checks)
+
+    base = _without(reference_source(), "softmax_rows")
+    for name, cell, error in (
+            ("plots.ipynb", "import matplotlib.pyplot as plt\n" + _SOFTMAX, "No module named 'matplotlib'"),
+            ("default.ipynb", _SOFTMAX.replace("(s)", "(s, axis=AXIS)") + "AXIS = -1\n",
+             "name 'AXIS' is not defined")):
+        path = tmp_path / name
+        path.write_text(_notebook(base, cell, "AXIS = -1\n"))
+        done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+        steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+        softmax = steps["softmax"]["feedback"]
+        assert softmax.startswith("Normalize each receiving row: never defined (softmax_rows): a cell stopped "
+                                  "before its def"), softmax
+        assert error in softmax and f"({name}, cell 2 line 1, in <module>); the rest of that cell would have " \
+                                    "defined `softmax_rows`" in softmax, softmax
+        assert steps["attention"]["carried_from"] == "softmax" and steps["attention"]["score"] == 8
+        for step in steps.values():
+            assert "not implemented" not in step["feedback"] and "not written" not in step["feedback"], step
+            assert "Write it there" not in step["feedback"] and "defines no function" not in step["feedback"], step
+        loaded = public_checks.load_submission(path)
+        assert loaded.unreached == {"softmax_rows"}
+        assert any("would have defined softmax_rows" in line for line in loaded.stopped), loaded.stopped
+
+
+def test_a_function_bound_by_two_cells_is_told_which_cell_the_graders_call(tmp_path):
+    """A scratch cell after the attention check binds `attention` again, to a lambda without the
+    scale: the graders call that one. The failing step names both cells and which one counts; a
+    step that passes says nothing of it."""
+    require_sandbox()
+    path = tmp_path / "rebound.ipynb"
+    path.write_text(_notebook(reference_source(), "x = 1\n",
+                              "attention = lambda q, k, v: (softmax_rows(q @ k.T) @ v, softmax_rows(q @ k.T))\n",
+                              "def scores(q, k):\n    return q @ np.swapaxes(k, -1, -2)\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+    assert steps["attention"]["status"] != "passed"
+    assert ("Your notebook binds `attention` in more than one cell (cells 1 and 3); the graders run every cell in "
+            "order, so they call what cell 3 left.") in steps["attention"]["feedback"], steps["attention"]
+    assert steps["scores"]["status"] == "passed" and "binds `scores`" not in done.stdout
+
+
+def test_a_relation_is_told_only_where_every_failing_case_returned_numbers(tmp_path):
+    """An intervention whose first run uses a notebook's [2, 2] zero W_V: zeros on the example
+    (the expected output times 0), an exception wherever d_in is not 2. "On every case it failed,
+    ... times the same factor" would be false of the cases that raised."""
+    require_sandbox()
+    path = tmp_path / "zeroed.ipynb"
+    path.write_text(_notebook(reference_source(), "import numpy as np\nW_V = np.zeros((2, 2))\n",
+                              "def value_intervention(x, w_q, w_k, w_v, w_v_new):\n"
+                              "    o_b, a_b = self_attention_head(x, w_q, w_k, W_V)\n"
+                              "    o_a, a_a = self_attention_head(x, w_q, w_k, w_v_new)\n"
+                              "    return {'weights_before': a_b, 'weights_after': a_a, 'output_before': o_b,\n"
+                              "            'output_after': o_a}\n"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+    feedback = steps["ex5_intervention"]["feedback"]
+    assert "raised" in feedback or "crashed" in feedback, feedback
+    assert "On every case it failed" not in feedback, feedback

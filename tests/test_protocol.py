@@ -362,3 +362,39 @@ def test_a_run_sent_to_a_worker_since_restarted_is_lost_and_never_read_from_the_
         worker._process = None
         os.close(read_end)
         os.close(write_end)
+
+
+@pytest.mark.parametrize("item", [
+    {"type": "NameError", "message": "x", "where": None, "defines": "softmax_rows"},
+    {"type": "NameError", "message": "x", "where": None, "defines": ["softmax rows"]},
+    {"type": "NameError", "message": "x", "where": None, "defines": [1]},
+    {"type": "NameError", "message": "x", "where": None, "defines": ["a"] * 17},
+    {"type": "NameError", "message": "x", "where": None, "more": 1},
+])
+def test_a_stopped_cell_says_only_which_identifiers_it_would_have_defined(item):
+    with pytest.raises(protocol.ProtocolError):
+        protocol.stopped([item])
+
+
+def test_a_stopped_cell_keeps_the_functions_it_would_have_defined():
+    item = {"type": "NameError", "message": "x", "where": "cell 3", "defines": ["softmax_rows"]}
+    assert protocol.stopped([item]) == [item]
+    assert protocol.stopped([dict(item, defines=[])]) == [{"type": "NameError", "message": "x", "where": "cell 3"}]
+
+
+@pytest.mark.parametrize("bound", [
+    [], {"attention": [3]}, {"attention": [1, "2"]}, {"attention": [0, 2]}, {"at tention": [1, 2]},
+    {"attention": list(range(1, 10))}, {f"f{n}": [1, 2] for n in range(17)}, {"attention": [1, True]},
+])
+def test_names_bound_again_are_identifiers_with_two_to_eight_cell_numbers(bound):
+    with pytest.raises(protocol.ProtocolError):
+        protocol.bound(bound)
+
+
+def test_what_a_notebook_cell_binds_is_read_from_its_bytecode_or_its_def_lines():
+    from autograder.inside import _binds
+
+    source = "import numpy as np\nfrom math import sqrt as softmax_rows\nif True:\n    def mix(a, v):\n        return a\nscores = 1\n"
+    assert _binds(compile(source, "cell", "exec"), source) == ["mix", "scores", "softmax_rows"]
+    broken = "def attention(q, k, v):\n    return (\ndef mix(a, v): pass\n"
+    assert _binds(None, broken) == ["attention", "mix"]

@@ -67,6 +67,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if missing:
             write(textwrap.fill(f"Not implemented yet: {', '.join(missing)}", width=WIDTH,
                                 subsequent_indent="  "))
+        never = [step for step, status in outcomes.items() if status == "never_defined"]
+        if never:
+            write(textwrap.fill(f"Never defined, as a notebook cell stopped before the def: {', '.join(never)}",
+                                width=WIDTH, subsequent_indent="  "))
         path = _chosen(config)
         notebook = public_checks.HERE / public_checks.NOTEBOOK
         if len(missing) == len(outcomes) and path is not None and path.suffix == ".py" \
@@ -75,7 +79,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                 f"in the notebook, check it instead: pytest --submission="
                                 f"{public_checks.NOTEBOOK}", width=WIDTH))
         wrong = [step for step, status in outcomes.items()
-                 if status not in ("passed", "not_implemented")]
+                 if status not in ("passed", "not_implemented", "never_defined")]
         if wrong:
             write("Look again at:")
             width = max(len(step) for step in wrong)

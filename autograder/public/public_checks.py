@@ -961,6 +961,8 @@ class Submission:
     """Why it could not be loaded, if it could not."""
     stopped: tuple = ()
     """A notebook's cells that stopped with an error, each as a line: where, and what it raised."""
+    unreached: frozenset = frozenset()
+    """The graded functions a notebook never defined because the cell holding their def stopped first."""
 
     @property
     def kind(self) -> str:
@@ -985,9 +987,10 @@ def load_submission(path: Path | None = None) -> Submission:
     if path.suffix not in (".py", ".ipynb"):
         return Submission(path, {}, f"{path.name} is neither a .py module nor an .ipynb notebook.")
     stopped: list[str] = []
+    unreached: set[str] = set()
     started = time.monotonic()
     try:
-        namespace = _load_notebook(path, stopped) if path.suffix == ".ipynb" else _load_module(path)
+        namespace = _load_notebook(path, stopped, unreached) if path.suffix == ".ipynb" else _load_module(path)
     except (Exception, SystemExit) as error:
         return Submission(path, {}, f"{path.name} could not be loaded: {_error_text(error)}.")
     took = time.monotonic() - started
@@ -995,7 +998,7 @@ def load_submission(path: Path | None = None) -> Submission:
         return Submission(path, {}, f"{path.name} took {took:.0f} s to load (every cell it runs, for a notebook), more "
                                     f"than the {IMPORT_SECONDS:.0f} s the hidden graders allow: they would grade "
                                     f"nothing. Move slow experiments out of it.")
-    return Submission(path, namespace, stopped=tuple(stopped))
+    return Submission(path, namespace, stopped=tuple(stopped), unreached=frozenset(unreached))
 
 
 IMPORT_SECONDS = 10.0
@@ -1030,15 +1033,17 @@ def _load_module(path: Path) -> dict:
     return vars(module)
 
 
-def _load_notebook(path: Path, stopped: list) -> dict:
+def _load_notebook(path: Path, stopped: list, unreached: set | None = None) -> dict:
     """Run the notebook's code cells in order, in one namespace, as the hidden graders do: every
     one but the checks, the plot and nbgrader's test cells, a cell that raises stopping itself only
-    (each such cell is added to `stopped`). Lines of IPython's magics and shell escapes are
-    skipped, as the graders skip them. Cells are numbered among all the notebook's cells, from 1."""
+    (each such cell is added to `stopped`, with the graded functions it would have defined and that
+    were never defined, which are added to `unreached`). Lines of IPython's magics and shell escapes
+    are skipped, as the graders skip them. Cells are numbered among all the notebook's cells, from 1."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells", []), list):
         raise ValueError("it is not a notebook (no list of cells)")
     namespace = {"__name__": path.stem, "__builtins__": _graders_builtins()}
+    failed = []  # (the line saying where and what it raised, the names it binds) of each cell that stopped
     for number, cell in enumerate(notebook.get("cells", []), 1):
         if not isinstance(cell, dict):
             continue
@@ -1053,8 +1058,27 @@ def _load_notebook(path: Path, stopped: list) -> dict:
         source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!")
                            else line for line in source.split("\n"))
         where = f"{path.name}, cell {number}"
+        code = None
         try:
-            exec(compile(source, where, "exec"), namespace)
+            code = compile(source, where, "exec")
+            exec(code, namespace)
         except (Exception, SystemExit) as error:
-            stopped.append(f"cell {number}: {_error_text(error)}")
+            failed.append((f"cell {number}: {_error_text(error)}", _binds(code, source)))
+    graded = {name for step in steps().values() for name in step.functions}
+    for line, binds in failed:
+        never = [name for name in binds if name in graded and name not in namespace]
+        if unreached is not None:
+            unreached.update(never)
+        stopped.append(line + (f"; the rest of that cell would have defined {', '.join(never)}" if never else ""))
     return namespace
+
+
+def _binds(code, source: str) -> list[str]:
+    """The names a cell binds at its top level (a def, an import, an assignment), read from its
+    bytecode; where it would not compile, the names of its `def` lines."""
+    if code is None:
+        return [line.lstrip()[4:].split("(")[0].strip() for line in source.splitlines()
+                if line.lstrip().startswith("def ")]
+    import dis
+
+    return [op.argval for op in dis.get_instructions(code) if op.opname in ("STORE_NAME", "STORE_GLOBAL")]

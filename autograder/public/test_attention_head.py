@@ -18,7 +18,13 @@ def test_step(step_id, submission, record_property):
     record_property("status", outcome.status)
     if outcome.status != "passed":
         stopped = "".join(f"\n  {line}" for line in submission.stopped)
-        pytest.fail(outcome.message + (f"\nCells of your notebook that stopped with an error (the hidden "
+        message = outcome.message
+        never = [name for name in public_checks.steps()[step_id].functions if name in submission.unreached]
+        if outcome.status == "not_implemented" and never:  # written, in a cell that stopped before its def
+            record_property("status", "never_defined")
+            message = (f"{step_id}: never defined: the notebook cell that would define {', '.join(never)} "
+                       f"stopped with an error first (below).")
+        pytest.fail(message + (f"\nCells of your notebook that stopped with an error (the hidden "
                                        f"graders run them alike):{stopped}" if stopped else ""), pytrace=False)
 
 
