@@ -153,14 +153,16 @@ CODES: dict[str, Diagnosis] = dict([
        "The output is [T, d_v].", "§15.4"),
     _d("batch-axes-mixed", "your code runs on one sequence but goes wrong on a batch, whose leading axis B "
        "comes before the sequence's own axes: something in it does not carry the batch axis through. It may "
-       "be an axis found by counting from the front (`.T`, `shape[1]`, `axis=1`, a stack or reshape along "
-       "one), which a leading batch axis moves; `np.dot`, `np.inner` or `np.tensordot`, which on a batch pair every "
-       "example with every other; or the examples treated as one, or one example's result kept for the whole batch (each "
-       "example must be computed, and returned, on its own, as if it were alone).",
+       "be an axis found by counting from the front (`.T`, `shape[1]`, `axis=1`, an axis put back with "
+       "`[:, None]`, a stack or reshape along one), which a leading batch axis moves; `np.dot`, `np.inner` or "
+       "`np.tensordot`, which on a batch pair every example with every other; or the examples treated as one, or "
+       "one example's result kept for the whole batch (each example must be computed, and returned, on its own, "
+       "as if it were alone).",
        "Count axes from the end, so the batch axis never moves them: `np.swapaxes(k, -1, -2)` rather than "
-       "`.T` (which reverses all three axes), `shape[-1]`, `axis=-1` in the softmax, `@` rather than "
-       "`np.dot`, `np.inner` or `np.tensordot`, and no reshape or stack that merges the batch into the positions. If you loop over the "
-       "examples, keep every example's output and weights.", "§15.4"),
+       "`.T` (which reverses all three axes), `shape[-1]`, `axis=-1` in the softmax (with `keepdims=True`, or "
+       "`[..., None]` to put the axis back), `@` rather than `np.dot`, `np.inner` or `np.tensordot`, and no "
+       "reshape or stack that merges the batch into the positions. If you loop over the examples, keep every "
+       "example's output and weights.", "§15.4"),
     # The exercises.
     _d("zero-output", "a zero query still mixes the values: every score is 0, so the weights are equal and "
        "the output is the mean of the value rows, not zero.",

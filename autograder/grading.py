@@ -146,6 +146,7 @@ class Grader:
 
     def _judge(self, submission: Submission, run, started: float) -> "SubmissionResult | Pending":
         answers = self._answers(submission)
+        run.skipped = dict(submission.skipped)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)
         written = run.answers if answers and run.imported else None  # None: a notebook, or never ran

@@ -1259,6 +1259,29 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     return codes, covered, alternatives
 
 
+def _pairs_per_example(raw, want: dict) -> str | None:
+    """Is a batch's result of the wrong type one (o, a) pair per example, each of the shapes one
+    example's are? "right" where every pair holds that example's very numbers, "shaped" where only
+    the shapes are; None otherwise."""
+    o, a = want.get("o"), want.get("a")
+    if not isinstance(raw, (list, tuple)) or not isinstance(o, np.ndarray) or o.ndim != 3 or len(raw) != len(o) \
+            or not isinstance(a, np.ndarray) or len(raw) < 2:
+        return None
+    right = True
+    for index, pair in enumerate(raw):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            return None
+        try:
+            got_o, got_a = (np.asarray(part, dtype=float) for part in pair)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if got_o.shape != o[index].shape or got_a.shape != a[index].shape:
+            return None
+        right = right and allclose(got_o, o[index], RTOL, ATOL, keep=False) \
+            and allclose(got_a, a[index], RTOL, ATOL, keep=False)
+    return "right" if right else "shaped"
+
+
 def _only_reshaped(verdicts: list[_CallVerdict], expected: list[dict]) -> bool:
     """Is every wrong value the reference's numbers, some part in another shape (the same numbers
     in another layout, or the reference's broadcast to more axes)?"""
@@ -1476,11 +1499,13 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
                earlier: dict[str, StepResult], stopped: list[dict] = (),
                mistakes: dict[str, list] | None = None, raised: set | None = None,
                provisional: dict[str, StepResult] | None = None, outside: dict | None = None,
-               bound: dict | None = None, unreached: frozenset = frozenset()) -> StepResult:
+               bound: dict | None = None, unreached: frozenset = frozenset(),
+               skipped: dict | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `bound`: a notebook's graded functions bound in two cells or more, with those cells' numbers.
     `unreached`: the functions never defined because the cell holding their def stopped first
-    (see `unreached_functions`).
+    (see `unreached_functions`). `skipped`: names a notebook defines only in cells the graders do
+    not run, each with that cell's number.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
@@ -1493,14 +1518,14 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
         return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
-                           outside, bound or {}, unreached)
+                           outside, bound or {}, unreached, skipped or {})
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                 earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
                 raised: set | None, provisional: dict[str, StepResult] | None = None,
                 outside: dict | None = None, bound: dict | None = None,
-                unreached: frozenset = frozenset()) -> StepResult:
+                unreached: frozenset = frozenset(), skipped: dict | None = None) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1561,7 +1586,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         # (`from scipy.special import softmax` in a cell of its own, say)
         detail = _joined(detail, feedback.stopped_cells(stopped, unreached))
     if status != "passed":
-        detail = _joined(detail, _bound_again(step, bound or {}))
+        detail = _joined(detail, _bound_again(step, bound or {}), _only_in_skipped_cells(flat, skipped or {}))
     carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]
@@ -1762,6 +1787,15 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         missing = _examples_left_out([flat[i] for i in wrong], [want for case in expected for want in case], wrong)
         if "batch-axes-mixed" in found.codes and all(flat[i].kind == "raised" for i in wrong):
             found.looks["batch-axes-mixed"] = _RAISES_ON_A_BATCH
+        wants = [want for case in expected for want in case]
+        if all(flat[i].kind == "wrong-type" for i in wrong):
+            per_example = [_pairs_per_example(flat[i].raw, wants[i]) for i in wrong]
+            if all(per_example):
+                found.looks["wrong-type"] = (
+                    "You returned one (o, a) pair per example of the batch"
+                    + (", each of them right" if all(kind == "right" for kind in per_example) else "")
+                    + ": the step asks for one pair of stacked arrays, o [B, T, d_v] and a [B, T, T]. Stack "
+                    "the outputs and the weights (`np.stack`) before returning them.")
         if missing and "batch-axes-mixed" in found.codes:
             short = "range(B - 1)" if missing == "last" else "range(1, B)"
             found.looks["batch-axes-mixed"] = (
@@ -1843,7 +1877,11 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     if any(v.kind == "raised" for v in unexplained):
         derived_codes.append("crashed")
         found.seen["crashed"] = _labels(cases, verdicts, lambda v: v.kind == "raised" and id(v) in alone)
-        if any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
+        if any(v.raised in ("ModuleNotFoundError", "ImportError") for v in unexplained):
+            # an import that works where the student runs it (scipy installed), and not where graded
+            found.looks["crashed"] = ("Your code imports a module the graders' Python does not have: it holds "
+                                      "numpy and Python's standard library, nothing else. Write that part with numpy.")
+        elif any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
             found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
     return found
@@ -1959,6 +1997,19 @@ def _bound_again(step: Step, bound: dict[str, list[int]]) -> str:
             sentences.append(f"Your notebook binds `{fn}` in more than one cell (cells {listed}); the graders run "
                              f"every cell in order, so they call what cell {cells[-1]} left.")
     return "\n".join(sentences)
+
+
+_NOT_DEFINED = re.compile(r"name '([A-Za-z_]\w*)' is not defined")
+
+
+def _only_in_skipped_cells(flat: list[_CallVerdict], skipped: dict[str, int]) -> str:
+    """For a NameError whose name the notebook defines only in a cell the graders skip (a helper
+    written in a check cell, say): that cell, and why the name is missing."""
+    names = dict.fromkeys(found.group(1) for v in flat if v.raised == "NameError"
+                          for found in [_NOT_DEFINED.search(v.raised_message or "")] if found)
+    return "\n".join(f"`{name}` is defined only in cell {skipped[name]}, which the graders do not run (they "
+                     f"skip the notebook's checks, its plot and nbgrader's test cells): define it in a cell of "
+                     f"your own." for name in names if name in skipped)
 
 
 def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]]) -> str:
@@ -2138,7 +2189,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
                                       mistakes, raised, run.provisional if carry_forward else None, run.outside,
-                                      run.bound, unreached)
+                                      run.bound, unreached, run.skipped)
     return list(results.values())
 
 

@@ -82,6 +82,8 @@ class Run:
     """Per graded function, the names of values defined outside it that it reads (a notebook's `X`)."""
     bound: dict[str, list[int]] = field(default_factory=dict)
     """Per graded function a notebook binds in two cells or more, those cells' numbers, in order."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Set by the grader from the notebook itself: names defined only in cells it does not run."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
     imports: int = 1

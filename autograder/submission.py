@@ -66,6 +66,9 @@ class Submission:
     numbers: tuple[int, ...] = ()
     """A notebook's: each code cell's place among all the notebook's cells, counted from 1, as a
     student counts them scrolling down (tracebacks say "cell 9")."""
+    skipped: tuple[tuple[str, int], ...] = ()
+    """A notebook's: the names defined at the top of the code cells the grader does not run (its
+    checks, its plot, nbgrader's test cells), each with the first such cell's number."""
 
 
 def load(path: Path, name: str | None = None) -> Submission:
@@ -93,9 +96,10 @@ def _load(path: Path, name: str) -> Submission:
             raise SubmissionError(f"{path}: {len(text)} characters of code, more than a submission may hold "
                                   f"({MAX_SOURCE})")
         return Submission(path, shown_name(name), (text,), False)
-    numbered = notebook_cells(read_bytes(path, name), path, numbered=True)
+    skipped: dict[str, int] = {}
+    numbered = notebook_cells(read_bytes(path, name), path, numbered=True, skipped=skipped)
     return Submission(path, shown_name(name), tuple(code for _, code in numbered), True,
-                      tuple(number for number, _ in numbered))
+                      tuple(number for number, _ in numbered), tuple(skipped.items()))
 
 
 # Text codecs written in Python whose decoding takes time far beyond a file's length (punycode's is
@@ -235,9 +239,10 @@ def read_bytes(path: Path, name: str | None = None, limit: int = MAX_BYTES) -> b
         os.close(folder)
 
 
-def notebook_cells(data: bytes | str, path: Path, numbered: bool = False) -> list:
+def notebook_cells(data: bytes | str, path: Path, numbered: bool = False, skipped: dict | None = None) -> list:
     """The code cells a notebook submission is made of, as the Python an IPython kernel would run;
     with `numbered`, each as (its place among all the notebook's cells, from 1; the code).
+    `skipped`, when given, gets the names the cells not run define at their top (see `defined_at_top`).
 
     Its raw bytes are pre-scanned for their budgets (`prescan`) before json.loads reads them.
     Older formats (nbformat 3's worksheets) are converted by nbformat itself, once every cell but
@@ -273,11 +278,25 @@ def notebook_cells(data: bytes | str, path: Path, numbered: bool = False) -> lis
         raise SubmissionError(f"{path}: {total} characters of code, more than a submission may hold ({MAX_SOURCE})")
     code, budget = [], [MAGIC_WORK]
     for source, runs, number in cells:
+        if not runs and skipped is not None:
+            for defined in defined_at_top(source):
+                if len(skipped) < MOST_SKIPPED_NAMES:
+                    skipped.setdefault(defined, number)
         if runs:
             transformed = python_source(source, budget)
             if transformed is not None:
                 code.append((number, transformed) if numbered else transformed)
     return code
+
+
+_DEFINED = re.compile(r"^(?:def|class)[ \t]+([A-Za-z_]\w{0,39})|^([A-Za-z_]\w{0,39})[ \t]*=(?!=)", re.M)
+MOST_SKIPPED_NAMES = 200
+
+
+def defined_at_top(source: str) -> list[str]:
+    """The names a cell defines at its top level, read from its text alone (it is never run here):
+    each `def` or `class` and each plain assignment at the start of a line."""
+    return [first or second for first, second in _DEFINED.findall(source)]
 
 
 # A JSON string once its escapes are gone (a backslash and the character after it, which only a

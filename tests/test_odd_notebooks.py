@@ -501,3 +501,20 @@ def test_a_relation_is_told_only_where_every_failing_case_returned_numbers(tmp_p
     feedback = steps["ex5_intervention"]["feedback"]
     assert "raised" in feedback or "crashed" in feedback, feedback
     assert "On every case it failed" not in feedback, feedback
+
+
+def test_a_helper_defined_only_in_a_check_cell_is_told_with_that_cell(tmp_path):
+    """The softmax calls a helper the student wrote in the check cell below it: Jupyter runs it,
+    the graders skip check cells, so the softmax raises NameError. The feedback names the cell."""
+    require_sandbox()
+    check = nbformat.v4.new_code_cell("def normalize_rows(e):\n    return e / e.sum(axis=-1, keepdims=True)\n"
+                                      "check('softmax', softmax_rows)\n")
+    check.metadata["qkv"] = {"role": "check"}
+    path = tmp_path / "helper.ipynb"
+    path.write_text(_notebook(_without(reference_source(), "softmax_rows"),
+                              "def softmax_rows(s):\n    return normalize_rows(np.exp(s - s.max(axis=-1, keepdims=True)))\n",
+                              check))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    feedback = {step["id"]: step["feedback"] for step in json.loads(done.stdout)["steps"]}["softmax"]
+    assert "name 'normalize_rows' is not defined" in feedback
+    assert "`normalize_rows` is defined only in cell 3, which the graders do not run" in feedback, feedback

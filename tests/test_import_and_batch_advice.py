@@ -1,0 +1,58 @@
+"""Advice that names what a student's code really did, where a generic line would mislead: an
+import the graders' Python lacks, made inside a function (a student with scipy installed sees it
+run), and a batch returned as one (o, a) pair per example. Real qkv-grade runs."""
+from __future__ import annotations
+
+import json
+import re
+
+from support import qkv_grade, reference_source, require_sandbox
+
+SEED = 3
+
+
+def _steps(path) -> dict:
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+
+
+def _replaced(name: str, body: str) -> str:
+    """The reference with the body of function `name` replaced (its def line kept)."""
+    source = reference_source()
+    start = source.index(f"def {name}(")
+    body_at = source.index("\n", start) + 1
+    following = re.search(r"^\S", source[body_at:], re.M)
+    end = body_at + following.start() if following else len(source)
+    return source[:body_at] + body + "\n\n" + source[end:]
+
+
+def test_an_import_the_graders_lack_inside_a_function_is_told_as_such(tmp_path):
+    require_sandbox()
+    path = tmp_path / "scipy_inside.py"
+    path.write_text(_replaced("softmax_rows", "    from scipy.special import softmax\n"
+                                              "    return softmax(s, axis=-1)\n"))
+    feedback = _steps(path)["softmax"]["feedback"]
+    assert "No module named 'scipy'" in feedback
+    assert "imports a module the graders' Python does not have" in feedback, feedback
+    assert "Run the function on the chapter's example" not in feedback
+
+
+def test_a_batch_returned_as_one_pair_per_example_is_told_to_stack_them(tmp_path):
+    require_sandbox()
+    path = tmp_path / "pairs.py"
+    source = _replaced("self_attention_head",
+                       "    if np.ndim(x) == 3:\n"
+                       "        return [self_attention_head(example, w_q, w_k, w_v) for example in x]\n"
+                       "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n"
+                       "    return attention(q, k, v)\n")
+    path.write_text(source)
+    steps = _steps(path)
+    assert steps["head"]["status"] == "passed"
+    batch = steps["batch"]["feedback"]
+    assert steps["batch"]["score"] == 0 and "wrong-type" in steps["batch"]["diagnoses"]
+    assert "You returned one (o, a) pair per example of the batch, each of them right" in batch, batch
+    # the same pairs, each wrong (weights doubled): no claim that they are right
+    path.write_text(source.replace("for example in x]", "for example in 2 * x]"))
+    batch = _steps(path)["batch"]["feedback"]
+    assert "You returned one (o, a) pair per example of the batch: the step asks" in batch, batch
