@@ -608,14 +608,13 @@ def _binds(code, source):
 
 
 def _note_bindings(namespace, number, held, bound, absent):
-    """After notebook cell `number`: each graded name bound to something new is noted (`bound`,
-    name -> cell numbers; `held`, name -> what it is bound to)."""
-    for name in GRADED_FUNCTIONS:
-        try:
-            value = namespace.get(name, absent)
-        except BaseException:  # a key of the notebook's own making may compare itself in any way
+    """After notebook cell `number`: each of the notebook's names bound to something new is noted
+    (`bound`, name -> cell numbers; `held`, name -> what it is bound to), for the first thousand
+    names. Read without running any of the notebook's code: no key is compared, no value looked into."""
+    for name, value in list(namespace.items()):
+        if type(name) is not str or (name not in held and len(held) >= 1000):
             continue
-        if value is not absent and value is not held.get(name, absent):
+        if value is not held.get(name, absent):
             held[name] = value
             bound.setdefault(name, []).append(number)
 
@@ -764,9 +763,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     imported = {"ev": "imported", "ok": True, "answers": answers}
     if stopped:  # sent only when there are some: most submissions' frame stays as it was
         imported["stopped"] = stopped
-    rebound = {name: cells[-MOST_BINDINGS:] for name, cells in bound.items() if len(cells) > 1}
-    if rebound:  # likewise: a name bound by two cells or more
-        imported["bound"] = rebound
+    outside = {}
     if job.get("replace") is None:  # a first run's: the grader reads it of no run called again
         try:
             outside = names_read_outside(dict(module.__dict__))
@@ -775,6 +772,11 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         restore_builtins()
         if outside:
             imported["outside"] = outside
+    # A name bound by two cells or more, of the graded functions and the values they read from outside.
+    told = list(GRADED_FUNCTIONS) + sorted({name for names in outside.values() for name in names})
+    rebound = {name: bound[name][-MOST_BINDINGS:] for name in told if len(bound.get(name, ())) > 1}
+    if rebound:  # likewise: sent only when there are some
+        imported["bound"] = dict(list(rebound.items())[:protocol.MOST_BOUND])
     send(imported)
 
     import numpy  # noqa: F401  (already loaded by the worker; the arguments are numpy arrays)

@@ -1567,7 +1567,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         called = case.calls[index].shown(inspect_names(case.calls[index].fn))
         shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
-    read_outside = _read_outside(step, codes, outside or {})
+    read_outside = _read_outside(step, codes, outside or {}, bound or {})
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes:
         # no sum or index of its own is what the shape look would guess at
@@ -2012,9 +2012,11 @@ def _only_in_skipped_cells(flat: list[_CallVerdict], skipped: dict[str, int]) ->
                      f"your own." for name in names if name in skipped)
 
 
-def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]]) -> str:
+def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]],
+                  bound: dict[str, list[int]] | None = None) -> str:
     """Where no modelled mistake is named: the values defined outside the step's functions that
-    they read (a notebook's `X`, `K` or `d_k`), which are no argument of theirs."""
+    they read (a notebook's `X`, `K` or `d_k`), which are no argument of theirs; and of those that
+    more than one cell binds, which cells, the last of them being what the graders see."""
     if not set(codes) <= _UNMODELLED_VALUES | {"crashed"}:
         return ""
     sentences = []
@@ -2026,6 +2028,13 @@ def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]]) -
                              f"{'arguments' if len(names) > 1 else 'an argument'}: on the hidden cases "
                              f"{'they are' if len(names) > 1 else 'it is'} still what your notebook or module set, "
                              f"not the case's own. Compute from the arguments instead.")
+            for name in names:
+                cells = (bound or {}).get(name)
+                if cells:
+                    listed = ", ".join(str(cell) for cell in cells[:-1]) + f" and {cells[-1]}"
+                    sentences.append(f"Your notebook binds `{name}` in more than one cell (cells {listed}): the "
+                                     f"graders run every cell in order, so your `{fn}` sees what cell {cells[-1]} "
+                                     f"left.")
     return "\n".join(sentences)
 
 

@@ -479,10 +479,13 @@ def stopped(obj):
     return found
 
 
+MOST_BOUND = 32
+
+
 def bound(obj):
-    """Per graded function of a notebook bound by two cells or more, the numbers of those cells, in
-    order (at most the last eight)."""
-    if type(obj) is not dict or len(obj) > 16:
+    """Per name of a notebook bound by two cells or more (a graded function, or a value one reads
+    from outside it), the numbers of those cells, in order (at most the last eight)."""
+    if type(obj) is not dict or len(obj) > MOST_BOUND:
         _fail("names bound again that are not a small object")
     for key, cells in obj.items():
         if (type(key) is not str or not _NAME.fullmatch(key) or type(cells) is not list or not 2 <= len(cells) <= 8

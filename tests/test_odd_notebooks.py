@@ -495,12 +495,17 @@ def test_a_relation_is_told_only_where_every_failing_case_returned_numbers(tmp_p
                               "    o_b, a_b = self_attention_head(x, w_q, w_k, W_V)\n"
                               "    o_a, a_a = self_attention_head(x, w_q, w_k, w_v_new)\n"
                               "    return {'weights_before': a_b, 'weights_after': a_a, 'output_before': o_b,\n"
-                              "            'output_after': o_a}\n"))
+                              "            'output_after': o_a}\n",
+                              "W_V = np.zeros((2, 2))  # the zeros of exercise 5's own check, set again\n"))
     done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
     steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
     feedback = steps["ex5_intervention"]["feedback"]
     assert "raised" in feedback or "crashed" in feedback, feedback
     assert "On every case it failed" not in feedback, feedback
+    # the value it reads from outside, bound by two cells: both named, and the one the graders see
+    assert "Your `value_intervention` reads `W_V`" in feedback, feedback
+    assert ("Your notebook binds `W_V` in more than one cell (cells 2 and 4): the graders run every cell in order, "
+            "so your `value_intervention` sees what cell 4 left.") in feedback, feedback
 
 
 def test_a_helper_defined_only_in_a_check_cell_is_told_with_that_cell(tmp_path):

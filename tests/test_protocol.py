@@ -384,7 +384,7 @@ def test_a_stopped_cell_keeps_the_functions_it_would_have_defined():
 
 @pytest.mark.parametrize("bound", [
     [], {"attention": [3]}, {"attention": [1, "2"]}, {"attention": [0, 2]}, {"at tention": [1, 2]},
-    {"attention": list(range(1, 10))}, {f"f{n}": [1, 2] for n in range(17)}, {"attention": [1, True]},
+    {"attention": list(range(1, 10))}, {f"f{n}": [1, 2] for n in range(33)}, {"attention": [1, True]},
 ])
 def test_names_bound_again_are_identifiers_with_two_to_eight_cell_numbers(bound):
     with pytest.raises(protocol.ProtocolError):
