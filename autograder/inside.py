@@ -566,7 +566,7 @@ def names_read_outside(namespace):
     globals: what stays as it is whatever arguments the function is given. Read from bytecode:
     an attribute (`x.T`) is no global. At most 8 names a function, each an identifier."""
     function_type, module_type = type(names_read_outside), type(sys)
-    values = {name for name, value in namespace.items() if type(name) is str and name.isidentifier()
+    values = {name for name, value in namespace.items() if protocol.is_name(name)
               and not name.startswith("__") and not callable(value)
               and type(value) not in (module_type, str, bytes, type(None))}
     if not values:

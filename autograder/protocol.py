@@ -497,6 +497,13 @@ def bound(obj):
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 
 
+def is_name(text) -> bool:
+    """Is `text` a name the protocol carries (a function's, or a value's a function reads): an ASCII
+    identifier of at most 40 characters? The child sends no other, so that what it reports of a
+    notebook's own names (`Ω`, or one of fifty letters) never breaks the frame it reports them in."""
+    return type(text) is str and _NAME.fullmatch(text) is not None
+
+
 def outside(obj):
     """Per graded function, the names of values defined outside it that it reads: a small object
     of identifiers."""

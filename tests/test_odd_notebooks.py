@@ -523,3 +523,20 @@ def test_a_helper_defined_only_in_a_check_cell_is_told_with_that_cell(tmp_path):
     feedback = {step["id"]: step["feedback"] for step in json.loads(done.stdout)["steps"]}["softmax"]
     assert "name 'normalize_rows' is not defined" in feedback
     assert "`normalize_rows` is defined only in cell 3, which the graders do not run" in feedback, feedback
+
+
+@pytest.mark.parametrize("name", ["Ω", "scaling_factor_of_the_scores_taken_from_the_example"])
+def test_a_value_read_from_outside_under_a_name_the_protocol_does_not_carry_costs_only_its_step(tmp_path, name):
+    """`scale` dividing by a module value named `Ω`, or one of fifty letters: the sealed child
+    reports only names the protocol carries (ASCII identifiers of at most 40 characters). Before,
+    it reported these, the worker refused its import frame, and every step scored 0."""
+    require_sandbox()
+    source = reference_source().replace("def scale(d, d_k):", f"{name} = 2.0\n\n\ndef scale(d, d_k):", 1)
+    start = source.index("def scale(d, d_k):")
+    line = source.index("np.sqrt(d_k)", start)
+    path = tmp_path / "named.py"
+    path.write_text(source[:line] + f"np.sqrt({name})" + source[line + len("np.sqrt(d_k)"):], encoding="utf-8")
+    result = json.loads(qkv_grade(str(path), "--format", "json", "--seed", str(SEED)).stdout)
+    steps = {step["id"]: step for step in result["steps"]}
+    assert steps["qkv"]["status"] == "passed" and steps["softmax"]["status"] == "passed", steps["qkv"]
+    assert steps["scale"]["status"] in ("partial", "failed") and steps["scale"]["score"] > 0, steps["scale"]
