@@ -90,11 +90,12 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         # showed (a crash on the earlier step's None, a value that looked hard-coded) came from there,
         # and a code the line does not name would be one no sentence explains.
         codes = judge.carried_codes(result.diagnoses, sources, by_id)
-        unreached = judge.unreached_functions(own) if own is not None else frozenset()
+        unreached = judge.unreached_functions(own) if own is not None else {}
         states = {judge.step_state(by_id[used], unreached) for used in sources}
+        never = (feedback.UNREACHED, feedback.DISCARDED)
         text = feedback.carried_feedback(step, sources, codes, result.total, replaced=names,
-                                         unwritten=feedback.UNREACHED if states == {feedback.UNREACHED} else
-                                         states <= {"not_implemented", feedback.UNREACHED})
+                                         unwritten=states.pop() if len(states) == 1 and states <= set(never) else
+                                         states <= {"not_implemented", *never})
         by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, codes,
                                     result.passed, result.total, list(result.case_passed),
                                     carried_from=judge.carried_source(sources, codes, by_id))

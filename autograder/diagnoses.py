@@ -272,6 +272,12 @@ BY_STEP: dict[tuple[str, str], Diagnosis] = {
         "column-normalized", "you gave the softmax's axis as the columns' (axis 0, over receivers); each "
         "receiving row is normalized over the contributing keys, along the last axis.",
         "The softmax of a [T, T] score matrix runs along axis -1 (1 names the same axis).", "§15.3"),
+    # Exercise 1 returns its pair the other way round from the head's: the weights first.
+    ("swapped-outputs", "ex1_zero_query"): Diagnosis(
+        "swapped-outputs", "the weights and the output changed places: a pair was returned, or unpacked, in "
+        "the wrong order.",
+        "Keep the docstring's order, the weights first and then the output (`weights, output`), where you "
+        "return the pair and where you unpack one.", "§15.8"),
 }
 
 

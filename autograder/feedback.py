@@ -98,6 +98,10 @@ def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = froz
 UNREACHED = "unreached"
 """In place of a step's status "not_implemented", for its feedback only: its functions were never
 defined because the notebook cells holding their defs stopped with an error before them."""
+DISCARDED = "discarded"
+"""Likewise, where their defs are in `%%timeit` cells, whose bindings IPython discards."""
+_NEVER = {UNREACHED: ("a cell stopped before its def", "a cell stopped before their defs"),
+          DISCARDED: ("its def is in a `%%timeit` cell", "their defs are in `%%timeit` cells")}
 
 
 def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[str],
@@ -114,18 +118,18 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         return f"{step.title}: all {total} cases pass."
     lines = []
     unwritten = [name for name, state in root_causes.items() if state == "not_implemented"]
-    unreached = [name for name, state in root_causes.items() if state == UNREACHED]
-    wrong = [name for name in root_causes if name not in unwritten and name not in unreached]
+    wrong = [name for name, state in root_causes.items() if state not in ("not_implemented", *_NEVER)]
     if wrong:
         lines.append(_root_line(wrong, "wrong (see above)", "fix"))
     if unwritten:
         lines.append(_root_line(unwritten, "not implemented yet", "write"))
-    if unreached:
-        lines.append(_root_line(unreached, "never defined, as a cell stopped before its def (see above)", "fix"))
-    if status == UNREACHED and not root_causes:
-        lines.append(f"{step.title}: never defined ({', '.join(step.functions)}): a cell stopped before its def "
-                     f"(see below).")
-    elif status in ("not_implemented", UNREACHED) and not root_causes:
+    for never, (one, _) in _NEVER.items():
+        names = [name for name, state in root_causes.items() if state == never]
+        if names:
+            lines.append(_root_line(names, f"never defined, as {one} (see above)", "fix"))
+    if status in _NEVER and not root_causes:
+        lines.append(f"{step.title}: never defined ({', '.join(step.functions)}): {_NEVER[status][0]} (see below).")
+    elif status in ("not_implemented", *_NEVER) and not root_causes:
         lines.append(f"{step.title}: not implemented yet ({', '.join(step.functions)}).")
     else:
         lines.append(f"{step.title}: {passed} of {total} cases pass.")
@@ -152,7 +156,7 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     `replaced`: the functions that were replaced by the chapter's when the step was called again
     (None: a model of the earlier mistake reproduced its numbers); `unwritten`: the earlier steps
     are not written yet, rather than wrong (UNREACHED: never defined, as a notebook cell stopped
-    before their defs). What went wrong may be wrong numbers or exceptions (an
+    before their defs; DISCARDED: defined in `%%timeit` cells only). What went wrong may be wrong numbers or exceptions (an
     earlier function that fails on the step's input), so the line speaks of neither. `through`: the
     step whose values, as the student wrote them, explain this one's, where that step's own work
     checks out and the mistake is the earlier one's (`sources`)."""
@@ -163,8 +167,8 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     # replaced at once; that shows they account for its numbers together, not that each of them
     # does (one may fail only on what this step never hands it, a read-only argument say): so "one or
     # more". A model of the named mistakes, composed, reproduces them all.
-    cause = (f"your {steps} step{plural}, never defined as a cell stopped before {'their defs' if plural else 'its def'}"
-             if unwritten == UNREACHED else
+    cause = (f"your {steps} step{plural}, never defined as {_NEVER[unwritten][1 if plural else 0]}"
+             if unwritten in _NEVER else
              f"your {steps} step{plural}, not written yet" if unwritten else
              f"the mistakes in the failing steps it builds on, your {steps} steps" if plural and replaced is None else
              f"one or more of the failing steps it builds on, your {steps} steps" if plural else

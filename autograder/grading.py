@@ -107,7 +107,10 @@ class Grader:
         name = submission.path.name if submission.path.suffix in (".py", ".ipynb") else (
             "attention_head.ipynb" if submission.notebook else "attention_head.py")
         # a notebook's cells each with its number in the notebook, which tracebacks name
-        cells = list(zip(submission.numbers, submission.cells)) if submission.numbers else list(submission.cells)
+        # (a cell whose body runs in a namespace of its own, `%%timeit`, says so with a third item)
+        cells = ([(number, cell, True) if number in submission.apart else (number, cell)
+                  for number, cell in zip(submission.numbers, submission.cells)]
+                 if submission.numbers else list(submission.cells))
         return worker.send(name, cells, self.plan, self._answers(submission), queued,
                            again=None if again is None else again.asked)
 
@@ -146,7 +149,7 @@ class Grader:
 
     def _judge(self, submission: Submission, run, started: float) -> "SubmissionResult | Pending":
         answers = self._answers(submission)
-        run.skipped = dict(submission.skipped)
+        run.skipped, run.discarded = dict(submission.skipped), dict(submission.discarded)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)
         written = run.answers if answers and run.imported else None  # None: a notebook, or never ran

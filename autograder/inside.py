@@ -725,12 +725,17 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     held, bound = {}, {}  # a notebook's graded names: what each is bound to, and the cells that bound it anew
     try:
         for index, cell in enumerate(job["cells"]):
-            # a notebook's cell comes with its number among all the notebook's cells
-            number, cell = cell if type(cell) is tuple else (index + 1, cell)
+            # a notebook's cell comes with its number among all the notebook's cells, and a third
+            # item where its body runs, as IPython runs a %%timeit cell's, binding into a namespace of its own
+            apart = type(cell) is tuple and len(cell) == 3
+            number, cell = cell[:2] if type(cell) is tuple else (index + 1, cell)
             code = None
             try:  # in a notebook, a cell that will not compile or run ends that cell only, as in Jupyter
                 code = compile(cell, "%s, cell %d" % (filename, number) if notebook else filename, "exec")
-                exec(code, module.__dict__)
+                if apart:
+                    exec(code, module.__dict__, {})
+                else:
+                    exec(code, module.__dict__)
             except BaseException as exc:
                 if not notebook:
                     raise

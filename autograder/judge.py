@@ -1499,13 +1499,13 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
                earlier: dict[str, StepResult], stopped: list[dict] = (),
                mistakes: dict[str, list] | None = None, raised: set | None = None,
                provisional: dict[str, StepResult] | None = None, outside: dict | None = None,
-               bound: dict | None = None, unreached: frozenset = frozenset(),
-               skipped: dict | None = None) -> StepResult:
+               bound: dict | None = None, unreached: dict | None = None,
+               skipped: dict | None = None, discarded: dict | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `bound`: a notebook's graded functions bound in two cells or more, with those cells' numbers.
-    `unreached`: the functions never defined because the cell holding their def stopped first
-    (see `unreached_functions`). `skipped`: names a notebook defines only in cells the graders do
-    not run, each with that cell's number.
+    `unreached`: the functions never defined, because the cell holding their def stopped first or
+    is a `%%timeit` cell, each with why (see `unreached_functions`). `skipped`: names a notebook defines only in cells the graders do
+    not run, each with that cell's number; `discarded`, names defined in `%%timeit` cells, likewise.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
@@ -1518,14 +1518,15 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
         return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
-                           outside, bound or {}, unreached, skipped or {})
+                           outside, bound or {}, unreached or {}, skipped or {}, discarded or {})
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
                 earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
                 raised: set | None, provisional: dict[str, StepResult] | None = None,
                 outside: dict | None = None, bound: dict | None = None,
-                unreached: frozenset = frozenset(), skipped: dict | None = None) -> StepResult:
+                unreached: dict | None = None, skipped: dict | None = None,
+                discarded: dict | None = None) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1577,14 +1578,19 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
         # (a name a stopped cell would have defined: the first line says so, and the cell is listed)
-        detail = "" if set(missing) <= unreached else \
+        detail = "" if set(missing) <= set(unreached or {}) else \
             f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
         if stopped:
-            detail = _joined(detail, feedback.stopped_cells(stopped, unreached))
+            detail = _joined(detail, feedback.stopped_cells(stopped, set(unreached or {})))
+        detail = _joined(detail, *(f"`{fn}` is defined in cell {(discarded or {})[fn]}, a `%%timeit` cell: IPython "
+                                   f"runs its body with a namespace of its own, so what it defines is gone once the "
+                                   f"cell ends (after Run All, Jupyter has no `{fn}` either). Define it in a cell of "
+                                   f"its own, and time it in another." for fn in missing
+                                   if (unreached or {}).get(fn) == feedback.DISCARDED and fn in (discarded or {})))
     elif stopped and any(v.raised == "NameError" for v in flat):
         # a name the function looks up was never defined: a cell that stopped early may be why
         # (`from scipy.special import softmax` in a cell of its own, say)
-        detail = _joined(detail, feedback.stopped_cells(stopped, unreached))
+        detail = _joined(detail, feedback.stopped_cells(stopped, set(unreached or {})))
     if status != "passed":
         detail = _joined(detail, _bound_again(step, bound or {}), _only_in_skipped_cells(flat, skipped or {}))
     carried_result = None
@@ -1602,9 +1608,10 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         elif codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
-    shown_status = feedback.UNREACHED if status == "not_implemented" and set(missing) & unreached else status
+    shown_status = next((unreached[fn] for fn in missing if fn in (unreached or {})), status) \
+        if status == "not_implemented" else status
     text = feedback.step_feedback(step, shown_status, sum(passed), total, codes, shown, detail,
-                                  {used: step_state(earlier[used], unreached) for used in _first_causes(failing_uses)},
+                                  {used: step_state(earlier[used], unreached or {}) for used in _first_causes(failing_uses)},
                                   carried,
                                   alternatives=found.alternatives, looks=found.looks, seen=found.seen)
     own = StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
@@ -1969,21 +1976,26 @@ def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None
     return ratio.sum(axis=axis, keepdims=True) / counts
 
 
-def unreached_functions(run: Run) -> frozenset:
-    """The graded functions a notebook never defined because a cell that would have defined them
-    stopped with an error first: called, they were missing, and a stopped cell binds them."""
+def unreached_functions(run: Run) -> dict[str, str]:
+    """The graded functions a notebook never defined though it holds their defs, each with why:
+    feedback.UNREACHED where a cell that would have defined them stopped with an error first,
+    feedback.DISCARDED where their def is in a `%%timeit` cell (whose bindings IPython discards)."""
     defined_in_stopped = {name for raised in run.stopped for name in raised.get("defines", ())}
-    if not defined_in_stopped:
-        return frozenset()
+    if not defined_in_stopped and not run.discarded:
+        return {}
     missing = {outcome.raised.get("message") for outcomes in run.outcomes for outcome in outcomes
                if outcome is not None and outcome.raised and outcome.raised.get("type") == "MissingName"}
-    return frozenset(missing & defined_in_stopped)
+    found = {name: feedback.DISCARDED for name in missing if name in run.discarded}
+    found.update({name: feedback.UNREACHED for name in missing & defined_in_stopped})
+    return found
 
 
-def step_state(result: StepResult, unreached: frozenset) -> str:
-    """A step's status as an earlier step's feedback names it: UNREACHED for one never defined."""
-    if result.status == "not_implemented" and set(BY_ID[result.id].functions) & unreached:
-        return feedback.UNREACHED
+def step_state(result: StepResult, unreached: dict[str, str]) -> str:
+    """A step's status as an earlier step's feedback names it: why it was never defined, where it was not."""
+    if result.status == "not_implemented":
+        for fn in BY_ID[result.id].functions:
+            if fn in unreached:
+                return unreached[fn]
     return result.status
 
 
@@ -2198,7 +2210,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
                                       mistakes, raised, run.provisional if carry_forward else None, run.outside,
-                                      run.bound, unreached, run.skipped)
+                                      run.bound, unreached, run.skipped, run.discarded)
     return list(results.values())
 
 

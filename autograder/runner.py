@@ -84,6 +84,8 @@ class Run:
     """Per graded function a notebook binds in two cells or more, those cells' numbers, in order."""
     skipped: dict[str, int] = field(default_factory=dict)
     """Set by the grader from the notebook itself: names defined only in cells it does not run."""
+    discarded: dict[str, int] = field(default_factory=dict)
+    """Set likewise: names defined in `%%timeit` cells, whose bindings are gone once the cell ends."""
     lost: str | None = None
     """Set when the worker itself failed: the calls without outcomes could not be run."""
     imports: int = 1

@@ -69,6 +69,10 @@ class Submission:
     skipped: tuple[tuple[str, int], ...] = ()
     """A notebook's: the names defined at the top of the code cells the grader does not run (its
     checks, its plot, nbgrader's test cells), each with the first such cell's number."""
+    apart: frozenset[int] = frozenset()
+    """A notebook's: the numbers of the cells whose body runs in a namespace of its own (`%%timeit`)."""
+    discarded: tuple[tuple[str, int], ...] = ()
+    """The names those cells define at their top, each with its cell's number: gone once it ends."""
 
 
 def load(path: Path, name: str | None = None) -> Submission:
@@ -97,9 +101,12 @@ def _load(path: Path, name: str) -> Submission:
                                   f"({MAX_SOURCE})")
         return Submission(path, shown_name(name), (text,), False)
     skipped: dict[str, int] = {}
-    numbered = notebook_cells(read_bytes(path, name), path, numbered=True, skipped=skipped)
+    apart: dict[int, list[str]] = {}
+    numbered = notebook_cells(read_bytes(path, name), path, numbered=True, skipped=skipped, apart=apart)
+    discarded = tuple((defined, number) for number, names in apart.items() for defined in names)
     return Submission(path, shown_name(name), tuple(code for _, code in numbered), True,
-                      tuple(number for number, _ in numbered), tuple(skipped.items()))
+                      tuple(number for number, _ in numbered), tuple(skipped.items()), frozenset(apart),
+                      discarded[:MOST_SKIPPED_NAMES])
 
 
 # Text codecs written in Python whose decoding takes time far beyond a file's length (punycode's is
@@ -239,10 +246,13 @@ def read_bytes(path: Path, name: str | None = None, limit: int = MAX_BYTES) -> b
         os.close(folder)
 
 
-def notebook_cells(data: bytes | str, path: Path, numbered: bool = False, skipped: dict | None = None) -> list:
+def notebook_cells(data: bytes | str, path: Path, numbered: bool = False, skipped: dict | None = None,
+                   apart: dict | None = None) -> list:
     """The code cells a notebook submission is made of, as the Python an IPython kernel would run;
     with `numbered`, each as (its place among all the notebook's cells, from 1; the code).
-    `skipped`, when given, gets the names the cells not run define at their top (see `defined_at_top`).
+    `skipped`, when given, gets the names the cells not run define at their top (see `defined_at_top`);
+    `apart`, the number of each cell whose body runs in a namespace of its own (OWN_NAMESPACE), with
+    the names it defines at its top.
 
     Its raw bytes are pre-scanned for their budgets (`prescan`) before json.loads reads them.
     Older formats (nbformat 3's worksheets) are converted by nbformat itself, once every cell but
@@ -286,6 +296,8 @@ def notebook_cells(data: bytes | str, path: Path, numbered: bool = False, skippe
             transformed = python_source(source, budget)
             if transformed is not None:
                 code.append((number, transformed) if numbered else transformed)
+                if apart is not None and cell_magic(source) in OWN_NAMESPACE:
+                    apart[number] = defined_at_top(source)
     return code
 
 
@@ -449,6 +461,18 @@ def qkv_metadata(notebook) -> dict:
 # Cell magics whose body is Python that Jupyter runs; the body of any other (%%bash, %%html,
 # %%writefile, ...) is not Python, and such a cell is left out.
 RUNS_ITS_BODY = {"time", "timeit", "capture", "prun"}
+# Of those, the ones whose body IPython runs with a namespace of its own for what it binds
+# (`%%timeit` runs `exec(body, user_ns, ns)`): a function defined there is gone once the cell ends.
+OWN_NAMESPACE = {"timeit"}
+
+
+def cell_magic(source: str) -> str | None:
+    """The name of the cell magic a cell starts with (`%%timeit` -> "timeit"), or None."""
+    for line in source.splitlines():
+        if line.strip():
+            words = line[2:].split() if line.startswith("%%") else []
+            return (words[0] if words else "") if line.startswith("%%") else None
+    return None
 # What the magics and shell escapes call once IPython has transformed them: nothing happens.
 NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_magic", "run_cell_magic", '
               '"system", "getoutput", "set_next_input"), lambda *args, **kwargs: None))')

@@ -56,3 +56,17 @@ def test_a_batch_returned_as_one_pair_per_example_is_told_to_stack_them(tmp_path
     path.write_text(source.replace("for example in x]", "for example in 2 * x]"))
     batch = _steps(path)["batch"]["feedback"]
     assert "You returned one (o, a) pair per example of the batch: the step asks" in batch, batch
+
+
+def test_exercise_1_returned_the_wrong_way_round_is_told_its_own_order(tmp_path):
+    """zero_query_mixture returns (weights, output), the other way round from the head's (o, a):
+    the advice for a swapped pair keeps each function's own order."""
+    require_sandbox()
+    path = tmp_path / "ex1_order.py"
+    path.write_text(_replaced("zero_query_mixture",
+                              "    t = k.shape[0]\n    weights = np.full(t, 1.0 / t)\n    return weights @ v, weights\n"))
+    steps = _steps(path)
+    feedback = steps["ex1_zero_query"]["feedback"]
+    assert "swapped-outputs" in steps["ex1_zero_query"]["diagnoses"], feedback
+    assert "the weights first and then the output (`weights, output`)" in feedback, feedback
+    assert "the output first" not in feedback

@@ -540,3 +540,36 @@ def test_a_value_read_from_outside_under_a_name_the_protocol_does_not_carry_cost
     steps = {step["id"]: step for step in result["steps"]}
     assert steps["qkv"]["status"] == "passed" and steps["softmax"]["status"] == "passed", steps["qkv"]
     assert steps["scale"]["status"] in ("partial", "failed") and steps["scale"]["score"] > 0, steps["scale"]
+
+
+def test_a_function_defined_in_a_timeit_cell_is_gone_as_in_jupyter_and_told_so(tmp_path):
+    """IPython runs a `%%timeit` cell's body binding into a namespace of its own: after Run All the
+    softmax defined there does not exist, and nbgrader's Validate fails it. The graders and the
+    self-check run it the same way, and say why the function is missing; a `%%time` cell keeps it."""
+    require_sandbox()
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "released_public_checks_timeit", REPO / "assignments" / "attention_head" / "public_checks.py")
+    public_checks = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = public_checks
+    spec.loader.exec_module(public_checks)
+
+    base = _without(reference_source(), "softmax_rows")
+    for magic, kept in (("%%timeit", False), ("%%time", True)):
+        path = tmp_path / f"{magic.strip('%')}.ipynb"
+        path.write_text(_notebook(base, f"{magic}\n" + _SOFTMAX))
+        done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+        steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
+        loaded = public_checks.load_submission(path)
+        if kept:
+            assert steps["softmax"]["status"] == "passed" and "softmax_rows" in loaded.namespace
+            continue
+        softmax = steps["softmax"]["feedback"]
+        assert steps["softmax"]["status"] == "not_implemented" and steps["softmax"]["score"] == 0
+        assert softmax.startswith("Normalize each receiving row: never defined (softmax_rows): its def is in a "
+                                  "`%%timeit` cell"), softmax
+        assert "`softmax_rows` is defined in cell 2, a `%%timeit` cell" in softmax, softmax
+        assert "not implemented" not in done.stdout and "Write it there" not in done.stdout
+        assert loaded.discarded == {"softmax_rows"} and "softmax_rows" not in loaded.namespace

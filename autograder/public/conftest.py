@@ -69,7 +69,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                 subsequent_indent="  "))
         never = [step for step, status in outcomes.items() if status == "never_defined"]
         if never:
-            write(textwrap.fill(f"Never defined, as a notebook cell stopped before the def: {', '.join(never)}",
+            write(textwrap.fill(f"Never defined (a notebook cell that stopped first, or a %%timeit cell): "
+                                f"{', '.join(never)}",
                                 width=WIDTH, subsequent_indent="  "))
         path = _chosen(config)
         notebook = public_checks.HERE / public_checks.NOTEBOOK

@@ -963,6 +963,8 @@ class Submission:
     """A notebook's cells that stopped with an error, each as a line: where, and what it raised."""
     unreached: frozenset = frozenset()
     """The graded functions a notebook never defined because the cell holding their def stopped first."""
+    discarded: frozenset = frozenset()
+    """The graded functions a notebook defines only in `%%timeit` cells, whose definitions IPython discards."""
 
     @property
     def kind(self) -> str:
@@ -988,9 +990,11 @@ def load_submission(path: Path | None = None) -> Submission:
         return Submission(path, {}, f"{path.name} is neither a .py module nor an .ipynb notebook.")
     stopped: list[str] = []
     unreached: set[str] = set()
+    discarded: set[str] = set()
     started = time.monotonic()
     try:
-        namespace = _load_notebook(path, stopped, unreached) if path.suffix == ".ipynb" else _load_module(path)
+        namespace = (_load_notebook(path, stopped, unreached, discarded) if path.suffix == ".ipynb"
+                     else _load_module(path))
     except (Exception, SystemExit) as error:
         return Submission(path, {}, f"{path.name} could not be loaded: {_error_text(error)}.")
     took = time.monotonic() - started
@@ -998,7 +1002,8 @@ def load_submission(path: Path | None = None) -> Submission:
         return Submission(path, {}, f"{path.name} took {took:.0f} s to load (every cell it runs, for a notebook), more "
                                     f"than the {IMPORT_SECONDS:.0f} s the hidden graders allow: they would grade "
                                     f"nothing. Move slow experiments out of it.")
-    return Submission(path, namespace, stopped=tuple(stopped), unreached=frozenset(unreached))
+    return Submission(path, namespace, stopped=tuple(stopped), unreached=frozenset(unreached),
+                      discarded=frozenset(discarded))
 
 
 IMPORT_SECONDS = 10.0
@@ -1033,17 +1038,20 @@ def _load_module(path: Path) -> dict:
     return vars(module)
 
 
-def _load_notebook(path: Path, stopped: list, unreached: set | None = None) -> dict:
+def _load_notebook(path: Path, stopped: list, unreached: set | None = None, discarded: set | None = None) -> dict:
     """Run the notebook's code cells in order, in one namespace, as the hidden graders do: every
     one but the checks, the plot and nbgrader's test cells, a cell that raises stopping itself only
     (each such cell is added to `stopped`, with the graded functions it would have defined and that
-    were never defined, which are added to `unreached`). Lines of IPython's magics and shell escapes
-    are skipped, as the graders skip them. Cells are numbered among all the notebook's cells, from 1."""
+    were never defined, which are added to `unreached`; a `%%timeit` cell's body binds into a
+    namespace of its own, as IPython runs it, and the graded functions it alone defines are added
+    to `discarded`). Lines of IPython's magics and shell escapes are skipped, as the graders skip
+    them. Cells are numbered among all the notebook's cells, from 1."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells", []), list):
         raise ValueError("it is not a notebook (no list of cells)")
     namespace = {"__name__": path.stem, "__builtins__": _graders_builtins()}
     failed = []  # (the line saying where and what it raised, the names it binds) of each cell that stopped
+    timed = {}  # what the %%timeit cells bound, each in a namespace of its own
     for number, cell in enumerate(notebook.get("cells", []), 1):
         if not isinstance(cell, dict):
             continue
@@ -1055,16 +1063,25 @@ def _load_notebook(path: Path, stopped: list, unreached: set | None = None) -> d
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
+        # IPython runs a %%timeit cell's body binding into a namespace of its own: what it defines is gone after
+        apart = source.lstrip().startswith("%%timeit")
         source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!")
                            else line for line in source.split("\n"))
         where = f"{path.name}, cell {number}"
         code = None
         try:
             code = compile(source, where, "exec")
-            exec(code, namespace)
+            if apart:
+                kept = {}
+                exec(code, namespace, kept)
+                timed.update(kept)
+            else:
+                exec(code, namespace)
         except (Exception, SystemExit) as error:
             failed.append((f"cell {number}: {_error_text(error)}", _binds(code, source)))
     graded = {name for step in steps().values() for name in step.functions}
+    if discarded is not None:
+        discarded.update(name for name in timed if name in graded and name not in namespace)
     for line, binds in failed:
         never = [name for name in binds if name in graded and name not in namespace]
         if unreached is not None:

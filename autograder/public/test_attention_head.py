@@ -19,11 +19,17 @@ def test_step(step_id, submission, record_property):
     if outcome.status != "passed":
         stopped = "".join(f"\n  {line}" for line in submission.stopped)
         message = outcome.message
-        never = [name for name in public_checks.steps()[step_id].functions if name in submission.unreached]
+        functions = public_checks.steps()[step_id].functions
+        never = [name for name in functions if name in submission.unreached]
+        timed = [name for name in functions if name in submission.discarded]
         if outcome.status == "not_implemented" and never:  # written, in a cell that stopped before its def
             record_property("status", "never_defined")
             message = (f"{step_id}: never defined: the notebook cell that would define {', '.join(never)} "
                        f"stopped with an error first (below).")
+        elif outcome.status == "not_implemented" and timed:  # written in a %%timeit cell only
+            record_property("status", "never_defined")
+            message = (f"{step_id}: never defined: {', '.join(timed)} is defined only in a %%timeit cell, whose "
+                       f"definitions IPython discards once the cell ends. Define it in a cell of its own.")
         pytest.fail(message + (f"\nCells of your notebook that stopped with an error (the hidden "
                                        f"graders run them alike):{stopped}" if stopped else ""), pytrace=False)
 
