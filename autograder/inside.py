@@ -619,6 +619,30 @@ def _note_bindings(namespace, number, held, bound, absent):
             bound.setdefault(name, []).append(number)
 
 
+def defaulted_parameters(namespace):
+    """For each graded function of `namespace` that has parameters with defaults other than None,
+    their names (at most 8, each one the protocol carries): read from its code and defaults alone."""
+    function_type, found = type(defaulted_parameters), {}
+    for name in GRADED_FUNCTIONS:
+        function = namespace.get(name)
+        if type(function) is not function_type:
+            continue
+        code = function.__code__
+        positional = code.co_varnames[:code.co_argcount]
+        defaults = function.__defaults__
+        # (a default of None, which the function then replaces, says nothing)
+        names = [key for key, value in zip(positional[len(positional) - len(defaults):], defaults)
+                 if value is not None] if type(defaults) is tuple and defaults else []
+        kwonly = function.__kwdefaults__
+        if type(kwonly) is dict:
+            names += [key for key in code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+                      if kwonly.get(key, None) is not None]
+        names = [key for key in names if protocol.is_name(key)][:8]
+        if names:
+            found[name] = names
+    return found
+
+
 def chapter_needs(names) -> set:
     """`names` and every function of the chapter's they call, directly or not."""
     found, todo = set(), list(names)
@@ -777,6 +801,13 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         restore_builtins()
         if outside:
             imported["outside"] = outside
+        try:
+            defaulted = defaulted_parameters(dict(module.__dict__))
+        except BaseException:  # a function object changed in ways no def makes: nothing said of it
+            defaulted = {}
+        restore_builtins()
+        if defaulted:
+            imported["defaults"] = defaulted
     # A name bound by two cells or more, of the graded functions and the values they read from outside.
     told = list(GRADED_FUNCTIONS) + sorted({name for names in outside.values() for name in names})
     rebound = {name: bound[name][-MOST_BINDINGS:] for name in told if len(bound.get(name, ())) > 1}
@@ -1050,7 +1081,7 @@ def _check_child_frame(obj, blob, expected, used):
     if expected is None:
         if event != "imported" or type(obj.get("ok")) is not bool:
             raise protocol.ProtocolError("something other than the module's import result")
-        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside", "bound")
+        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside", "bound", "defaults")
         clean = {"ev": "imported", "ok": obj["ok"], "out": text or ""}
         if obj["ok"]:
             clean["answers"] = protocol.answers(obj.get("answers", {}))
@@ -1060,6 +1091,8 @@ def _check_child_frame(obj, blob, expected, used):
                 clean["outside"] = protocol.outside(obj["outside"])
             if "bound" in obj:
                 clean["bound"] = protocol.bound(obj["bound"])
+            if "defaults" in obj:
+                clean["defaults"] = protocol.outside(obj["defaults"])
         else:
             clean["error"] = protocol.raised(obj.get("error"))
         return clean, b""

@@ -1500,12 +1500,14 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
                mistakes: dict[str, list] | None = None, raised: set | None = None,
                provisional: dict[str, StepResult] | None = None, outside: dict | None = None,
                bound: dict | None = None, unreached: dict | None = None,
-               skipped: dict | None = None, discarded: dict | None = None) -> StepResult:
+               skipped: dict | None = None, discarded: dict | None = None,
+               defaults: dict | None = None) -> StepResult:
     """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
     `bound`: a notebook's graded functions bound in two cells or more, with those cells' numbers.
     `unreached`: the functions never defined, because the cell holding their def stopped first or
     is a `%%timeit` cell, each with why (see `unreached_functions`). `skipped`: names a notebook defines only in cells the graders do
     not run, each with that cell's number; `discarded`, names defined in `%%timeit` cells, likewise.
+    `defaults`: per graded function, its parameters that have defaults.
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
@@ -1518,7 +1520,7 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
         return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
-                           outside, bound or {}, unreached or {}, skipped or {}, discarded or {})
+                           outside, bound or {}, unreached or {}, skipped or {}, discarded or {}, defaults or {})
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
@@ -1526,7 +1528,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
                 raised: set | None, provisional: dict[str, StepResult] | None = None,
                 outside: dict | None = None, bound: dict | None = None,
                 unreached: dict | None = None, skipped: dict | None = None,
-                discarded: dict | None = None) -> StepResult:
+                discarded: dict | None = None, defaults: dict | None = None) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1568,7 +1570,8 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         called = case.calls[index].shown(inspect_names(case.calls[index].fn))
         shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
-    read_outside = _read_outside(step, codes, outside or {}, bound or {})
+    read_outside = _joined(_read_outside(step, codes, outside or {}, bound or {}),
+                           _defaults_never_passed(step, codes, defaults or {}))
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes:
         # no sum or index of its own is what the shape look would guess at
@@ -2024,6 +2027,25 @@ def _only_in_skipped_cells(flat: list[_CallVerdict], skipped: dict[str, int]) ->
                      f"your own." for name in names if name in skipped)
 
 
+def _defaults_never_passed(step: Step, codes: list[str], defaults: dict[str, list[str]]) -> str:
+    """Where no modelled mistake is named: the parameters of the step's functions that the contract
+    does not have, whose defaults every call of the graders' therefore uses (a `d_k` set from the
+    example's `Q` when the def ran, say)."""
+    if not set(codes) <= _UNMODELLED_VALUES | {"crashed"}:
+        return ""
+    sentences = []
+    for fn in step.functions:
+        extra = [name for name in defaults.get(fn, ()) if name not in inspect_names(fn)]
+        if extra:
+            shown = " and ".join(", ".join(f"`{name}`" for name in extra).rsplit(", ", 1))
+            sentences.append(f"Your `{fn}` takes {shown}, which the graders never pass (its arguments are "
+                             f"{', '.join(inspect_names(fn))}): every call uses "
+                             f"{'their defaults' if len(extra) > 1 else 'its default'}, fixed when the `def` ran "
+                             f"(one taken from the example's values, such as `Q.shape[-1]`, is the example's on "
+                             f"every case).")
+    return "\n".join(sentences)
+
+
 def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]],
                   bound: dict[str, list[int]] | None = None) -> str:
     """Where no modelled mistake is named: the values defined outside the step's functions that
@@ -2210,7 +2232,7 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
                         for case_outcomes in per_case]
         results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
                                       mistakes, raised, run.provisional if carry_forward else None, run.outside,
-                                      run.bound, unreached, run.skipped, run.discarded)
+                                      run.bound, unreached, run.skipped, run.discarded, run.defaults)
     return list(results.values())
 
 

@@ -82,6 +82,8 @@ class Run:
     """Per graded function, the names of values defined outside it that it reads (a notebook's `X`)."""
     bound: dict[str, list[int]] = field(default_factory=dict)
     """Per graded function a notebook binds in two cells or more, those cells' numbers, in order."""
+    defaults: dict[str, list[str]] = field(default_factory=dict)
+    """Per graded function, the names of its parameters that have defaults."""
     skipped: dict[str, int] = field(default_factory=dict)
     """Set by the grader from the notebook itself: names defined only in cells it does not run."""
     discarded: dict[str, int] = field(default_factory=dict)
@@ -456,6 +458,7 @@ class Worker:
                     run.stopped = protocol.stopped(obj.get("stopped", []))
                     run.outside = protocol.outside(obj.get("outside", {}))
                     run.bound = protocol.bound(obj.get("bound", {}))
+                    run.defaults = protocol.outside(obj.get("defaults", {}))
             return used
         step = protocol.index(obj, "step", optional=True)
         call = protocol.index(obj, "call", optional=True)

@@ -70,3 +70,27 @@ def test_exercise_1_returned_the_wrong_way_round_is_told_its_own_order(tmp_path)
     assert "swapped-outputs" in steps["ex1_zero_query"]["diagnoses"], feedback
     assert "the weights first and then the output (`weights, output`)" in feedback, feedback
     assert "the output first" not in feedback
+
+
+def test_a_parameter_the_graders_never_pass_is_told_with_its_default(tmp_path):
+    """`def attention(q, k, v, d_k=Q.shape[-1])` with the example's Q: every hidden call uses 2.
+    The step names the parameter; a correct `softmax_rows(s, axis=-1)` says nothing of its own."""
+    require_sandbox()
+    path = tmp_path / "default.py"
+    source = reference_source()
+    start = source.index("def attention(q, k, v):")
+    body_at = source.index("\n", start) + 1
+    following = re.search(r"^\S", source[body_at:], re.M)
+    end = body_at + following.start()
+    source = (source[:start] + "Q = np.zeros((3, 2))\n\n\ndef attention(q, k, v, d_k=Q.shape[-1]):\n"
+              "    s = scale(scores(q, k), d_k)\n    a = softmax_rows(s)\n    return mix(a, v), a\n\n\n"
+              + source[end:])
+    source = source.replace("def softmax_rows(s):", "def softmax_rows(s, axis=-1):", 1)
+    path.write_text(source)
+    steps = _steps(path)
+    assert steps["softmax"]["status"] == "passed"
+    feedback = steps["attention"]["feedback"]
+    assert steps["attention"]["status"] in ("partial", "failed"), feedback
+    assert ("Your `attention` takes `d_k`, which the graders never pass (its arguments are q, k, v): every call "
+            "uses its default, fixed when the `def` ran") in feedback, feedback
+    assert "takes `axis`" not in json.dumps(steps)
