@@ -793,21 +793,16 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     if stopped:  # sent only when there are some: most submissions' frame stays as it was
         imported["stopped"] = stopped
     outside = {}
-    if job.get("replace") is None:  # a first run's: the grader reads it of no run called again
-        try:
-            outside = names_read_outside(dict(module.__dict__))
-        except BaseException:  # a value whose own code raises when looked at: nothing said of it
-            outside = {}
-        restore_builtins()
-        if outside:
-            imported["outside"] = outside
-        try:
-            defaulted = defaulted_parameters(dict(module.__dict__))
-        except BaseException:  # a function object changed in ways no def makes: nothing said of it
-            defaulted = {}
-        restore_builtins()
-        if defaulted:
-            imported["defaults"] = defaulted
+    if job.get("replace") is None:  # a first run's: the grader reads them of no run called again
+        for key, read in (("outside", names_read_outside), ("defaults", defaulted_parameters)):
+            try:
+                found = read(dict(module.__dict__))
+            except BaseException:  # a value whose own code raises when looked at: nothing said of it
+                found = {}
+            restore_builtins()
+            if found:
+                imported[key] = found
+        outside = imported.get("outside", {})
     # A name bound by two cells or more, of the graded functions and the values they read from outside.
     told = list(GRADED_FUNCTIONS) + sorted({name for names in outside.values() for name in names})
     rebound = {name: bound[name][-MOST_BINDINGS:] for name in told if len(bound.get(name, ())) > 1}

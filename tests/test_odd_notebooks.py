@@ -411,6 +411,19 @@ def test_a_name_never_defined_because_its_cell_stopped_is_told_with_that_cell(tm
     assert "keep other imports" in steps["softmax"]["feedback"]
 
 
+def _released_public_checks():
+    """The released self-check, as students have it (it reads the data files beside it)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "released_public_checks_odd", REPO / "assignments" / "attention_head" / "public_checks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _without(source: str, name: str) -> str:
     """The reference's source with the def of `name` taken out (up to the next top-level line)."""
     lines, kept, inside = source.splitlines(keepends=True), [], False
@@ -434,15 +447,7 @@ def test_a_function_whose_cell_stopped_before_its_def_is_told_never_defined_not_
     from it, says it was never defined and names that cell; "not implemented", "not written yet"
     and "Write it there" would send the student to write what is written. The self-check says the same."""
     require_sandbox()
-    import importlib.util
-    import sys
-
-    # the released self-check, as students have it (it reads the data files beside it)
-    spec = importlib.util.spec_from_file_location(
-        "released_public_checks_unreached", REPO / "assignments" / "attention_head" / "public_checks.py")
-    public_checks = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = public_checks
-    spec.loader.exec_module(public_checks)
+    public_checks = _released_public_checks()
 
     base = _without(reference_source(), "softmax_rows")
     for name, cell, error in (
@@ -547,14 +552,7 @@ def test_a_function_defined_in_a_timeit_cell_is_gone_as_in_jupyter_and_told_so(t
     softmax defined there does not exist, and nbgrader's Validate fails it. The graders and the
     self-check run it the same way, and say why the function is missing; a `%%time` cell keeps it."""
     require_sandbox()
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location(
-        "released_public_checks_timeit", REPO / "assignments" / "attention_head" / "public_checks.py")
-    public_checks = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = public_checks
-    spec.loader.exec_module(public_checks)
+    public_checks = _released_public_checks()
 
     base = _without(reference_source(), "softmax_rows")
     for magic, kept in (("%%timeit", False), ("%%time", True)):
