@@ -2003,14 +2003,17 @@ def step_state(result: StepResult, unreached: dict[str, str]) -> str:
 
 
 def _bound_again(step: Step, bound: dict[str, list[int]]) -> str:
-    """For a step's function that a notebook binds in two cells or more: which cell's the graders call."""
+    """For a function of the step, or of a step it builds on, that a notebook binds in two cells or
+    more: which cells, and that the graders call the last one's."""
     sentences = []
-    for fn in step.functions:
+    built_on = [fn for used in _all_uses(step) for fn in BY_ID[used].functions if fn not in step.functions]
+    for fn in list(step.functions) + list(dict.fromkeys(built_on)):
         cells = bound.get(fn)
         if cells:
             listed = ", ".join(str(cell) for cell in cells[:-1]) + f" and {cells[-1]}"
-            sentences.append(f"Your notebook binds `{fn}` in more than one cell (cells {listed}); the graders run "
-                             f"every cell in order, so they call what cell {cells[-1]} left.")
+            whose = "" if fn in step.functions else ", which this step builds on,"
+            sentences.append(f"Your notebook binds `{fn}`{whose} in more than one cell (cells {listed}); the graders "
+                             f"run every cell in order, so they call what cell {cells[-1]} left.")
     return "\n".join(sentences)
 
 

@@ -486,7 +486,10 @@ def test_a_function_bound_by_two_cells_is_told_which_cell_the_graders_call(tmp_p
     assert steps["attention"]["status"] != "passed"
     assert ("Your notebook binds `attention` in more than one cell (cells 1 and 3); the graders run every cell in "
             "order, so they call what cell 3 left.") in steps["attention"]["feedback"], steps["attention"]
-    assert steps["scores"]["status"] == "passed" and "binds `scores`" not in done.stdout
+    assert steps["scores"]["status"] == "passed" and "binds" not in steps["scores"]["feedback"]
+    # a function the failing step builds on, bound twice too, is named there as such
+    assert ("Your notebook binds `scores`, which this step builds on, in more than one cell (cells 1 and 4)"
+            in steps["attention"]["feedback"]), steps["attention"]
 
 
 def test_a_relation_is_told_only_where_every_failing_case_returned_numbers(tmp_path):
