@@ -90,12 +90,12 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         # showed (a crash on the earlier step's None, a value that looked hard-coded) came from there,
         # and a code the line does not name would be one no sentence explains.
         codes = judge.carried_codes(result.diagnoses, sources, by_id)
-        unreached = judge.unreached_functions(own) if own is not None else {}
-        states = {judge.step_state(by_id[used], unreached) for used in sources}
-        never = (feedback.UNREACHED, feedback.DISCARDED)
-        text = feedback.carried_feedback(step, sources, codes, result.total, replaced=names,
-                                         unwritten=states.pop() if len(states) == 1 and states <= set(never) else
-                                         states <= {"not_implemented", *never})
+        # where none of them has functions at all, why: one reason, or "not written yet" for several
+        states = {judge.step_state(by_id[used], judge.unreached_functions(own) if own is not None else {})
+                  for used in sources}
+        unwritten = ((states.pop() if len(states) == 1 else "not_implemented")
+                     if states <= {"not_implemented", feedback.UNREACHED, feedback.DISCARDED} else None)
+        text = feedback.carried_feedback(step, sources, codes, result.total, replaced=names, unwritten=unwritten)
         by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, codes,
                                     result.passed, result.total, list(result.case_passed),
                                     carried_from=judge.carried_source(sources, codes, by_id))

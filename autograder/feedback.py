@@ -148,15 +148,15 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
 
 
 def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int,
-                     replaced: list[str] | None = None, unwritten: bool | str = False, per_example: bool = False,
+                     replaced: list[str] | None = None, unwritten: str | None = None, per_example: bool = False,
                      through: str | None = None) -> str:
     """A step that keeps its points because an earlier step's mistake alone explains its numbers:
     the mistake is explained where it was made, and named here in one line.
 
     `replaced`: the functions that were replaced by the chapter's when the step was called again
-    (None: a model of the earlier mistake reproduced its numbers); `unwritten`: the earlier steps
-    are not written yet, rather than wrong (UNREACHED: never defined, as a notebook cell stopped
-    before their defs; DISCARDED: defined in `%%timeit` cells only). What went wrong may be wrong numbers or exceptions (an
+    (None: a model of the earlier mistake reproduced its numbers); `unwritten`: why the earlier
+    steps have no functions, rather than wrong ones: "not_implemented" (not written yet), UNREACHED
+    (a notebook cell stopped before their defs) or DISCARDED (defined in `%%timeit` cells only). What went wrong may be wrong numbers or exceptions (an
     earlier function that fails on the step's input), so the line speaks of neither. `through`: the
     step whose values, as the student wrote them, explain this one's, where that step's own work
     checks out and the mistake is the earlier one's (`sources`)."""
@@ -178,11 +178,9 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     if replaced is None:
         how = "with those as you wrote them" if plural else "with that as you wrote it"
     else:
-        functions = [f"`{name}`" for name in replaced]
-        listed = functions[0] if len(functions) == 1 else ", ".join(functions[:-1]) + " and " + functions[-1]
-        how = f"called again with the chapter's {listed} in place of yours"
-    then = (f"{'Write' if unwritten is True else 'Fix'} {'them' if plural else 'it'} there (see above) and this step "
-            f"follows.")
+        how = f"called again with the chapter's {listed([f'`{name}`' for name in replaced])} in place of yours"
+    then = (f"{'Write' if unwritten == 'not_implemented' else 'Fix'} {'them' if plural else 'it'} there (see "
+            f"above) and this step follows.")
     checks = f"{how}, your own work here checks out on all {total} cases"
     if per_example:  # the same function, on a batch: what it does to one sequence is what goes wrong
         checks = (f"called again on each example of the batch alone, your function returns what it returned for "
@@ -190,6 +188,12 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
                   f"axis through, checks out")
     return (f"{step.title}: full marks, the error carried forward.\n"
             f"What goes wrong here comes from {cause}; {checks}. {then}")
+
+
+def listed(items) -> str:
+    """Items in a sentence: "a", "a and b", "a, b and c"."""
+    items = [str(item) for item in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _root_line(names: list[str], state: str, verb: str) -> str:

@@ -545,14 +545,21 @@ _EXTENDED_ARG = __import__("opcode").opmap["EXTENDED_ARG"]
 _GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0  # 3.11 keeps a flag in the lowest bit
 
 
-def _globals_loaded(code, depth=0):
-    """The global names `code` loads (LOAD_GLOBAL, not an attribute's name), and code nested in it."""
+def _names_used(code, ops, shift=0):
+    """The names of `code.co_names` that its instructions among `ops` use, read from its bytecode
+    (each argument shifted right by `shift`, where the interpreter keeps a flag in its lowest bits)."""
     found, raw, extended = set(), code.co_code, 0
     for at in range(0, len(raw) - 1, 2):
         op, arg = raw[at], raw[at + 1] | extended
         extended = arg << 8 if op == _EXTENDED_ARG else 0
-        if op == _LOAD_GLOBAL and (arg >> _GLOBAL_SHIFT) < len(code.co_names):
-            found.add(code.co_names[arg >> _GLOBAL_SHIFT])
+        if op in ops and (arg >> shift) < len(code.co_names):
+            found.add(code.co_names[arg >> shift])
+    return found
+
+
+def _globals_loaded(code, depth=0):
+    """The global names `code` loads (LOAD_GLOBAL, not an attribute's name), and code nested in it."""
+    found = _names_used(code, (_LOAD_GLOBAL,), _GLOBAL_SHIFT)
     if depth < 3:
         for const in code.co_consts:
             if type(const) is type(code):
@@ -596,14 +603,10 @@ def _binds(code, source):
     """The graded functions a notebook cell binds at its top level (a def, an import, an
     assignment), read from its bytecode; where it would not compile, the names of its `def` lines."""
     if code is None:
-        return sorted({line.lstrip()[4:].split("(")[0].strip() for line in source.splitlines()
-                       if line.lstrip().startswith("def ")} & set(GRADED_FUNCTIONS))
-    found, raw, extended = set(), code.co_code, 0
-    for at in range(0, len(raw) - 1, 2):
-        op, arg = raw[at], raw[at + 1] | extended
-        extended = arg << 8 if op == _EXTENDED_ARG else 0
-        if op in _STORES and arg < len(code.co_names):
-            found.add(code.co_names[arg])
+        found = {line.lstrip()[4:].split("(")[0].strip() for line in source.splitlines()
+                 if line.lstrip().startswith("def ")}
+    else:
+        found = _names_used(code, _STORES)
     return sorted(found & set(GRADED_FUNCTIONS))
 
 

@@ -1495,19 +1495,20 @@ def inspect_names(fn: str) -> tuple[str, ...]:
     return _NAMES[fn]
 
 
+_NOTHING_TOLD = Run(outcomes=[])
+"""A run that tells nothing besides its outcomes (for a step graded on its own)."""
+
+
 def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
-               earlier: dict[str, StepResult], stopped: list[dict] = (),
+               earlier: dict[str, StepResult], told: Run | None = None,
                mistakes: dict[str, list] | None = None, raised: set | None = None,
-               provisional: dict[str, StepResult] | None = None, outside: dict | None = None,
-               bound: dict | None = None, unreached: dict | None = None,
-               skipped: dict | None = None, discarded: dict | None = None,
-               defaults: dict | None = None) -> StepResult:
-    """`stopped`: the notebook cells that stopped with an error, which may be why a name is missing.
-    `bound`: a notebook's graded functions bound in two cells or more, with those cells' numbers.
-    `unreached`: the functions never defined, because the cell holding their def stopped first or
-    is a `%%timeit` cell, each with why (see `unreached_functions`). `skipped`: names a notebook defines only in cells the graders do
-    not run, each with that cell's number; `discarded`, names defined in `%%timeit` cells, likewise.
-    `defaults`: per graded function, its parameters that have defaults.
+               provisional: dict[str, StepResult] | None = None, unreached: dict | None = None) -> StepResult:
+    """`told`: the submission's run, for what it tells besides the step's outcomes, which the
+    feedback's words draw on: the notebook cells that stopped with an error (which may be why a name
+    is missing), the values its functions read from outside, the names bound by two cells or more,
+    names defined only in cells the graders skip or in `%%timeit` cells, parameters with defaults.
+    `unreached`: the functions never defined though the notebook holds their defs, each with why
+    (`unreached_functions` of `told`).
     `mistakes`: the earlier steps' own mistakes, as models (see `_reproducing`), for carrying an
     error forward; this step's are added. None grades the step on its own.
     `raised`: the earlier steps on which some call raised; this step is added when one of its calls
@@ -1519,16 +1520,13 @@ def grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcom
     Models run here as the student's code ran: an overflow gives infinity or NaN, never an
     exception or a warning (one np.errstate for the step, not one per model run)."""
     with _step_running(), np.errstate(all="ignore"):
-        return _grade_step(step, cases, expected, outcomes, earlier, stopped, mistakes, raised, provisional,
-                           outside, bound or {}, unreached or {}, skipped or {}, discarded or {}, defaults or {})
+        return _grade_step(step, cases, expected, outcomes, earlier, told or _NOTHING_TOLD, mistakes, raised,
+                           provisional, unreached or {})
 
 
 def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outcomes: list[list[Outcome | None]],
-                earlier: dict[str, StepResult], stopped: list[dict], mistakes: dict[str, list] | None,
-                raised: set | None, provisional: dict[str, StepResult] | None = None,
-                outside: dict | None = None, bound: dict | None = None,
-                unreached: dict | None = None, skipped: dict | None = None,
-                discarded: dict | None = None, defaults: dict | None = None) -> StepResult:
+                earlier: dict[str, StepResult], told: Run, mistakes: dict[str, list] | None,
+                raised: set | None, provisional: dict[str, StepResult] | None, unreached: dict) -> StepResult:
     public = next((case.label for case in cases if case.public), "the chapter's example")
     verdicts = [[_judge_call(case, i, outcomes[c][i], expected[c][i], public) for i in range(len(case.calls))]
                 for c, case in enumerate(cases)]
@@ -1570,8 +1568,9 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         called = case.calls[index].shown(inspect_names(case.calls[index].fn))
         shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
         detail = verdict.full_detail()
-    read_outside = _joined(_read_outside(step, codes, outside or {}, bound or {}),
-                           _defaults_never_passed(step, codes, defaults or {}))
+    # where no modelled mistake is named: what the functions take from outside their arguments
+    read_outside = _joined(_read_outside(step, told.outside, told.bound),
+                           _defaults_never_passed(step, told.defaults)) if set(codes) <= _UNEXPLAINED else ""
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes:
         # no sum or index of its own is what the shape look would guess at
@@ -1581,21 +1580,21 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
         # (a name a stopped cell would have defined: the first line says so, and the cell is listed)
-        detail = "" if set(missing) <= set(unreached or {}) else \
+        detail = "" if set(missing) <= set(unreached) else \
             f"Your module defines no function named {', '.join(f'`{fn}`' for fn in missing)}."
-        if stopped:
-            detail = _joined(detail, feedback.stopped_cells(stopped, set(unreached or {})))
-        detail = _joined(detail, *(f"`{fn}` is defined in cell {(discarded or {})[fn]}, a `%%timeit` cell: IPython "
+        if told.stopped:
+            detail = _joined(detail, feedback.stopped_cells(told.stopped, set(unreached)))
+        detail = _joined(detail, *(f"`{fn}` is defined in cell {told.discarded[fn]}, a `%%timeit` cell: IPython "
                                    f"runs its body with a namespace of its own, so what it defines is gone once the "
                                    f"cell ends (after Run All, Jupyter has no `{fn}` either). Define it in a cell of "
                                    f"its own, and time it in another." for fn in missing
-                                   if (unreached or {}).get(fn) == feedback.DISCARDED and fn in (discarded or {})))
-    elif stopped and any(v.raised == "NameError" for v in flat):
+                                   if unreached.get(fn) == feedback.DISCARDED and fn in told.discarded))
+    elif told.stopped and any(v.raised == "NameError" for v in flat):
         # a name the function looks up was never defined: a cell that stopped early may be why
         # (`from scipy.special import softmax` in a cell of its own, say)
-        detail = _joined(detail, feedback.stopped_cells(stopped, set(unreached or {})))
+        detail = _joined(detail, feedback.stopped_cells(told.stopped, set(unreached)))
     if status != "passed":
-        detail = _joined(detail, _bound_again(step, bound or {}), _only_in_skipped_cells(flat, skipped or {}))
+        detail = _joined(detail, _bound_again(step, told.bound), _only_in_skipped_cells(flat, told.skipped))
     carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]
@@ -1611,10 +1610,10 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         elif codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
-    shown_status = next((unreached[fn] for fn in missing if fn in (unreached or {})), status) \
+    shown_status = next((unreached[fn] for fn in missing if fn in unreached), status) \
         if status == "not_implemented" else status
     text = feedback.step_feedback(step, shown_status, sum(passed), total, codes, shown, detail,
-                                  {used: step_state(earlier[used], unreached or {}) for used in _first_causes(failing_uses)},
+                                  {used: step_state(earlier[used], unreached) for used in _first_causes(failing_uses)},
                                   carried,
                                   alternatives=found.alternatives, looks=found.looks, seen=found.seen)
     own = StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
@@ -1794,10 +1793,10 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         # The same function works on one sequence, so only the batch axis can be at fault; but a
         # batch's results returned in another form (a list of pairs, say) is what wrong-type says.
         found = _Findings(codes + (["batch-axes-mixed"] if any(flat[i].kind != "wrong-type" for i in wrong) else []))
-        missing = _examples_left_out([flat[i] for i in wrong], [want for case in expected for want in case], wrong)
+        wants = [want for case in expected for want in case]
+        missing = _examples_left_out([flat[i] for i in wrong], wants, wrong)
         if "batch-axes-mixed" in found.codes and all(flat[i].kind == "raised" for i in wrong):
             found.looks["batch-axes-mixed"] = _RAISES_ON_A_BATCH
-        wants = [want for case in expected for want in case]
         if all(flat[i].kind == "wrong-type" for i in wrong):
             per_example = [_pairs_per_example(flat[i].raw, wants[i]) for i in wrong]
             if all(per_example):
@@ -2005,16 +2004,16 @@ def step_state(result: StepResult, unreached: dict[str, str]) -> str:
 def _bound_again(step: Step, bound: dict[str, list[int]]) -> str:
     """For a function of the step, or of a step it builds on, that a notebook binds in two cells or
     more: which cells, and that the graders call the last one's."""
-    sentences = []
     built_on = [fn for used in _all_uses(step) for fn in BY_ID[used].functions if fn not in step.functions]
-    for fn in list(step.functions) + list(dict.fromkeys(built_on)):
-        cells = bound.get(fn)
-        if cells:
-            listed = ", ".join(str(cell) for cell in cells[:-1]) + f" and {cells[-1]}"
-            whose = "" if fn in step.functions else ", which this step builds on,"
-            sentences.append(f"Your notebook binds `{fn}`{whose} in more than one cell (cells {listed}); the graders "
-                             f"run every cell in order, so they call what cell {cells[-1]} left.")
-    return "\n".join(sentences)
+    return "\n".join(_rebound(fn, bound[fn], "" if fn in step.functions else ", which this step builds on,",
+                              "they call")
+                     for fn in dict.fromkeys(list(step.functions) + built_on) if fn in bound)
+
+
+def _rebound(name: str, cells: list[int], whose: str, seeing: str) -> str:
+    """The sentence on a name a notebook binds in `cells`: the last one's binding is what counts."""
+    return (f"Your notebook binds `{name}`{whose} in more than one cell (cells {feedback.listed(cells)}): the "
+            f"graders run every cell in order, so {seeing} what cell {cells[-1]} left.")
 
 
 _NOT_DEFINED = re.compile(r"name '([A-Za-z_]\w*)' is not defined")
@@ -2030,17 +2029,14 @@ def _only_in_skipped_cells(flat: list[_CallVerdict], skipped: dict[str, int]) ->
                      f"your own." for name in names if name in skipped)
 
 
-def _defaults_never_passed(step: Step, codes: list[str], defaults: dict[str, list[str]]) -> str:
-    """Where no modelled mistake is named: the parameters of the step's functions that the contract
-    does not have, whose defaults every call of the graders' therefore uses (a `d_k` set from the
-    example's `Q` when the def ran, say)."""
-    if not set(codes) <= _UNMODELLED_VALUES | {"crashed"}:
-        return ""
+def _defaults_never_passed(step: Step, defaults: dict[str, list[str]]) -> str:
+    """The parameters of the step's functions that the contract does not have, whose defaults every
+    call of the graders' therefore uses (a `d_k` set from the example's `Q` when the def ran, say)."""
     sentences = []
     for fn in step.functions:
         extra = [name for name in defaults.get(fn, ()) if name not in inspect_names(fn)]
         if extra:
-            shown = " and ".join(", ".join(f"`{name}`" for name in extra).rsplit(", ", 1))
+            shown = feedback.listed([f"`{name}`" for name in extra])
             sentences.append(f"Your `{fn}` takes {shown}, which the graders never pass (its arguments are "
                              f"{', '.join(inspect_names(fn))}): every call uses "
                              f"{'their defaults' if len(extra) > 1 else 'its default'}, fixed when the `def` ran "
@@ -2049,29 +2045,25 @@ def _defaults_never_passed(step: Step, codes: list[str], defaults: dict[str, lis
     return "\n".join(sentences)
 
 
-def _read_outside(step: Step, codes: list[str], outside: dict[str, list[str]],
-                  bound: dict[str, list[int]] | None = None) -> str:
-    """Where no modelled mistake is named: the values defined outside the step's functions that
-    they read (a notebook's `X`, `K` or `d_k`), which are no argument of theirs; and of those that
-    more than one cell binds, which cells, the last of them being what the graders see."""
-    if not set(codes) <= _UNMODELLED_VALUES | {"crashed"}:
-        return ""
+_UNEXPLAINED = _UNMODELLED_VALUES | {"crashed"}
+"""The codes of a step where no modelled mistake is named: what its functions read from outside
+their arguments is then worth telling."""
+
+
+def _read_outside(step: Step, outside: dict[str, list[str]], bound: dict[str, list[int]]) -> str:
+    """The values defined outside the step's functions that they read (a notebook's `X`, `K` or
+    `d_k`), which are no argument of theirs; and of those that more than one cell binds, which
+    cells, the last of them being what the graders see."""
     sentences = []
     for fn in step.functions:
         names = outside.get(fn)
         if names:
-            shown = " and ".join(", ".join(f"`{name}`" for name in names).rsplit(", ", 1))
+            shown = feedback.listed([f"`{name}`" for name in names])
             sentences.append(f"Your `{fn}` reads {shown}, defined outside the function rather than given to it as "
                              f"{'arguments' if len(names) > 1 else 'an argument'}: on the hidden cases "
                              f"{'they are' if len(names) > 1 else 'it is'} still what your notebook or module set, "
                              f"not the case's own. Compute from the arguments instead.")
-            for name in names:
-                cells = (bound or {}).get(name)
-                if cells:
-                    listed = ", ".join(str(cell) for cell in cells[:-1]) + f" and {cells[-1]}"
-                    sentences.append(f"Your notebook binds `{name}` in more than one cell (cells {listed}): the "
-                                     f"graders run every cell in order, so your `{fn}` sees what cell {cells[-1]} "
-                                     f"left.")
+            sentences += [_rebound(name, bound[name], "", f"your `{fn}` sees") for name in names if name in bound]
     return "\n".join(sentences)
 
 
@@ -2233,9 +2225,8 @@ def grade_run(run: Run, plan_cases: dict[str, list[Case]], expected: dict[str, l
             # the run was lost during this step: its calls without an outcome were never graded
             per_case = [[Outcome(fault="lost", detail=run.lost) if o is None else o for o in case_outcomes]
                         for case_outcomes in per_case]
-        results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run.stopped,
-                                      mistakes, raised, run.provisional if carry_forward else None, run.outside,
-                                      run.bound, unreached, run.skipped, run.discarded, run.defaults)
+        results[step.id] = grade_step(step, plan_cases[step.id], expected[step.id], per_case, results, run,
+                                      mistakes, raised, run.provisional if carry_forward else None, unreached)
     return list(results.values())
 
 

@@ -469,8 +469,7 @@ def stopped(obj):
     found = []
     for item in obj:
         defines = item.get("defines", []) if type(item) is dict else []
-        if type(defines) is not list or len(defines) > 16 \
-                or any(type(name) is not str or not _NAME.fullmatch(name) for name in defines):
+        if type(defines) is not list or len(defines) > 16 or not all(map(is_name, defines)):
             _fail("names a stopped cell defines that are not identifiers")
         entry = raised({key: value for key, value in item.items() if key != "defines"} if type(item) is dict else item)
         if defines:
@@ -488,7 +487,7 @@ def bound(obj):
     if type(obj) is not dict or len(obj) > MOST_BOUND:
         _fail("names bound again that are not a small object")
     for key, cells in obj.items():
-        if (type(key) is not str or not _NAME.fullmatch(key) or type(cells) is not list or not 2 <= len(cells) <= 8
+        if (not is_name(key) or type(cells) is not list or not 2 <= len(cells) <= 8
                 or any(type(cell) is not int or not 1 <= cell <= 1 << 20 for cell in cells)):
             _fail("names bound again that are not identifiers with cell numbers")
     return obj
@@ -505,14 +504,13 @@ def is_name(text) -> bool:
 
 
 def outside(obj):
-    """Per graded function, the names of values defined outside it that it reads: a small object
-    of identifiers."""
+    """Per graded function, a few names (of the values defined outside it that it reads, or of its
+    parameters that have defaults): a small object of identifiers."""
     if type(obj) is not dict or len(obj) > 16:
-        _fail("names read outside that are not a small object")
+        _fail("names per function that are not a small object")
     for key, names in obj.items():
-        if (type(key) is not str or not _NAME.fullmatch(key) or type(names) is not list or len(names) > 8
-                or any(type(name) is not str or not _NAME.fullmatch(name) for name in names)):
-            _fail("names read outside that are not identifiers")
+        if not is_name(key) or type(names) is not list or len(names) > 8 or not all(map(is_name, names)):
+            _fail("names per function that are not identifiers")
     return obj
 
 

@@ -464,15 +464,6 @@ RUNS_ITS_BODY = {"time", "timeit", "capture", "prun"}
 # Of those, the ones whose body IPython runs with a namespace of its own for what it binds
 # (`%%timeit` runs `exec(body, user_ns, ns)`): a function defined there is gone once the cell ends.
 OWN_NAMESPACE = {"timeit"}
-
-
-def cell_magic(source: str) -> str | None:
-    """The name of the cell magic a cell starts with (`%%timeit` -> "timeit"), or None."""
-    for line in source.splitlines():
-        if line.strip():
-            words = line[2:].split() if line.startswith("%%") else []
-            return (words[0] if words else "") if line.startswith("%%") else None
-    return None
 # What the magics and shell escapes call once IPython has transformed them: nothing happens.
 NO_IPYTHON = ('__import__("types").SimpleNamespace(**dict.fromkeys(("run_line_magic", "run_cell_magic", '
               '"system", "getoutput", "set_next_input"), lambda *args, **kwargs: None))')
@@ -495,6 +486,16 @@ MAX_CELLS = 2000
 """Code cells a notebook may hold: the released one has a few dozen."""
 
 
+def cell_magic(source: str) -> str | None:
+    """The name of the cell magic a cell starts with, as IPython finds it on its first line that is
+    not blank (`%%timeit` -> "timeit", a bare `%%` -> ""), or None."""
+    first = next((line for line in source.splitlines() if line.strip()), "")
+    if not first.startswith("%%"):
+        return None
+    words = first[2:].split()
+    return words[0] if words else ""
+
+
 def python_source(source: str, budget: list[int] | None = None) -> str | None:
     """A code cell's source as plain Python, or None for a cell whose body is not Python.
 
@@ -506,9 +507,9 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
     lines = source.splitlines(keepends=True)  # lines as IPython splits them: \r, \f, U+2028 end one too
     start = next((index for index, line in enumerate(lines) if line.strip()), len(lines))
     lines = lines[start:]  # IPython passes over leading lines that hold only whitespace, and so does this
-    if lines and lines[0].startswith("%%"):
-        words = lines[0][2:].split()
-        if (words[0] if words else "") not in RUNS_ITS_BODY:
+    magic = cell_magic(source)
+    if magic is not None:
+        if magic not in RUNS_ITS_BODY:
             return None
         lines[0] = "pass\n"  # the body, on the lines where the student wrote it
     source = "".join(lines)

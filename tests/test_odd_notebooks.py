@@ -484,7 +484,7 @@ def test_a_function_bound_by_two_cells_is_told_which_cell_the_graders_call(tmp_p
     done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
     steps = {step["id"]: step for step in json.loads(done.stdout)["steps"]}
     assert steps["attention"]["status"] != "passed"
-    assert ("Your notebook binds `attention` in more than one cell (cells 1 and 3); the graders run every cell in "
+    assert ("Your notebook binds `attention` in more than one cell (cells 1 and 3): the graders run every cell in "
             "order, so they call what cell 3 left.") in steps["attention"]["feedback"], steps["attention"]
     assert steps["scores"]["status"] == "passed" and "binds" not in steps["scores"]["feedback"]
     # a function the failing step builds on, bound twice too, is named there as such

@@ -1064,7 +1064,7 @@ def _load_notebook(path: Path, stopped: list, unreached: set | None = None, disc
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
         # IPython runs a %%timeit cell's body binding into a namespace of its own: what it defines is gone after
-        apart = source.lstrip().startswith("%%timeit")
+        apart = (source.split() or [""])[0] == "%%timeit"
         source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!")
                            else line for line in source.split("\n"))
         where = f"{path.name}, cell {number}"
