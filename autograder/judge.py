@@ -1564,10 +1564,13 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
                                       "and read the error.")
     shown, detail = (None, "")
     if first is not None:
-        case, index, verdict = first
-        called = case.calls[index].shown(inspect_names(case.calls[index].fn))
-        shown = f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
-        detail = verdict.full_detail()
+        shown, detail = _call_shown(*first[:2]), first[2].full_detail()
+        if codes == ["crashed"] and first[2].kind == "raised":
+            # the crash is all that is named: a call that returned a wrong answer is shown too
+            # (a row loop that raises on a batch and also lets NaN through)
+            wrong = _first_failure(cases, verdicts, lambda v: v.kind in ("mismatch", "wrong-type"))
+            if wrong[2].kind in ("mismatch", "wrong-type"):
+                detail = _joined(detail, f"{NOT_ONLY_RAISED} {_call_shown(*wrong[:2])}.", wrong[2].full_detail())
     # where no modelled mistake is named: what the functions take from outside their arguments
     read_outside = _joined(_read_outside(step, told.outside, told.bound),
                            _defaults_never_passed(step, told.defaults)) if set(codes) <= _UNEXPLAINED else ""
@@ -2183,6 +2186,15 @@ def _showing(found: "_Findings"):
     if "non-finite" in found.codes:
         return lambda v: v.nonfinite
     return None
+
+
+NOT_ONLY_RAISED = "Not every failing call raised; one that returned:"
+
+
+def _call_shown(case: Case, index: int) -> str:
+    """How feedback names call `index` of `case`: the call with its shapes, and the case."""
+    called = case.calls[index].shown(inspect_names(case.calls[index].fn))
+    return f"{called}, and checked {case.label}" if case.kind == "property" else f"{called} on {case.label}"
 
 
 def _first_failure(cases, verdicts, wanted=None):

@@ -220,8 +220,8 @@ def _agrees(model_gave, kind, value) -> bool:
     return model_kind == "value" and _same(value, model_value)
 
 
-def _shown_call(graded, step_id, text):
-    found = re.search(r"^Called (.+) on (.+)\.$", text, flags=re.M)
+def _shown_call(graded, step_id, text, lead="Called"):
+    found = re.search(rf"^{re.escape(lead)} (.+) on (.+)\.$", text, flags=re.M)
     if not found:
         return None
     shown, label = found.groups()
@@ -238,10 +238,19 @@ def _nonfinite(fn, outcome) -> bool:
 
 
 def _check_quoted_values(graded, step_id, text):
-    shown = _shown_call(graded, step_id, text)
-    if shown is None:
-        return
-    case, call, outcome = shown
+    # a call that raised may be shown with one that returned a wrong answer after it: the values
+    # quoted below each are that call's
+    first, _, second = text.partition("\n" + judge.NOT_ONLY_RAISED + " ")
+    if second:
+        shown = _shown_call(graded, step_id, judge.NOT_ONLY_RAISED + " " + second, judge.NOT_ONLY_RAISED)
+        assert shown is not None and not shown[2].raised, f"{step_id}: a call said to have returned, which raised"
+        _check_values_of(step_id, second, *shown)
+    shown = _shown_call(graded, step_id, first)
+    if shown is not None:
+        _check_values_of(step_id, first, *shown)
+
+
+def _check_values_of(step_id, text, case, call, outcome):
     kind, value = _value(call.fn, outcome)
     name = None
     for line in text.splitlines():

@@ -94,3 +94,29 @@ def test_a_parameter_the_graders_never_pass_is_told_with_its_default(tmp_path):
     assert ("Your `attention` takes `d_k`, which the graders never pass (its arguments are q, k, v): every call "
             "uses its default, fixed when the `def` ran") in feedback, feedback
     assert "takes `axis`" not in json.dumps(steps)
+
+
+def test_a_wrong_answer_beside_a_crash_is_shown_too(tmp_path):
+    """A row loop raises on a batch of matrices and also lets a NaN through: the crash alone is
+    named, so the call that returned the wrong answer is shown beside the one that raised."""
+    require_sandbox()
+    path = tmp_path / "row_loop.py"
+    path.write_text(_replaced("is_attention_weights",
+                              "    for row in a:\n"
+                              "        if min(row) < 0 or abs(sum(row) - 1) > 1e-9:\n"
+                              "            return False\n"
+                              "    return True\n"))
+    step = _steps(path)["ex2_row_normalization"]
+    assert step["diagnoses"] == ["crashed"], step
+    lines = step["feedback"].splitlines()
+    returned = next(i for i, line in enumerate(lines) if line.startswith("Not every failing call raised; "))
+    assert re.fullmatch(r"Not every failing call raised; one that returned: is_attention_weights\(a \[\d+, \d+\]\) "
+                        r"on hidden case \d+\.", lines[returned]), lines[returned]
+    assert lines[returned + 1].startswith("It returned True, but the matrix is not valid attention weights: "
+                                          "it has an entry that is NaN"), lines[returned + 1]
+    assert lines[returned - 1].startswith("It raised "), lines
+    # a loop that checks the rank first only lets the NaN through: no crash, and no such line
+    path.write_text(path.read_text().replace("    for row in a:\n", "    if np.ndim(a) != 2:\n"
+                                             "        return False\n    for row in a:\n", 1))
+    step = _steps(path)["ex2_row_normalization"]
+    assert "crashed" not in step["diagnoses"] and "Not every failing call raised" not in step["feedback"], step
