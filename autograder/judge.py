@@ -1578,7 +1578,8 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         # a function that reads the example's values from outside returns the example's shapes:
         # no sum or index of its own is what the shape look would guess at
         found.looks.pop("wrong-shape", None)
-    detail = _joined(detail, found.relation, read_outside)
+    detail = _joined(detail, found.relation, read_outside,
+                     _rows_reached(step, cases, verdicts) if set(codes) <= _UNEXPLAINED else "")
     calls = [call for case in cases for call in case.calls]
     missing = sorted({call.fn for call, v in zip(calls, flat) if v.raised == "MissingName"})
     if missing and not detail:
@@ -1970,6 +1971,60 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]]) -> str:
                 return _RELATIONS[relation].format(each=each)
             return _RELATIONS[relation]
     return ""
+
+
+def _rows_reached(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]]) -> str:
+    """Exercise 3, where no modelled mistake is named: the value rows a wrong answer shifted, solved
+    for from the answer itself and checked by recomputing it (a slice `v[min(rows):max(rows)]`
+    that stops one row short, say). Said of the first failing call it fits, and of how many more."""
+    if step.id != "ex3_value_shift":
+        return ""
+    found = []
+    for case, case_verdicts in zip(cases, verdicts):
+        for call, verdict in zip(case.calls, case_verdicts):
+            if verdict.kind == "mismatch":
+                reached = _shifted_rows(call, verdict.actual or {})
+                found.append(None if reached is None else (case, call, reached))
+    fitted = [item for item in found if item is not None]
+    if not fitted:
+        return ""
+    case, call, reached = fitted[0]
+    rows = call.args[-1] if len(call.args) == (4 if call.fn == "shifted_output" else 3) else None
+    asked = "every value row" if rows is None else f"rows {[int(row) for row in rows]}"
+    what = (f"output is exactly the one with the shift added to {_rows_named(reached)}" if call.fn == "shifted_output"
+            else f"change is exactly the one that shifting {_rows_named(reached)} makes")
+    more = len(fitted) - 1
+    return (f"On {case.label}, your {what}, where the call asks for {asked}"
+            + (f"; on {more} more failing call{'s' if more > 1 else ''} too, the value rows your shift reached are "
+               "not the ones asked for." if more else "."))
+
+
+def _rows_named(rows: list[int]) -> str:
+    return "no value row" if not rows else f"value row {rows[0]}" if len(rows) == 1 else f"value rows {rows}"
+
+
+def _shifted_rows(call, actual: dict) -> list[int] | None:
+    """The value rows whose shift gives `actual` on an exercise 3 call, where one set of them does
+    exactly (the weights full rank, so that no other set gives the same); else None."""
+    if call.fn == "shifted_output" and len(call.args) >= 3:
+        a, v, shift = call.args[:3]
+        got = actual.get("output")
+    elif call.fn == "output_change" and len(call.args) >= 2:
+        (a, shift), v = call.args[:2], None
+        got = actual.get("change")
+    else:
+        return None
+    if not all(isinstance(x, np.ndarray) for x in (a, shift, got)) or a.ndim != 2 or a.shape[0] != a.shape[1] \
+            or shift.ndim != 1 or got.shape != (a.shape[0], shift.shape[0]) or not np.any(shift) \
+            or not np.all(np.isfinite(got)) or np.linalg.matrix_rank(a) < a.shape[0]:
+        return None
+    moved = got - a @ v if v is not None else got  # [T, d_v]: the weight each row put on the shift, times it
+    per_row = np.linalg.solve(a, moved @ shift / (shift @ shift))
+    rows = [int(i) for i in np.flatnonzero(np.abs(per_row - 1) < 1e-6)]
+    mask = np.zeros(a.shape[0])
+    mask[rows] = 1.0
+    again = a @ np.outer(mask, shift) + (a @ v if v is not None else 0)
+    return rows if allclose(again, got, RTOL, ATOL, keep=False) else None
 
 
 def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None:

@@ -18,6 +18,7 @@ of the judge's own reasoning:
   cases that do;
 - a carried step names only its earlier steps' mistakes; what a code says of the returned weights
   or output (rows off one, an output of zeros, the reference's numbers transposed) holds of them;
+- the value rows exercise 3's shift is said to have reached give the student's value there;
 - how the wrong numbers relate to the expected ones (a constant added, per row or column, or a
   factor), and how the wrong shapes relate to the expected ones (axes of length 1 added or taken
   away, one axis more or fewer), holds of every wrong array; "it ran on the chapter's example" and
@@ -485,6 +486,29 @@ def _check_raised_off_the_example(graded, step_id, text):
         f"{step_id}: said to raise on hidden cases, where none raised"
 
 
+_ROWS_REACHED = re.compile(r"On (.+?), your (output|change) is exactly the one (?:with the shift added to|that shifting) "
+                           r"(no value row|value row \d+|value rows \[[\d, ]+\])(?: makes)?, where the call asks for "
+                           r"(every value row|rows \[[\d, ]*\])(;|\.)")
+
+
+def _check_rows_reached(graded, step_id, text):
+    """"your output is exactly the one with the shift added to value rows …": the chapter's own
+    function, called with those rows, gives the student's value on a failing call of that case."""
+    said = _ROWS_REACHED.search(text)
+    if said is None:
+        return
+    label, what, reached, _, _ = said.groups()
+    rows = [int(row) for row in re.findall(r"\d+", reached)]
+    fn = "shifted_output" if what == "output" else "output_change"
+    fits = []
+    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
+        if case.label == label and call.fn == fn and outcome.raised is None:
+            kind, value = _value(fn, outcome)
+            args = call.args[:3] if fn == "shifted_output" else call.args[:2]
+            fits.append(kind == "value" and _same(value, _reference(fn, type(call)(fn, (*args, rows)))))
+    assert any(fits), f"{step_id}: rows {rows} said to give the {what} on {label}, which they do not"
+
+
 def check(graded: Graded) -> None:
     """Assert every claim of every failing step's feedback."""
     for step in STEPS:
@@ -505,6 +529,7 @@ def check(graded: Graded) -> None:
         _check_relation(graded, step.id, result.feedback)
         _check_shape_advice(graded, step.id, result.feedback)
         _check_raised_off_the_example(graded, step.id, result.feedback)
+        _check_rows_reached(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

@@ -120,3 +120,20 @@ def test_a_wrong_answer_beside_a_crash_is_shown_too(tmp_path):
                                              "        return False\n    for row in a:\n", 1))
     step = _steps(path)["ex2_row_normalization"]
     assert "crashed" not in step["diagnoses"] and "Not every failing call raised" not in step["feedback"], step
+
+
+def test_the_value_rows_a_wrong_shift_reached_are_named(tmp_path):
+    """A slice that stops one row short (`v[min(rows):max(rows)]`) matches no modelled mistake: the
+    rows its shift reached are solved for from the answer and named, where that is exact."""
+    require_sandbox()
+    path = tmp_path / "slice.py"
+    source = reference_source()
+    path.write_text(source.replace("v_new[list(rows)] += shift", "v_new[min(rows):max(rows)] += shift"))
+    feedback = _steps(path)["ex3_value_shift"]["feedback"]
+    assert ("On the chapter's example, your output is exactly the one with the shift added to no value row, "
+            "where the call asks for rows [0]") in feedback, feedback
+    path.write_text(source.replace("moved = a[:, list(rows)].sum(axis=-1)",
+                                   "moved = a[:, min(rows):max(rows) + 1].sum(axis=-1)"))
+    feedback = _steps(path)["ex3_value_shift"]["feedback"]
+    assert re.search(r"your change is exactly the one that shifting value rows \[(\d+, )+\d+\] makes, "
+                     r"where the call asks for rows \[(\d+, )+\d+\]", feedback), feedback

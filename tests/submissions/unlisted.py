@@ -134,6 +134,9 @@ UNLISTED: dict[str, Submission] = {
     "shift_change_times_positions": _edit((OUTER, "return np.outer(moved, shift) * a.shape[0]")),
     "shift_change_is_new_output": _edit((OUTER, "return np.outer(moved, shift) + a.sum(axis=-1, keepdims=True)")),
     "shift_doubled": _edit((SOME_ROWS, "v_new[list(rows)] += 2 * shift")),
+    "shift_rows_sliced_short": _edit((SOME_ROWS, "v_new[min(rows):max(rows)] += shift")),
+    "shift_first_listed_row_only": _edit((SOME_ROWS, "v_new[rows[0]] += shift")),
+    "shift_change_rows_as_a_range": _edit((MOVED_SOME, "moved = a[:, min(rows):max(rows) + 1].sum(axis=-1)")),
     # -- exercise 4 --------------------------------------------------------------------------
     "facts_divisor_sqrt_t_d_k": _edit((DIVISOR, '"divisor": float(np.sqrt(t * d_k)),')),
     "facts_divisor_floored": _edit((DIVISOR, '"divisor": float(int(np.sqrt(d_k))),')),
