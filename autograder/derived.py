@@ -142,6 +142,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     "mean": (lambda a, p: np.mean(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.mean(axis={axis})"),
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
     "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
+    "size": (lambda a, p: a[0].size, "{0}.size"),
     "zeros": (lambda a, p: np.zeros(a[0]), "np.zeros({0})"),
     "ones": (lambda a, p: np.ones(a[0]), "np.ones({0})"),
     "outer": (lambda a, p: np.outer(a[0], a[1]), "np.outer({0}, {1})"),
@@ -271,7 +272,7 @@ def _onehot(a):
 SWAPS: dict[str, tuple[str, ...]] = {
     "matmul": ("mul",), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
     "sqrt": ("square", "same", "log", "isqrt"), "exp": ("log", "same", "square", "exp2"), "max": ("min", "mean", "sum"),
-    "sum": ("mean", "max"), "lastdim": ("firstdim",), "zeros": ("ones",), "selsum": ("rowselsum", "selmean", "selmax"),
+    "sum": ("mean", "max"), "lastdim": ("firstdim", "size"), "zeros": ("ones",), "selsum": ("rowselsum", "selmean", "selmax"),
     "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2",), "nonneg": ("positive", "nonneg_any"),
     "close": ("close_first", "close_any", "close_below", "close_rel"),
 }
@@ -430,7 +431,7 @@ OP_WORDS = {
     "mul": "an elementwise product", "matmul": "a matrix product", "div": "a division", "rdiv": "the division upside down",
     "add": "an addition", "sub": "a subtraction", "square": "a square", "same": "nothing", "log": "a logarithm",
     "exp": "an exponential", "min": "a minimum", "mean": "a mean", "sum": "a sum", "max": "a maximum",
-    "firstdim": "the first axis's length", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
+    "firstdim": "the first axis's length", "size": "the count of all its numbers", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
     "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
     "close_first": "the first row's sum only", "close_any": "any row summing to one",
@@ -517,7 +518,7 @@ def _kinds(fn: str, stages: list[Stage] | None = None) -> dict[str, str]:
     inputs, main = PROGRAMS[fn]
     kinds = dict(inputs)
     for name, op, args, _ in main if stages is None else stages:
-        if op in ("lastdim", "firstdim"):
+        if op in ("lastdim", "firstdim", "size"):
             kinds[name] = "int"
         elif op in ("sqrt", "float"):
             kinds[name] = "scalar" if kinds.get(args[0]) in ("int", "scalar") else "array"

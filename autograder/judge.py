@@ -670,6 +670,13 @@ def _own(fn: str, depth: int):
             yield _Candidate(codes, model, False, key=(fn, depth, n))
 
 
+def _after_pairs(accepted: list, fn: str):
+    """The derived edits of `fn`, once the pairs of slips weighed before them have been: only where
+    one of those pairs was accepted (else the search reaches the edits in their own turn)."""
+    if accepted:
+        yield from _derived(fn)
+
+
 def _derived(fn: str):
     """The step's models derived by general edits of the reference's stages (derived.py)."""
     for code, model in derived.models(fn):
@@ -1213,10 +1220,17 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                                             lambda pair: _passes_where_stopped(pair, stopped, fn_calls, fn_verdicts,
                                                                                fn_expected, agreed, screen)) \
                     if own else []
+            derived_too = depth == 3
+            if depth == 2 and own:
+                # One derived edit of a line, where one reproduces the failures too, is told before two
+                # of the chapter's slips that come to the same (`q.size` read for d_k is not a
+                # prescaled score divided by √T as well): where a pair reproduces them, the edits are
+                # weighed as well, and one that does stands in the pairs' place.
+                candidates = itertools.chain(candidates, _after_pairs(accepted, fn))
             for candidate in candidates:
                 if not candidate.carried and any(c.carried for c in accepted):
                     break  # an earlier diagnosis explains every failure: no model of its own can outrank it
-                if reshaped and depth >= 3 and derived.inside_a_call(candidate.codes[0]):
+                if reshaped and candidate.key[1] == "derived" and derived.inside_a_call(candidate.codes[0]):
                     continue
                 _weigh(candidate, fn_calls, fn_verdicts, fn_expected, agreed, order, screen)
                 if depth == 3 and candidate.stopped is not None:
@@ -1225,7 +1239,9 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 if (not candidate.contradicted and (candidate.values or candidate.carried)
                         and to_explain <= candidate.explains):
                     accepted.append(candidate)
-            if accepted and depth == 3:
+            if depth == 2 and any(candidate.key[1] == "derived" for candidate in accepted):
+                accepted, derived_too = [c for c in accepted if c.key[1] == "derived"], True
+            if accepted and derived_too:
                 # edits of one line that come to the same values on every call (the line skipped,
                 # or its result replaced, alike; a clip at any bound the cases cannot tell apart):
                 # the first, in the order of preference, stands for them. Edits of different lines,
