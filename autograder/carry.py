@@ -117,9 +117,12 @@ def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> N
             first = by_id[first].carried_from
             seen.add(first)
         step = BY_ID[result.id]
-        text = feedback.carried_feedback(step, [first], current.diagnoses, current.total, through=between)
+        # the codes the first cause names: the step between may have named others on the first
+        # run (an edit of its own line that its second call showed to be the earlier mistake's)
+        codes = judge.carried_codes(current.diagnoses, [first], by_id)
+        text = feedback.carried_feedback(step, [first], codes, current.total, through=between)
         by_id[result.id] = StepResult(step.id, current.score, current.max_score, current.status, text,
-                                      current.diagnoses, current.passed, current.total, list(current.case_passed),
+                                      codes, current.passed, current.total, list(current.case_passed),
                                       carried_from=first)
 
 

@@ -122,8 +122,9 @@ CODES: dict[str, Diagnosis] = dict([
     _d("whole-matrix-normalized", "you normalized over the whole matrix at once; each receiving row needs "
        "its own total.",
        "Sum along the last axis with `keepdims=True`, not over every element.", "§15.3"),
-    _d("unstable-softmax", "your softmax overflows when the scores are in the thousands: without each row's "
-       "maximum subtracted, `np.exp` gives infinity for large scores and 0 for very negative ones, which "
+    _d("unstable-softmax", "your softmax breaks down when the scores are in the thousands: unless what is "
+       "subtracted before `np.exp` is each row's own maximum (nothing, or another shift, such as the row's "
+       "mean or sum), some exponents are far above or below 0, and `np.exp` gives infinity or 0 there, which "
        "leaves NaN, infinity or zero weights (and Python's `math.exp` raises OverflowError).",
        "Subtract each row's maximum before `np.exp` (in a log-sum-exp too): the weights stay the same and no "
        "exponent is above 0.",

@@ -196,6 +196,10 @@ SUBMISSIONS.update({
         "        pairs = [self_attention_head(x[b], w_q, w_k, w_v) for b in range(x.shape[0] - 1)]\n"
         "        return np.stack([o for o, _ in pairs]), np.stack([a for _, a in pairs])\n"
         "    o, a = attention(q, k, v)\n"))]),
+    # a softmax shifted by each row's sum: NaN on scores in the thousands, as an unshifted one gives,
+    # while attention's own cases tell the two apart (its first run names an edit of its own line)
+    "softmax_shifted_by_row_sum": variant([("shifted = s - s.max(axis=-1, keepdims=True)",
+                                            "shifted = s - s.sum(axis=-1, keepdims=True)")]),
     # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
     # under the later steps written as the chapter composes them
     "unwritten_pass": _UNWRITTEN.format(body="pass"),
@@ -390,17 +394,30 @@ def test_a_step_carried_from_one_that_was_itself_carried_names_the_first_cause(c
     def step(sid, carried_from=None, codes=("crashed",)):
         return StepResult(sid, 8.0, 8.0, "failed", "", list(codes), 0, 6, [False] * 6, carried_from=carried_from)
 
-    steps = [step("attention"), step("head", "attention"), step("batch", "head", ("wrong-mix-order",))]
+    steps = [step("attention", codes=("crashed", "wrong-mix-order")), step("head", "attention"),
+             step("batch", "head", ("wrong-mix-order",))]
     by_id = {result.id: result for result in steps}
     carry._through_carried(by_id, steps)
     assert by_id["batch"].carried_from == "attention" and by_id["batch"].diagnoses == ["wrong-mix-order"]
     assert "your `attention` step, carried through your `head` step (wrong-mix-order)" in by_id["batch"].feedback
     assert by_id["head"] is steps[1] and by_id["attention"] is steps[0]
+    # a code the first cause does not name (the step between named it on the first run alone) gives
+    # way to the first cause's own
+    steps[0] = by_id["attention"] = step("attention", codes=("crashed",))
+    by_id["batch"] = steps[2] = step("batch", "head", ("wrong-mix-order",))
+    carry._through_carried(by_id, steps)
+    assert by_id["batch"].diagnoses == ["crashed"], by_id["batch"]
     for result in carried.values():
         graded = _steps(result)
         for one in graded.values():
             source = one["carried_from"]
             assert source is None or graded[source]["carried_from"] is None, (result["submission"], one)
+            # and every code a carried step names is named by a failing step it builds on, not carried
+            named = {code for other in graded.values() if other["status"] != "passed" and not other["carried_from"]
+                     for code in other["diagnoses"]}
+            assert source is None or set(one["diagnoses"]) <= named, (result["submission"], one)
+    sums = _steps(carried["softmax_shifted_by_row_sum"])
+    assert sums["head"]["carried_from"] == "softmax" and sums["head"]["diagnoses"] == sums["softmax"]["diagnoses"], sums
 
 
 def test_a_later_step_with_a_mistake_of_its_own_still_loses_its_points(carried, on_its_own):
