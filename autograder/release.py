@@ -632,6 +632,12 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
     near[2] *= 1.0 + 1e-6
     inside[1] += 5e-10 / 4
     outside[2] += 5e-9 / 4
+    # one row just outside 1e-9, the mean row sum just inside it: a test of the mean (or of the
+    # total against T times the tolerance) is not one of the total
+    mean_inside = a2.copy()
+    mean_inside[3] += 3e-9 / 4
+    # rows that sum to one exactly in float32 as in float64, and columns that do not (a zero among them)
+    dyadic = np.array([[0.5, 0.25, 0.25, 0.0], [0.5, 0.5, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]])
     wide = ref.softmax_rows(_numbers(rng, 4, 6))
     facts = example["exercises"]["ex4_shapes"]
     calls = {
@@ -649,7 +655,8 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
         "ex1_zero_query": [("zero_query_mixture", (k, v)) for _, k, v, *_ in sets[:3] + sets[4:]],
         "ex2_row_normalization": [("is_attention_weights", (matrix,)) for matrix in (
             ex["A"], ex["A"].T, a2, column_stochastic, negative, zero, later, near, inside, outside, wide,
-            ex["A"][None], ex["A"][0], np.array([1.5, 0.5]))] + [("column_normalized_counterexample", ())],
+            ex["A"][None], ex["A"][0], np.array([1.5, 0.5]), mean_inside, dyadic)] + [
+            ("column_normalized_counterexample", ())],
         "ex3_value_shift": [("shifted_output", (ex["A"], ex["V"], shift, None)),
                             ("shifted_output", (ex["A"], ex["V"], shift, rows)),
                             ("shifted_output", (a2, v2, shift2, None)), ("shifted_output", (a2, v2, shift2, [1, 3])),
