@@ -477,8 +477,10 @@ MAGIC_WORK = 250_000
 # What the transformer rewrites, each on a pass over the whole cell: a line that starts with an
 # escape (`%time f()`, `!ls`, `?np.exp`, and autocall's `/f x`, `,f x`, `;f x`), an assignment from
 # one (`x = !ls`, `y = %who_ls`), or help at its end (`np.exp?`). Over-counting is safe; what matters
-# is missing none. Every branch reads a line in time proportional to its length.
-_HELP_LINE = re.compile(r"^[^#\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
+# is missing none: a `#` before the `?` may be inside a string (`a = "#"; b?` asks for help on b),
+# so any line with a `?` followed only by blanks or a comment counts. Every branch reads a line in
+# time proportional to its length.
+_HELP_LINE = re.compile(r"^[^\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
 _MAGIC_LINE = re.compile(r"^[ \t]*[%!?/,;]|=[ \t]*[%!]|" + _HELP_LINE.pattern, re.M)
 # IPython finds help at a line's end with a pattern that starts again at every character of the
 # line: its reading costs the square of the line's length, which a cell is charged as well.
@@ -522,11 +524,13 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
         return _raising(f"IPython could not read this cell ({type(exc).__name__})")
     cleaned = "".join(lines)
     plain = "\n".join(cleaned.splitlines())
-    magics = len(_MAGIC_LINE.findall(plain))
+    helps = _HELP_LINE.findall(plain)
+    # a line may be rewritten twice (`x = %who?`: the assignment, then the help): help counts again
+    magics = len(_MAGIC_LINE.findall(plain)) + len(helps)
     if not magics:  # nothing the tokenizing passes rewrite: they would read the cell for nothing
         code = cleaned
     else:
-        work = magics * max(len(cleaned), 1) + sum(len(help_line) ** 2 for help_line in _HELP_LINE.findall(plain))
+        work = magics * max(len(cleaned), 1) + sum(len(help_line) ** 2 for help_line in helps)
         if budget is not None and work > budget[0]:
             return _raising("this cell holds more magics, shell escapes and help requests (a line ending "
                             "in ?) than the grader reads in one notebook; put them in cells of their own, or "

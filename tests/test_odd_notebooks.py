@@ -93,7 +93,8 @@ def test_magics_cost_a_bounded_amount_of_the_graders_work():
     compile(large, "cell", "exec")
     assert python_source("x = 1\n" + "x?\n" * 300, [MAGIC_WORK]).startswith("raise SyntaxError(")  # help, too
     assert "y = 2  # why?" in python_source("y = 2  # why?\n", budget)  # a comment is no help request
-    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", "x? # help\n",
+    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", "x? # help\n", 'a = "#"; b?\n',
+                   "s = '#'; t = s?  # help on s\n",
                    "%time 1\r", "%time 1\x0c", "%time 1\u2028"):  # lines end where IPython ends them
         assert python_source(escape * 300 + "y = 2\n" * 3000, [MAGIC_WORK]).startswith("raise SyntaxError("), escape
     # charged by the cell's length, not its lines: one long line read once per magic
