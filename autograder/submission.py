@@ -616,21 +616,25 @@ def discover(folder: Path) -> Found:
             suffix = "." + entry.name.rsplit(".", 1)[1]
             skipped.append(("/".join(here), f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded"))
     names = {parts for _, parts in candidates}
+    reasons = {parts: _named_out(path, parts) for path, parts in candidates}
+    # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
+    # (`_one_per_student`): whether a module is the starter is asked there alone, at a parse each,
+    # however many copies a student's folder holds.
+    first: dict[str, tuple] = {}
+    for _, parts in candidates:
+        student = _student("/".join(parts))
+        if student is not None and reasons[parts] is None:
+            first[student] = min(first.get(student, parts), parts, key=lambda found: (len(found), "/".join(found)))
     starters = {parts for path, parts in candidates  # handed in untouched beside the notebook worked in
-                if path.suffix == ".py" and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
+                if path.suffix == ".py" and reasons[parts] is None
+                and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
+                and (len(parts) == 1 or first[_student("/".join(parts))][:-1] == parts[:-1])
                 and untouched_starter(path, "/".join(parts))}
     items = []
     for path, parts in candidates:
         name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
-        if shown_name(name) != name:
-            reason = "a name that is not UTF-8: rename it to have it graded"
-        elif path.name.startswith("."):
-            reason = "a hidden file"
-        elif path.name in HELPERS or path.name.startswith("test_"):
-            reason = "a helper or test file of the released self-check, not a submission"
-        elif len(parts) > 1 and stem != "attention_head":
-            reason = ("in a student's folder only attention_head.py or attention_head.ipynb is "
-                      "graded")
+        if reasons[parts] is not None:
+            reason = reasons[parts]
         elif parts in starters:
             reason = f"the starter module, untouched: {stem}.ipynb beside it is graded instead"
         elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names - starters:
@@ -641,7 +645,41 @@ def discover(folder: Path) -> Found:
         skipped.append((name, reason))
     items, more = _one_per_student(items)
     skipped += more
-    return Found(items, sorted((shown_name(name), reason) for name, reason in skipped))
+    return Found(items, _bounded(sorted((shown_name(name), reason) for name, reason in skipped)))
+
+
+def _named_out(path: Path, parts: tuple[str, ...]) -> str | None:
+    """Why a candidate file is not graded, from its name and place alone; None if it may be."""
+    name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
+    if shown_name(name) != name:
+        return "a name that is not UTF-8: rename it to have it graded"
+    if path.name.startswith("."):
+        return "a hidden file"
+    if path.name in HELPERS or path.name.startswith("test_"):
+        return "a helper or test file of the released self-check, not a submission"
+    if len(parts) > 1 and stem != "attention_head":
+        return "in a student's folder only attention_head.py or attention_head.ipynb is graded"
+    return None
+
+
+MOST_SKIPPED_LISTED = 100
+"""Files not graded listed one by one for each student's folder; the rest are counted in one line."""
+
+
+def _bounded(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`skipped` (sorted by name) with at most MOST_SKIPPED_LISTED entries for each student's folder,
+    and a line that counts the others: a folder of thousands of files is a few lines of results."""
+    listed: dict[str | None, int] = {}
+    kept: list[tuple[str, str]] = []
+    for name, reason in skipped:
+        student = _student(name)
+        listed[student] = listed.get(student, 0) + 1
+        if student is None or listed[student] <= MOST_SKIPPED_LISTED:
+            kept.append((name, reason))
+    for student, count in sorted((s, c) for s, c in listed.items() if s is not None and c > MOST_SKIPPED_LISTED):
+        more = count - MOST_SKIPPED_LISTED
+        kept.append((f"{student}/…", f"{more} more file{'s' if more > 1 else ''} in this student's folder"))
+    return sorted(kept)
 
 
 COURSE_FOLDERS = ("submitted", "autograded")

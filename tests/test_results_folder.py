@@ -431,3 +431,30 @@ def test_a_results_or_report_folder_others_may_write_is_refused_and_a_link_in_it
     else:
         assert "matplotlib" in done.stderr, done.stderr
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o700  # made here: yours alone
+
+
+def test_a_student_folder_of_thousands_of_files_costs_a_few_parses_and_a_few_lines(tmp_path, monkeypatch):
+    """Whether a module is the untouched starter (a parse each) is asked only in the folder of a
+    student's that can be graded; the files not graded are listed up to a bound, then counted."""
+    from autograder import submission
+
+    folder = tmp_path / "class"
+    (folder / "ann").mkdir(parents=True)
+    (folder / "ann" / "attention_head.py").write_text(reference_source())
+    starter = (REPO / "assignments" / "attention_head" / "attention_head.py").read_text()
+    for n in range(60):  # pairs at the top of the folder, and pairs in sixty folders below it
+        (folder / "mal" / f"c{n:02d}").mkdir(parents=True)
+        for place in (folder / "mal", folder / "mal" / f"c{n:02d}"):
+            stem = f"x{n:02d}" if place.name == "mal" else "attention_head"
+            (place / f"{stem}.py").write_text(starter)
+            (place / f"{stem}.ipynb").write_text("{}")
+    asked = []
+    real = submission.untouched_starter
+    monkeypatch.setattr(submission, "untouched_starter", lambda path, name=None: asked.append(name) or real(path, name))
+    found = submission.discover(folder)
+    assert asked == ["mal/c00/attention_head.py"], asked
+    assert [name for _, name in found.items] == ["ann/attention_head.py", "mal/c00/attention_head.ipynb"]
+    listed = [name for name, _ in found.skipped]
+    assert len(listed) == submission.MOST_SKIPPED_LISTED + 1 and listed[-1] == "mal/…", listed
+    more = 4 * 60 - 1 - submission.MOST_SKIPPED_LISTED  # every file of mal's but the one graded
+    assert found.skipped[-1][1] == f"{more} more files in this student's folder"
