@@ -162,8 +162,10 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                         each: list[Outcome | None]) -> bool:
     """Did every batch call, made again once per example, return for each example what the batch
     call returned for it (within the grading tolerance)? A call that raised, ran out of time or
-    returned another kind of value either time shows nothing."""
-    position = 0
+    returned another kind of value either time shows nothing; nor does a head that gives one and the
+    same result for different examples on every call (zeros, or the example's own values read from
+    outside): a batch axis it never reads is not carried through."""
+    position, varied = 0, False
     for case, wanted in zip(cases, expected):
         for index, call in enumerate(case.calls):
             whole = batch[position] if position < len(batch) else None
@@ -185,7 +187,8 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                     return False
                 if not judge.allclose(np.stack(pieces), part, judge.RTOL, judge.ATOL, equal_nan=True, keep=False):
                     return False
-    return position == len(batch) == len(each)
+                varied = varied or any(not np.array_equal(piece, pieces[0], equal_nan=True) for piece in pieces[1:])
+    return varied and position == len(batch) == len(each)
 
 
 def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:

@@ -200,6 +200,10 @@ SUBMISSIONS.update({
     # while attention's own cases tell the two apart (its first run names an edit of its own line)
     "softmax_shifted_by_row_sum": variant([("shifted = s - s.max(axis=-1, keepdims=True)",
                                             "shifted = s - s.sum(axis=-1, keepdims=True)")]),
+    # a head that returns zeros of the right shapes: each example alone gives what the batch gave
+    # for it, yet nothing shows the batch axis carried through
+    "head_of_zeros": variant([("    return attention(q, k, v)\n",
+                               "    o, a = attention(q, k, v)\n    return np.zeros_like(o), np.zeros_like(a)\n")]),
     # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
     # under the later steps written as the chapter composes them
     "unwritten_pass": _UNWRITTEN.format(body="pass"),
@@ -365,7 +369,7 @@ def test_a_head_mistake_no_model_names_costs_the_batch_nothing_when_each_example
     assert _steps(on_its_own["head_layer_normed"])["batch"]["score"] == 0.0
 
 
-@pytest.mark.parametrize("name", ["head_normed_whole", "head_layer_normed_batch_short"])
+@pytest.mark.parametrize("name", ["head_normed_whole", "head_layer_normed_batch_short", "head_of_zeros"])
 def test_a_head_that_also_mixes_or_drops_the_examples_of_a_batch_still_costs_the_batch(carried, on_its_own, name):
     steps = _steps(carried[name])
     assert {"head", "batch"} <= set(_lost(carried[name])), _lost(carried[name])
