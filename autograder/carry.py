@@ -18,6 +18,8 @@ later step's are decided.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import feedback, judge
@@ -69,9 +71,16 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         if step.id in provisional:
             # carried on exceptions alone: a wrong value of its own, now that it ran past them,
             # gives it back its grade on its own cases; passing, raising again or dying changes nothing
-            if _shows_own_mistake(cases[step.id], expected[step.id], again.outcomes[number]):
+            outcomes = again.outcomes[number]
+            if names == [PER_EXAMPLE]:  # each batch call made example by example: the examples' results stacked
+                outcomes = [_stacked(outcome) for outcome in outcomes]
+            if _shows_own_mistake(cases[step.id], expected[step.id], outcomes):
                 by_id[step.id] = provisional[step.id]
-            continue
+                continue
+            if names == [PER_EXAMPLE] or not _passes(cases[step.id], expected[step.id], outcomes):
+                continue
+            # run past the exceptions with the chapter's functions in place, its own work checks out:
+            # told as any step called again is, from the first cause
         if names == [PER_EXAMPLE]:
             if own is not None and _each_example_alike(cases[step.id], expected[step.id], own.outcomes[number],
                                                        again.outcomes[number]):
@@ -124,6 +133,21 @@ def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> N
         by_id[result.id] = StepResult(step.id, current.score, current.max_score, current.status, text,
                                       codes, current.passed, current.total, list(current.case_passed),
                                       carried_from=first)
+
+
+def _stacked(outcome: Outcome | None) -> Outcome | None:
+    """A batch call made example by example, its (o, a) results stacked as the batch call returns
+    them; as it came where they are not pairs of arrays of one shape (a wrong value of its own)."""
+    if outcome is None or outcome.raised or outcome.fault or not isinstance(outcome.value, tuple):
+        return outcome
+    try:
+        pairs = [tuple(np.asarray(part) for part in pair) for pair in outcome.value]
+        if not pairs or any(len(pair) != 2 for pair in pairs):
+            return outcome
+        value = (np.stack([o for o, _ in pairs]), np.stack([a for _, a in pairs]))
+    except (TypeError, ValueError):
+        return outcome
+    return dataclasses.replace(outcome, value=value)
 
 
 def _shows_own_mistake(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:

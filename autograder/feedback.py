@@ -149,7 +149,7 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
 
 def carried_feedback(step: Step, sources: list[str], codes: list[str], total: int,
                      replaced: list[str] | None = None, unwritten: str | None = None, per_example: bool = False,
-                     through: str | None = None) -> str:
+                     through: str | None = None, on_exceptions: bool = False) -> str:
     """A step that keeps its points because an earlier step's mistake alone explains its numbers:
     the mistake is explained where it was made, and named here in one line.
 
@@ -159,7 +159,8 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     (a notebook cell stopped before their defs) or DISCARDED (defined in `%%timeit` cells only). What went wrong may be wrong numbers or exceptions (an
     earlier function that fails on the step's input), so the line speaks of neither. `through`: the
     step whose values, as the student wrote them, explain this one's, where that step's own work
-    checks out and the mistake is the earlier one's (`sources`)."""
+    checks out and the mistake is the earlier one's (`sources`). `on_exceptions`: carried on its
+    exceptions alone (every failing call raised as the earlier step's code does), until called again."""
     steps = ", ".join(f"`{name}`" for name in sources)
     plural = "s" if len(sources) > 1 else ""
     named = ", ".join(code for code in codes if code != "not-implemented")
@@ -182,6 +183,8 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     then = (f"{'Write' if unwritten == 'not_implemented' else 'Fix'} {'them' if plural else 'it'} there (see "
             f"above) and this step follows.")
     checks = f"{how}, your own work here checks out on all {total} cases"
+    if on_exceptions:  # every failing call raised where the earlier step's code raises: nothing else ran
+        checks = "on every case it failed, it raised what that step's code raises, and nothing of its own shows a mistake"
     if per_example:  # the same function, on a batch: what it does to one sequence is what goes wrong
         checks = (f"called again on each example of the batch alone, your function returns what it returned for "
                   f"that example within the batch, on all {total} cases: your own work here, carrying the batch "

@@ -1618,11 +1618,15 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     carried_result = None
     if mistakes is not None and status != "passed":
         wants = [want for case_expected in expected for want in case_expected]
-        sources = _carried_from(step, calls, flat, wants, failing_uses, mistakes)
+        sources = _carried_from(step, calls, flat, wants, failing_uses, mistakes) \
+            or _raised_as_the_head(step, flat, told, earlier)
         if sources:
             carried_codes_ = carried_codes(codes, sources, earlier)
+            # carried until called again, on its exceptions alone: said as such
+            on_exceptions = provisional is not None and step.id not in _BUILT_ON and _only_raised(flat)
             carried_result = StepResult(step.id, step.points, step.points, status,
-                                        feedback.carried_feedback(step, sources, carried_codes_, total),
+                                        feedback.carried_feedback(step, sources, carried_codes_, total,
+                                                                  on_exceptions=on_exceptions),
                                         carried_codes_, sum(passed), total, list(passed),
                                         carried_from=carried_source(sources, carried_codes_, earlier))
             if provisional is None or step.id in _BUILT_ON or not _only_raised(flat):
@@ -1692,6 +1696,28 @@ def _reproducing(step: Step, calls: list, flat: list[_CallVerdict], wants: list[
         found = [(fn, derived.model(code)) for code in codes if derived.is_derived(code) and derived.fn_of(code) == fn
                  and _reproduces(derived.model(code), (fn, "derived", code), calls, flat, wants)]
     return found
+
+
+_HEAD_AT = next(number for number, step in enumerate(STEPS) if step.id == "head")
+
+
+def _raised_as_the_head(step: Step, flat: list[_CallVerdict], told: Run, earlier: dict[str, StepResult]) -> list[str]:
+    """["head"] for the batch step whose every failing call raised as the head's own failing calls
+    raise (the same exception, from the same function), where the head fails with a mistake of its
+    own: the batch calls the head's own function, which nothing may stand in for, and its lines
+    after that point never ran. Its credit is carried on those exceptions alone, until each batch
+    call made again example by example shows a wrong value of its own (carry.py); else []."""
+    head = earlier.get("head")
+    if step.id != "batch" or head is None or head.status == "passed" or head.carried_from \
+            or len(told.outcomes) <= _HEAD_AT:
+        return []
+    seen = {(outcome.raised.get("type"), raised_in(outcome.raised.get("where")))
+            for outcome in told.outcomes[_HEAD_AT] if outcome is not None and outcome.raised}
+    failing = [verdict for verdict in flat if verdict.kind != "ok"]
+    if seen and failing and all(verdict.kind == "raised" and (verdict.raised, verdict.raised_in) in seen
+                                for verdict in failing):
+        return ["head"]
+    return []
 
 
 def _only_raised(flat: list[_CallVerdict]) -> bool:

@@ -200,6 +200,10 @@ SUBMISSIONS.update({
     # while attention's own cases tell the two apart (its first run names an edit of its own line)
     "softmax_shifted_by_row_sum": variant([("shifted = s - s.max(axis=-1, keepdims=True)",
                                             "shifted = s - s.sum(axis=-1, keepdims=True)")]),
+    # a head that imports a module the graders lack: every call of the head and of the batch raises
+    # there, so the batch is carried on those exceptions alone (it cannot be called again otherwise)
+    "head_imports_scipy": variant([("    return attention(q, k, v)\n",
+                                    "    from scipy.special import softmax  # noqa: F401\n    return attention(q, k, v)\n")]),
     # a head that returns zeros of the right shapes: each example alone gives what the batch gave
     # for it, yet nothing shows the batch axis carried through
     "head_of_zeros": variant([("    return attention(q, k, v)\n",
@@ -627,3 +631,14 @@ def test_steps_built_on_unwritten_ones_are_graded_alike_whatever_the_placeholder
     assert "not written yet" in _steps(stub)["attention"]["feedback"], _steps(stub)["attention"]["feedback"]
     for sid in ("qkv", "scores", "scale", "softmax", "mix"):
         assert _steps(stub)[sid]["score"] == _steps(empty)[sid]["score"] == 0.0, sid
+
+
+def test_a_batch_that_raises_only_as_the_head_raises_keeps_its_points_on_those_exceptions(carried, on_its_own):
+    """One import line in the head costs the head alone: the batch calls the same function, raises
+    what the head raises on every call, and nothing of its own shows a mistake."""
+    steps = _steps(carried["head_imports_scipy"])
+    assert _lost(carried["head_imports_scipy"]) == {"head": 8.0}, _lost(carried["head_imports_scipy"])
+    assert steps["batch"]["carried_from"] == "head" and steps["batch"]["diagnoses"] == ["crashed"]
+    assert "it raised what that step's code raises, and nothing of its own shows a mistake" in steps["batch"]["feedback"]
+    assert "checks out" not in steps["batch"]["feedback"]
+    assert _lost(on_its_own["head_imports_scipy"]) == {"head": 8.0, "batch": 8.0, "ex5_intervention": 8.0}
