@@ -143,6 +143,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
     "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
     "size": (lambda a, p: a[0].size, "{0}.size"),
+    "dot": (lambda a, p: np.dot(a[0], a[1]), "np.dot({0}, {1})"),
     "zeros": (lambda a, p: np.zeros(a[0]), "np.zeros({0})"),
     "ones": (lambda a, p: np.ones(a[0]), "np.ones({0})"),
     "outer": (lambda a, p: np.outer(a[0], a[1]), "np.outer({0}, {1})"),
@@ -270,7 +271,7 @@ def _onehot(a):
 
 # Swapped or inverted operators: op -> alternatives (with their words).
 SWAPS: dict[str, tuple[str, ...]] = {
-    "matmul": ("mul",), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
+    "matmul": ("mul", "dot"), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
     "sqrt": ("square", "same", "log", "isqrt"), "exp": ("log", "same", "square", "exp2"), "max": ("min", "mean", "sum"),
     "sum": ("mean", "max"), "lastdim": ("firstdim", "size"), "zeros": ("ones",), "selsum": ("rowselsum", "selmean", "selmax"),
     "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2",), "nonneg": ("positive", "nonneg_any"),
@@ -431,7 +432,8 @@ OP_WORDS = {
     "mul": "an elementwise product", "matmul": "a matrix product", "div": "a division", "rdiv": "the division upside down",
     "add": "an addition", "sub": "a subtraction", "square": "a square", "same": "nothing", "log": "a logarithm",
     "exp": "an exponential", "min": "a minimum", "mean": "a mean", "sum": "a sum", "max": "a maximum",
-    "firstdim": "the first axis's length", "size": "the count of all its numbers", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
+    "firstdim": "the first axis's length", "size": "the count of all its numbers",
+    "dot": "`np.dot`, which on a batch pairs every example with every other", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
     "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
     "close_first": "the first row's sum only", "close_any": "any row summing to one",
@@ -1503,9 +1505,37 @@ def describe(code: str):
     elif stage == "all" and any(f"-{family}" in code for family in FAMILIES):
         look = f"Compare the tests of `{edit.fn}` with `{edit.old}`."
     else:
-        look = (f"Find the line of `{edit.fn}` that computes {WORDS.get(stage, 'this value')} and compare it "
+        owner = _owner(edit.fn, stage)
+        place = f"`{edit.fn}`" if owner is None else f"`{edit.fn}`, or of a function it calls (the chapter's is `{owner}`),"
+        look = (f"Find the line of {place} that computes {WORDS.get(stage, 'this value')} and compare it "
                 f"with `{edit.old}`.")
     return Diagnosis(code, what, look, edit.section)
+
+
+@lru_cache(maxsize=None)
+def _owner(fn: str, stage: str) -> str | None:
+    """The chapter's function, called by the reference's `fn` directly or not, whose own line
+    computes `stage` (mix's `o = a @ v`, in the head); None where `fn` computes it itself."""
+    import ast
+    import inspect
+
+    from solutions import attention_head as reference
+
+    if stage not in _called_stages(fn):
+        return None
+    todo, seen = [fn], {fn}
+    while todo:
+        current = todo.pop(0)
+        tree = ast.parse(inspect.getsource(getattr(reference, current)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROGRAMS \
+                    and node.func.id not in seen:
+                callee = node.func.id
+                seen.add(callee)
+                if stage in {line[0] for line in PROGRAMS[callee][1]} - _called_stages(callee):
+                    return callee
+                todo.append(callee)
+    return None
 
 
 def _where(edit: Edit) -> str:

@@ -1824,6 +1824,35 @@ _RAISES_ON_A_BATCH = (
     "the results.")
 
 
+_BATCH_ONLY_EDITS = ("-op-matmul-to-dot",)
+"""Derived edits of the head that give one sequence the chapter's numbers and a batch others."""
+
+
+def _batch_only_edit(step: Step, calls: list, flat: list[_CallVerdict], wants: list[dict]) -> str | None:
+    """The derived edit of the head, of those that change a batch only (`np.dot` for `@`), that gives
+    the student's value, or very exception, on every call of the batch step (the reference's on the
+    calls that pass), where exactly one does; else None."""
+    found = []
+    for code, model in derived.models(step.functions[0]):
+        if not code.endswith(_BATCH_ONLY_EDITS):
+            continue
+        candidate = _Candidate((code,), model, False, key=(step.functions[0], "derived", code))
+        for call, verdict, want in zip(calls, flat, wants):
+            value, error, _ = _model_value(candidate, call, want)
+            if verdict.kind == "raised":
+                fits = error == (verdict.raised, verdict.raised_message)
+            elif verdict.kind == "ok":
+                fits = error is None and value is not None and _same_value(want, value)
+            else:
+                fits = (verdict.kind == "mismatch" and error is None and value is not None and verdict.actual is not None
+                        and _same_value(verdict.actual, value))
+            if not fits:
+                break
+        else:
+            found.append(code)
+    return found[0] if len(found) == 1 else None
+
+
 def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]], passed: list[bool],
               expected: list[list[dict]], failing_uses: list[str], earlier: dict[str, StepResult],
               raised: set | None = None) -> _Findings:
@@ -1851,6 +1880,12 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                     + (", each of them right" if all(kind == "right" for kind in per_example) else "")
                     + ": the step asks for one pair of stacked arrays, o [B, T, d_v] and a [B, T, T]. Stack "
                     "the outputs and the weights (`np.stack`) before returning them.")
+        line = _batch_only_edit(step, [call for case in cases for call in case.calls], flat, wants) \
+            if "batch-axes-mixed" in found.codes else None
+        if line is not None:  # the very line: one that gives one sequence's numbers, and not a batch's
+            found.codes.append(line)
+            found.looks["batch-axes-mixed"] = ("The line named below gives the same numbers as the chapter's "
+                                               "on one sequence, and not on a batch.")
         if missing and "batch-axes-mixed" in found.codes:
             short = "range(B - 1)" if missing == "last" else "range(1, B)"
             found.looks["batch-axes-mixed"] = (

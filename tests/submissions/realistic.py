@@ -53,6 +53,10 @@ MISTAKES: dict[str, Submission] = {
     "scale_epsilon_under_the_root": _one(SCALE_LINE, "s = d / np.sqrt(d_k + 1e-8)",
                                          ("scale", "head", "batch", "ex5_intervention"), "slightly-off"),
     "attention_d_k_from_rows": _one("d_k = q.shape[-1]", "d_k = k.shape[0]", ATTENTION_ON, "scaled-by-positions"),
+    # np.dot for @ in mix: the same numbers on one sequence, every example paired with every other
+    # on a batch; the line is named beside batch-axes-mixed
+    "mix_np_dot": Submission(((MIX_LINE, "o = np.dot(a, v)  #"),),
+                             {"batch": ["batch-axes-mixed", "derived-self_attention_head-o-op-matmul-to-dot"]}),
     # one edit of a line, which two of the chapter's slips together also give (a score prescaled by
     # √d_k, then divided by √T): the edit is what is told
     "attention_d_k_as_size": _one("d_k = q.shape[-1]", "d_k = q.size", ATTENTION_ON,
