@@ -1824,6 +1824,23 @@ _RAISES_ON_A_BATCH = (
     "the results.")
 
 
+def _examples_merged(verdicts: list[_CallVerdict], wants: list[dict]) -> bool:
+    """Is every wrong batch value the expected one with its batch axis merged into the positions
+    ([B·T, d_v] for [B, T, d_v]), its numbers right?"""
+    if not verdicts:
+        return False
+    for verdict, want in zip(verdicts, wants):
+        if verdict.kind != "mismatch" or verdict.actual is None:
+            return False
+        for name, part in want.items():
+            got = verdict.actual.get(name)
+            if not isinstance(part, np.ndarray) or not isinstance(got, np.ndarray) or part.ndim < 3 \
+                    or got.shape != (part.shape[0] * part.shape[1],) + part.shape[2:] \
+                    or not allclose(got.reshape(part.shape), part, RTOL, ATOL, keep=False):
+                return False
+    return True
+
+
 _BATCH_ONLY_EDITS = ("-op-matmul-to-dot",)
 """Derived edits of the head that give one sequence the chapter's numbers and a batch others."""
 
@@ -1886,6 +1903,12 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             found.codes.append(line)
             found.looks["batch-axes-mixed"] = ("The line named below gives the same numbers as the chapter's "
                                                "on one sequence, and not on a batch.")
+        if "batch-axes-mixed" in found.codes and line is None and _examples_merged([flat[i] for i in wrong],
+                                                                                   [wants[i] for i in wrong]):
+            found.looks["batch-axes-mixed"] = (
+                "Your results hold every example's right numbers, the examples' rows one after another: the "
+                "examples were joined along the positions (`np.concatenate`, or a reshape to B·T rows), not "
+                "stacked. `np.stack` puts the batch axis first, as the step asks: o [B, T, d_v], a [B, T, T].")
         if missing and "batch-axes-mixed" in found.codes:
             short = "range(B - 1)" if missing == "last" else "range(1, B)"
             found.looks["batch-axes-mixed"] = (

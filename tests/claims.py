@@ -509,6 +509,23 @@ def _check_rows_reached(graded, step_id, text):
     assert any(fits), f"{step_id}: rows {rows} said to give the {what} on {label}, which they do not"
 
 
+def _check_examples_merged(graded, step_id, text):
+    """"the examples were joined along the positions": every failing batch value is the expected one
+    with its batch axis merged into the positions."""
+    if "the examples were joined along the positions" not in text:
+        return
+    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
+        kind, value = _value(call.fn, outcome)
+        want = _reference(call.fn, call)
+        if kind == "value" and _same(value, want):
+            continue
+        assert kind == "value", f"{step_id}: examples said joined, where a call raised"
+        for name, part in want.items():
+            got = value[name]
+            assert got.shape == (part.shape[0] * part.shape[1],) + part.shape[2:] and np.allclose(
+                got.reshape(part.shape), part, rtol=judge.RTOL, atol=judge.ATOL), f"{step_id}: {name} is not joined"
+
+
 def check(graded: Graded) -> None:
     """Assert every claim of every failing step's feedback."""
     for step in STEPS:
@@ -530,6 +547,7 @@ def check(graded: Graded) -> None:
         _check_shape_advice(graded, step.id, result.feedback)
         _check_raised_off_the_example(graded, step.id, result.feedback)
         _check_rows_reached(graded, step.id, result.feedback)
+        _check_examples_merged(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

@@ -137,3 +137,17 @@ def test_the_value_rows_a_wrong_shift_reached_are_named(tmp_path):
     feedback = _steps(path)["ex3_value_shift"]["feedback"]
     assert re.search(r"your change is exactly the one that shifting value rows \[(\d+, )+\d+\] makes, "
                      r"where the call asks for rows \[(\d+, )+\d+\]", feedback), feedback
+
+
+def test_a_batch_whose_examples_are_joined_not_stacked_is_told_so(tmp_path):
+    require_sandbox()
+    path = tmp_path / "joined.py"
+    path.write_text(_replaced("self_attention_head",
+                              "    if np.ndim(x) == 3:\n"
+                              "        pairs = [self_attention_head(one, w_q, w_k, w_v) for one in x]\n"
+                              "        return np.concatenate([o for o, _ in pairs]), np.concatenate([a for _, a in pairs])\n"
+                              "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n"
+                              "    return attention(q, k, v)\n"))
+    batch = _steps(path)["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"]
+    assert "the examples were joined along the positions (`np.concatenate`, or a reshape to B·T rows)" in batch["feedback"]

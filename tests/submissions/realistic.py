@@ -53,6 +53,13 @@ MISTAKES: dict[str, Submission] = {
     "scale_epsilon_under_the_root": _one(SCALE_LINE, "s = d / np.sqrt(d_k + 1e-8)",
                                          ("scale", "head", "batch", "ex5_intervention"), "slightly-off"),
     "attention_d_k_from_rows": _one("d_k = q.shape[-1]", "d_k = k.shape[0]", ATTENTION_ON, "scaled-by-positions"),
+    # a batch looped over, each example's results joined end to end, not stacked
+    "batch_concatenated": Submission((("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
+                                       "    if x.ndim == 3:\n"
+                                       "        pairs = [self_attention_head(one, w_q, w_k, w_v) for one in x]\n"
+                                       "        return np.concatenate([o for o, _ in pairs]), np.concatenate([a for _, a in pairs])\n"
+                                       "    q, k, v = project_qkv(x, w_q, w_k, w_v)"),),
+                                     {"batch": ["batch-axes-mixed"]}),
     # np.dot for @ in mix: the same numbers on one sequence, every example paired with every other
     # on a batch; the line is named beside batch-axes-mixed
     "mix_np_dot": Submission(((MIX_LINE, "o = np.dot(a, v)  #"),),
