@@ -233,6 +233,11 @@ OPS: dict[str, tuple[Callable, str]] = {
     "l2rows": (lambda a, p: a[0] / np.linalg.norm(a[0], axis=-1, keepdims=True),
                "{0} / np.linalg.norm({0}, axis=-1, keepdims=True)"),
     "sumrows": (lambda a, p: a[0] / np.sum(a[0], axis=-1, keepdims=True), "{0} / {0}.sum(axis=-1, keepdims=True)"),
+    # each row standardized, as a layer norm does (its epsilon where PyTorch's and most code put it)
+    "norm_std": (lambda a, p: (a[0] - np.mean(a[0], axis=-1, keepdims=True)) / (np.std(a[0], axis=-1, keepdims=True) + 1e-5),
+                 "({0} - {0}.mean(axis=-1, keepdims=True)) / ({0}.std(axis=-1, keepdims=True) + 1e-5)"),
+    "norm_var": (lambda a, p: (a[0] - np.mean(a[0], axis=-1, keepdims=True)) / np.sqrt(np.var(a[0], axis=-1, keepdims=True) + 1e-5),
+                 "({0} - {0}.mean(axis=-1, keepdims=True)) / np.sqrt({0}.var(axis=-1, keepdims=True) + 1e-5)"),
     "f32": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float32), dtype=np.float64), "np.float32({0})"),
     "trunc": (lambda a, p: np.trunc(a[0]), "{0}.astype(int)"),
     "onehot": (lambda a, p: _onehot(a[0]), "one_hot(argmax({0}, axis=-1))"),
@@ -289,7 +294,7 @@ MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), 
 # An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
-INPUT_CHANGES = ("f32", "l2rows", "trunc")
+INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
 MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_")

@@ -53,6 +53,11 @@ MISTAKES: dict[str, Submission] = {
     "scale_epsilon_under_the_root": _one(SCALE_LINE, "s = d / np.sqrt(d_k + 1e-8)",
                                          ("scale", "head", "batch", "ex5_intervention"), "slightly-off"),
     "attention_d_k_from_rows": _one("d_k = q.shape[-1]", "d_k = k.shape[0]", ATTENTION_ON, "scaled-by-positions"),
+    # each position layer-normed before the projections, as a transformer block does first
+    "head_layer_normed_input": _one("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
+                                    "    x = (x - x.mean(axis=-1, keepdims=True)) / (x.std(axis=-1, keepdims=True) + 1e-5)\n"
+                                    "    q, k, v = project_qkv(x, w_q, w_k, w_v)", HEAD_ON,
+                                    "derived-self_attention_head-x-input-x-norm_std"),
     # a batch looped over, each example's results joined end to end, not stacked
     "batch_concatenated": Submission((("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
                                        "    if x.ndim == 3:\n"
