@@ -1280,6 +1280,8 @@ def _pairs_per_example(raw, want: dict) -> str | None:
     example's are? "right" where every pair holds that example's very numbers, "shaped" where only
     the shapes are; None otherwise."""
     o, a = want.get("o"), want.get("a")
+    if isinstance(raw, np.ndarray) and raw.ndim >= 2 and raw.shape[1] == 2:  # the pairs stacked: [B, 2, ...]
+        raw = [(pair[0], pair[1]) for pair in raw]
     if not isinstance(raw, (list, tuple)) or not isinstance(o, np.ndarray) or o.ndim != 3 or len(raw) != len(o) \
             or not isinstance(a, np.ndarray) or len(raw) < 2:
         return None
@@ -1889,11 +1891,13 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         missing = _examples_left_out([flat[i] for i in wrong], wants, wrong)
         if "batch-axes-mixed" in found.codes and all(flat[i].kind == "raised" for i in wrong):
             found.looks["batch-axes-mixed"] = _RAISES_ON_A_BATCH
-        if all(flat[i].kind == "wrong-type" for i in wrong):
-            per_example = [_pairs_per_example(flat[i].raw, wants[i]) for i in wrong]
+        typed = [i for i in wrong if flat[i].kind == "wrong-type"]
+        if typed:  # (those that raised show their own exception: `np.stack` of pairs of two shapes)
+            per_example = [_pairs_per_example(flat[i].raw, wants[i]) for i in typed]
             if all(per_example):
                 found.looks["wrong-type"] = (
-                    "You returned one (o, a) pair per example of the batch"
+                    ("Where it returned, you" if len(typed) < len(wrong) else "You")
+                    + " returned one (o, a) pair per example of the batch"
                     + (", each of them right" if all(kind == "right" for kind in per_example) else "")
                     + ": the step asks for one pair of stacked arrays, o [B, T, d_v] and a [B, T, T]. Stack "
                     "the outputs and the weights (`np.stack`) before returning them.")

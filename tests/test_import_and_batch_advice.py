@@ -151,3 +151,22 @@ def test_a_batch_whose_examples_are_joined_not_stacked_is_told_so(tmp_path):
     batch = _steps(path)["batch"]
     assert batch["diagnoses"] == ["batch-axes-mixed"]
     assert "the examples were joined along the positions (`np.concatenate`, or a reshape to B·T rows)" in batch["feedback"]
+
+
+def test_pairs_stacked_into_one_array_are_told_as_pairs_per_example(tmp_path):
+    """`np.stack` of the (o, a) pairs: it raises where o and a differ in shape, and returns one
+    [B, 2, T, T] array where they do not; that array is told as one pair per example."""
+    require_sandbox()
+    path = tmp_path / "stacked_pairs.py"
+    path.write_text(_replaced("self_attention_head",
+                              "    if np.ndim(x) == 3:\n"
+                              "        return np.stack([self_attention_head(one, w_q, w_k, w_v) for one in x])\n"
+                              "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n"
+                              "    return attention(q, k, v)\n"))
+    # under seed 7 (and the tests' key) a hidden batch case has T == d_v, where the pairs stack
+    done = qkv_grade(str(path), "--format", "json", "--seed", "7")
+    assert done.returncode == 0, done.stderr[-2000:]
+    batch = {step["id"]: step for step in json.loads(done.stdout)["steps"]}["batch"]
+    assert "wrong-type" in batch["diagnoses"], batch
+    assert "Where it returned, you returned one (o, a) pair per example of the batch, each of them right" \
+        in batch["feedback"], batch["feedback"]
