@@ -91,6 +91,12 @@ class _Reference(Exception):
     """An edit confined to one branch (`rows is None` or not), on a call of the other branch."""
 
 
+def _every_row(text: str) -> str:
+    """A line or phrase of an exercise 3 edit as it reads where rows is None, every row: `a[:, rows]`
+    is `a`, and no row is "listed"."""
+    return re.sub(r"\[(?::, )?rows(?:, :)?\]", "", text).replace("listed ", "")
+
+
 def _branch(rows, when):
     if (rows is None) != (when == "none"):
         raise _Reference
@@ -571,9 +577,11 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
             # the same edit in one branch of `if rows is None:` only, the other as the reference's
             for when, words in (("none", "rows is None"), ("rows", "rows is a list")):
                 guard = ("_", "when", ("rows",), {"when": "none" if when == "none" else "given"})
+                # where rows is None every row moves: the lines are shown as they read for every row
+                shown = _every_row if when == "none" else str
                 found.append(Edit(fn, _code(fn, stage[0], f"{label}:when_{when}"), (guard,) + tuple(new_stages),
-                                  old, f"{new_line} (only where {words})", f"{why}, only where {words}",
-                                  SECTIONS.get(stage[0], section)))
+                                  shown(old), f"{shown(new_line)} (only where {words})",
+                                  f"{shown(why)}, only where {words}", SECTIONS.get(stage[0], section)))
 
     def whole(label, program, old, new, why, sec=None):
         label = f"{form}:{label}" if form else label
