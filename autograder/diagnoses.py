@@ -58,7 +58,7 @@ CODES: dict[str, Diagnosis] = dict([
        "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
     _d("slightly-off", "your numbers are near the expected ones (within about one part in 10 000) but not "
        "equal to them: something on the way moves them a little, such as a small constant (an epsilon) added "
-       "to a divisor or a total, a constant typed in rounded (1.414 for √2), a value rounded part-way, or an "
+       "to a divisor, a total or every term (each exponential, say), a constant typed in rounded (1.414 for √2), a value rounded part-way, or an "
        "approximation.",
        "Compute each quantity as the chapter writes it, with no epsilon, rounded constant, rounding or "
        "approximation on the way; the differences shown above say how far off the numbers are."),
