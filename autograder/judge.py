@@ -2273,8 +2273,8 @@ def _raised_off_the_example(cases: list[Case], verdicts: list[list[_CallVerdict]
     example = next(case.calls[0] for case in cases if case.public)
     failed = next(call for c in hidden_wrong for call, v in zip(cases[c].calls, verdicts[c]) if v.kind == "raised")
     return (f"It ran on the chapter's example, {example.shown(inspect_names(example.fn))}, and raised on hidden "
-            f"cases of other sizes, such as {failed.shown(inspect_names(failed.fn))}: some line holds only for the "
-            f"example's sizes. Look for an array built in the shape of another whose size equals it only there, "
+            f"cases of other sizes, such as {failed.shown(inspect_names(failed.fn))}: some line holds for the "
+            f"example's sizes and not for these. Look for an array built in the shape of another whose size equals it only there, "
             f"one width taken for another, a stack or reshape that needs two sizes equal, a size written as a "
             f"number, or something kept from the example's call (a global, a cache); then call your function "
             f"with the failing shapes and read the error.")
