@@ -1623,7 +1623,7 @@ def _new_folder(parent, prefix):
 def _scratch_root():
     for parent in (os.environ.get("TMPDIR"), "/tmp", "/var/tmp", os.getcwd()):
         if parent and os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK):
-            return _new_folder(parent, "qkv-scratch-")
+            return _new_folder(parent, "qkv-scratch-%d-" % os.getpid())  # its pid: whose it is
     raise SystemExit("no writable folder for the submissions' scratch folders")
 
 

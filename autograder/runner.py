@@ -31,6 +31,9 @@ JOBS_PIPE = 256 << 10
 
 BUDGET_CALLS = 20
 
+STARTING_GRACE = 2.0
+"""Seconds a worker closed while still starting is given to end on its own, removing its scratch folder."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -282,6 +285,17 @@ class Worker:
             reader, self._reader = self._reader, None
             to, self._to = self._to, None
             scratch, self._scratch = self._scratch, None
+            starting = not self._ready
+        if process is not None and starting and to is not None:
+            # Still loading, its scratch folder not yet named to the grader: its channel closed, it
+            # ends on its own at its first read and removes that folder (a run that ends before a
+            # worker is used, on an unreadable file say, left it behind when killed outright).
+            os.close(to)
+            to = None
+            try:
+                process.wait(timeout=STARTING_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
         if process is not None:
             try:
                 process.kill()

@@ -731,3 +731,27 @@ def test_results_described_at_length_are_refused_unread_each_and_in_all(tmp_path
     every_call = sum(len(calls) for _, calls in grader.calls[1:])  # every step's but the projections'
     assert len(large) == 6 and len(large) + len(past) + len(read) == len(values) == every_call
     assert 20 < len(read) < 96 and past, (len(read), len(past))
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_a_worker_closed_while_starting_or_after_leaves_no_scratch_folder(wait):
+    """A run that ends before it uses its worker (one unreadable file) closed it while it was still
+    loading, before it had named its scratch folder: killed outright, it left the folder behind."""
+    import glob
+
+    from autograder import sandbox
+    from autograder.runner import Worker
+
+    if sandbox.available("landlock") is not None:
+        pytest.skip("the scratch folders of bubblewrap's workers live in their own /tmp")
+    worker = Worker(mode="landlock")
+    worker.start()
+    pid = worker._process.pid
+    if wait:
+        worker._wait_ready()
+    else:  # at least as far as making its folder
+        deadline = time.monotonic() + 30
+        while not glob.glob(f"/tmp/qkv-scratch-{pid}-*") and time.monotonic() < deadline:
+            time.sleep(0.001)
+    worker.close()
+    assert glob.glob(f"/tmp/qkv-scratch-{pid}-*") == []
