@@ -2083,13 +2083,9 @@ def _rows_reached(step: Step, cases: list[Case], verdicts: list[list[_CallVerdic
     that stops one row short, say). Said of the first failing call it fits, and of how many more."""
     if step.id != "ex3_value_shift":
         return ""
-    found = []
-    for case, case_verdicts in zip(cases, verdicts):
-        for call, verdict in zip(case.calls, case_verdicts):
-            if verdict.kind == "mismatch":
-                reached = _shifted_rows(call, verdict.actual or {})
-                found.append(None if reached is None else (case, call, reached))
-    fitted = [item for item in found if item is not None]
+    fitted = [(case, call, reached) for case, case_verdicts in zip(cases, verdicts)
+              for call, verdict in zip(case.calls, case_verdicts) if verdict.kind == "mismatch"
+              for reached in [_shifted_rows(call, verdict.actual or {})] if reached is not None]
     if not fitted:
         return ""
     case, call, reached = fitted[0]
@@ -2122,13 +2118,13 @@ def _shifted_rows(call, actual: dict) -> list[int] | None:
             or shift.ndim != 1 or got.shape != (a.shape[0], shift.shape[0]) or not np.any(shift) \
             or not np.all(np.isfinite(got)) or np.linalg.matrix_rank(a) < a.shape[0]:
         return None
-    moved = got - a @ v if v is not None else got  # [T, d_v]: the weight each row put on the shift, times it
+    before = a @ v if v is not None else 0  # the output before the shift (output_change: none)
+    moved = got - before  # [T, d_v]: the weight each row put on the shift, times it
     per_row = np.linalg.solve(a, moved @ shift / (shift @ shift))
     rows = [int(i) for i in np.flatnonzero(np.abs(per_row - 1) < 1e-6)]
     mask = np.zeros(a.shape[0])
     mask[rows] = 1.0
-    again = a @ np.outer(mask, shift) + (a @ v if v is not None else 0)
-    return rows if allclose(again, got, RTOL, ATOL, keep=False) else None
+    return rows if allclose(a @ np.outer(mask, shift) + before, got, RTOL, ATOL, keep=False) else None
 
 
 def _per(ratio: np.ndarray, nonzero: np.ndarray, axis: int) -> np.ndarray | None:
