@@ -198,11 +198,10 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
     """
     known = _TOLERANCES.get(id(want)) if keep else (want, rtol, atol, _tolerance(want, rtol, atol))
     if keep and (known is None or known[0] is not want or known[1] != rtol or known[2] != atol):
-        if len(_TOLERANCES) > _MOST_KEPT:
-            _TOLERANCES.clear()
         want.flags.writeable = False  # its tolerance stays true to it: nothing may write into it
         known = (want, rtol, atol, _tolerance(want, rtol, atol))
         _TOLERANCES[id(want)] = known
+        _HELD[0] += known[3].nbytes + _ARRAY_BYTES + _ENTRY_BYTES  # unlocked: see _shared
     ok = np.abs(got - want) <= known[3]
     if _count(ok) == ok.size:  # ok.all(), at a third of the cost
         return True
@@ -224,21 +223,32 @@ _count = np.count_nonzero
 _TOLERANCES: dict[int, tuple] = {}
 
 # The judge's caches of model values (below) are kept for the whole class: they grow with the
-# distinct mistakes a class shows, never with the number of its submissions. Once the values of
-# single models and of pairs of edits together reach _MOST_KEPT, or the arrays of the distinct
-# values (_SHARED_VALUES) reach _MOST_BYTES, every cache starts afresh before the next step begins,
-# so the memory they take is bounded. These are thresholds, not ceilings: a step under way finishes
-# first, and one that screens pairs of edits on a large hidden case may add some MiB; the tolerance
-# arrays kept beside the values are not counted. The second bound exists because what the values'
-# arrays take depends on the shapes of the cases the mistakes failed, not on their number. Nothing
-# a submission is graded on depends on what the caches hold.
-_MOST_KEPT = 24_000
-_MOST_BYTES = 12 << 20
-_HELD = [0]  # bytes of the arrays of the distinct values in _SHARED_VALUES
+# distinct mistakes a class shows, never with the number of its submissions. What they hold is
+# counted in bytes as it is added (_HELD): the arrays of the distinct values (_SHARED_VALUES) and of
+# their tolerances (_TOLERANCES), each with its Python objects, and a measured cost for every entry
+# that points at them. Once that reaches _MOST_BYTES, every cache starts afresh before the next step
+# begins, so the memory they take is bounded. The bound is a threshold, not a ceiling: a step under
+# way finishes first (though once the caches are full it keeps no more pairs of edits). It is set
+# below what a mistake-heavy class of two hundred fills (some 30 MiB as counted), so that classes of
+# two hundred and of thousands both empty their caches and reach the same fullness: what their peak
+# memories still differ by grows beside the caches (the index of results written, pages a refilling
+# cannot reuse). The counted bytes overstate what the caches take in memory (about 18 MiB of
+# objects for those 30). Nothing a submission is graded on depends on what the caches hold.
+_MOST_BYTES = 16 << 20
+_HELD = [0]  # bytes of the values and tolerances added since the caches were last emptied
+_ENTRY_BYTES = 300  # an entry of a cache of models' values: its key, its tuple, the dict's slot
+_ARRAY_BYTES = 112  # an array's own object, beside its data
+_VALUE_BYTES = 400  # a value's dict and its key in _SHARED_VALUES, beside its arrays
+
+
+def held() -> int:
+    """The bytes the caches hold, as counted (see above)."""
+    entries = len(_MODEL_VALUES) + len(_PAIR_VALUES) + len(_DIFFERS) + len(_EFFECTS) + len(_CARRIED)
+    return _HELD[0] + entries * _ENTRY_BYTES
 
 
 def _full() -> bool:
-    return len(_MODEL_VALUES) + len(_PAIR_VALUES) >= _MOST_KEPT or _HELD[0] >= _MOST_BYTES
+    return held() >= _MOST_BYTES
 
 
 # A step being graded reads back what it put in the caches (a model's value, the object of the wrong
@@ -698,17 +708,23 @@ def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     entry = _PAIR_VALUES.get(key)
     if entry is not None and entry[0] is call:
         return entry[1:]
+    # Nothing reads a pair's value back but this function, so where a step under way has filled
+    # the caches (screening pairs on a large case, say), pairs are computed and not kept.
+    keep = not _full()
     value = error = None
     try:  # under np.errstate(all="ignore"): see grade_step
         raw = derived.run_pair(fn, first, second, call.args, prefixes)
-        value = _shared(canonical(call.fn, raw))  # many pairs come to the same value: held once
+        value = canonical(call.fn, raw)
+        if keep:
+            value = _shared(value)  # many pairs come to the same value: held once
     except WrongType:
         pass
     except diagnoses.Inapplicable:
         pass
     except Exception as exc:
         error = _error_of(exc)
-    _PAIR_VALUES[key] = (call, value, error)
+    if keep:
+        _PAIR_VALUES[key] = (call, value, error)
     return value, error
 
 
@@ -946,8 +962,8 @@ def _shared(value: dict) -> dict:
                 else (name, type(part).__name__, repr(part)) for name, part in value.items())
     known = _SHARED_VALUES.setdefault(key, value)
     if known is value:
-        size = sum(part.nbytes for part in value.values() if isinstance(part, np.ndarray))
-        _HELD[0] += size  # unlocked: two threads may lose a count, which only delays an emptying
+        size = sum(part.nbytes + _ARRAY_BYTES for part in value.values() if isinstance(part, np.ndarray))
+        _HELD[0] += size + _VALUE_BYTES  # unlocked: two threads may lose a count, which only delays an emptying
         return value
     if all(part.tobytes() == known[name].tobytes() if isinstance(part, np.ndarray)
            else repr(part) == repr(known[name]) for name, part in value.items()):
