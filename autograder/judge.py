@@ -201,7 +201,7 @@ def allclose(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_
         want.flags.writeable = False  # its tolerance stays true to it: nothing may write into it
         known = (want, rtol, atol, _tolerance(want, rtol, atol))
         _TOLERANCES[id(want)] = known
-        _HELD[0] += known[3].nbytes + _ARRAY_BYTES + _ENTRY_BYTES  # unlocked: see _shared
+        _HELD[0] += known[3].nbytes + _ARRAY_BYTES  # unlocked: see _shared
     ok = np.abs(got - want) <= known[3]
     if _count(ok) == ok.size:  # ok.all(), at a third of the cost
         return True
@@ -243,7 +243,8 @@ _VALUE_BYTES = 400  # a value's dict and its key in _SHARED_VALUES, beside its a
 
 def held() -> int:
     """The bytes the caches hold, as counted (see above)."""
-    entries = len(_MODEL_VALUES) + len(_PAIR_VALUES) + len(_DIFFERS) + len(_EFFECTS) + len(_CARRIED)
+    entries = sum(len(cache) for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _TOLERANCES,
+                                           _EFFECTS, _DIFFERS, _CARRIED))
     return _HELD[0] + entries * _ENTRY_BYTES
 
 
