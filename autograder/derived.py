@@ -142,6 +142,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     "same": (lambda a, p: a[0], "{0}"),
     "exp": (lambda a, p: np.exp(a[0]), "exp({0})"),
     "log": (lambda a, p: np.log(a[0]), "log({0})"),
+    "expm1": (lambda a, p: np.expm1(a[0]), "np.expm1({0})"),
+    "zero_power": (lambda a, p: np.power(a[0], 0.0), "{0} ** (1 // 2)"),
     "max": (lambda a, p: np.max(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.max(axis={axis})"),
     "min": (lambda a, p: np.min(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.min(axis={axis})"),
     "sum": (lambda a, p: np.sum(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.sum(axis={axis})"),
@@ -149,6 +151,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
     "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
     "size": (lambda a, p: a[0].size, "{0}.size"),
+    "axes_count": (lambda a, p: np.ndim(a[0]), "{0}.ndim"),
     "dot": (lambda a, p: np.dot(a[0], a[1]), "np.dot({0}, {1})"),
     "zeros": (lambda a, p: np.zeros(a[0]), "np.zeros({0})"),
     "ones": (lambda a, p: np.ones(a[0]), "np.ones({0})"),
@@ -163,8 +166,11 @@ OPS: dict[str, tuple[Callable, str]] = {
     "guard": (lambda a, p: _guard(a[0]), "return False unless {0}"),
     "rowsum": (lambda a, p: np.asarray(a[0], dtype=float).sum(axis=p["axis"]), "{0}.sum(axis={axis})"),
     "close": (lambda a, p: _close(a[0], p["tol"]), "all(|{0} - 1| <= {tol})"),
-    "close_first": (lambda a, p: _close(np.atleast_1d(a[0])[:1], p["tol"]), "|{0}[0] - 1| <= {tol}"),
-    "close_any": (lambda a, p: bool(np.any(np.abs(a[0] - 1.0) <= p["tol"])), "any(|{0} - 1| <= {tol})"),
+    # (`rtol`: a bound relative to what the test compares with, as np.isclose's is)
+    "close_first": (lambda a, p: _close(np.atleast_1d(a[0])[:1], p["tol"] + p.get("rtol", 0.0)),
+                    "|{0}[0] - 1| <= {tol}"),
+    "close_any": (lambda a, p: bool(np.any(np.abs(a[0] - 1.0) <= p["tol"] + p.get("rtol", 0.0))),
+                  "any(|{0} - 1| <= {tol})"),
     "close_below": (lambda a, p: bool(np.all(a[0] - 1.0 <= p["tol"])), "all({0} - 1 <= {tol})"),
     "close_rel": (lambda a, p: bool(np.allclose(a[0], 1.0)), "np.allclose({0}, 1)"),
     "nonneg": (lambda a, p: bool(np.all(np.asarray(a[0]) >= 0)), "all({0} >= 0)"),
@@ -199,8 +205,10 @@ OPS: dict[str, tuple[Callable, str]] = {
     "mulrows": (lambda a, p: _mulrows(a[0], a[1], a[2]), "{0} with {0}[{2}] multiplied by {1}"),
     "readrows": (lambda a, p: _read_rows(a[0], p["how"], len(a[1])), "{how}"),
     "when": (lambda a, p: _branch(a[0], p["when"]), "{when}"),
-    "close_mean": (lambda a, p: bool(abs(np.mean(a[0]) - 1.0) <= p["tol"]), "|{0}.mean() - 1| <= {tol}"),
-    "close_total": (lambda a, p: bool(abs(np.sum(a[0]) - np.size(a[0])) <= p["tol"]), "|{0}.sum() - len({0})| <= {tol}"),
+    "close_mean": (lambda a, p: bool(abs(np.mean(a[0]) - 1.0) <= p["tol"] + p.get("rtol", 0.0)),
+                   "|{0}.mean() - 1| <= {tol}"),
+    "close_total": (lambda a, p: bool(abs(np.sum(a[0]) - np.size(a[0]))
+                                      <= p["tol"] + p.get("rtol", 0.0) * np.size(a[0])), "|{0}.sum() - len({0})| <= {tol}"),
     "no_far": (lambda a, p: not bool(np.any(np.abs(a[0] - 1.0) > p["tol"])), "not any(|{0} - 1| > {tol})"),
     "close_rows": (lambda a, p: np.abs(a[0] - 1.0) <= p["tol"], "|{0} - 1| <= {tol}, row by row"),
     "nonneg_tol": (lambda a, p: bool(np.all(np.asarray(a[0]) >= -1e-9)), "all({0} >= -1e-9)"),
@@ -261,6 +269,9 @@ OPS: dict[str, tuple[Callable, str]] = {
     "stack": (lambda a, p: np.stack(a), "np.stack([{all}])"),
     # a sum written as a loop that assigns (`=`) where it should add (`+=`): only its last term is left
     "lastterm": (lambda a, p: a[0][..., -1:] @ a[1][..., -1:, :], "{0}[..., -1:] @ {1}[..., -1:, :]"),
+    # a mix over the listed contributing rows alone (every row where rows is None)
+    "selmix": (lambda a, p: a[0] @ a[1] if a[2] is None else a[0][:, _rows(a[2])] @ np.asarray(a[1])[_rows(a[2])],
+               "{0}[:, {2}] @ {1}[{2}]"),
     # a sum written as a loop whose range is one short: its last term, or its first, left out
     "droplast": (lambda a, p: a[0][..., :-1] @ a[1][..., :-1, :], "{0}[..., :-1] @ {1}[..., :-1, :]"),
     "dropfirst": (lambda a, p: a[0][..., 1:] @ a[1][..., 1:, :], "{0}[..., 1:] @ {1}[..., 1:, :]"),
@@ -291,12 +302,19 @@ SWAPS: dict[str, tuple[str, ...]] = {
 # The exercises' own: a related quantity in place of the asked one, a test phrased or bounded otherwise.
 SWAPS["close"] += ("close_mean", "close_total", "no_far")
 SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
+SWAPS["lastdim"] += ("axes_count",)
 SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
 SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 # Further relatives of an operator, kept apart so that the lists above stay as they were.
-MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half",), "sub": ("div",)}
+MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half", "zero_power"),
+                                          "sub": ("div",), "exp": ("expm1",)}
+# A test of a predicate swapped for another, written with numpy's own comparison, whose default
+# tolerance (1e-8 + 1e-5 of what it compares with) is far looser than the asked 1e-9: each such
+# test as numpy would phrase it.
+NUMPY_PHRASED = {"close_first": "np.isclose({0}[0], 1)", "close_any": "np.isclose({0}, 1).any()",
+                 "close_mean": "np.isclose({0}.mean(), 1)", "close_total": "np.isclose({0}.sum(), len({0}))"}
 # An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
@@ -444,6 +462,7 @@ OP_WORDS = {
     "add": "an addition", "sub": "a subtraction", "square": "a square", "same": "nothing", "log": "a logarithm",
     "exp": "an exponential", "min": "a minimum", "mean": "a mean", "sum": "a sum", "max": "a maximum",
     "firstdim": "the first axis's length", "size": "the count of all its numbers",
+    "axes_count": "the number of its axes (`.ndim`)",
     "dot": "`np.dot`, which on a batch pairs every example with every other", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
     "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
@@ -785,6 +804,11 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
             new = (name, alt, args, params)
             add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became {OP_WORDS.get(alt, alt)}",
                 f"op:{op}->{alt}")
+            if exercise and alt in NUMPY_PHRASED and "tol" in params:
+                loose = (name, alt, args, {**params, "tol": 1e-8, "rtol": 1e-5})
+                add(i, before + [loose] + after, f"{name} = {NUMPY_PHRASED[alt].format(*args)}",
+                    f"{OP_WORDS.get(op, op)} became {OP_WORDS.get(alt, alt)}, within numpy's default tolerance",
+                    f"op:{op}->{alt}:np")
             if exercise and alt == "ndim_at_least_2":
                 # stacks let through, and the row sums taken over the last axis
                 program = [(n, o, a, {**p, "axis": -1}) if p.get("axis") == 1 else (n, o, a, p)
@@ -792,6 +816,10 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 add(i, program, f"{_line(new)}, with axis=-1 for axis=1",
                     "the 2-D test was loosened to ndim >= 2 and the row sums taken over the last axis",
                     f"op:{op}->{alt}:last_axis")
+        if exercise and op == "matmul" and kinds.get("rows") == "rows":
+            new = (name, "selmix", args + ("rows",), params)
+            add(i, before + [new] + after, _line(new), "only the listed rows were mixed, the other rows' "
+                "contributions left out", "op:matmul->selmix", restrict=False)  # rows=None: the reference's
         if exercise and op == "avg":
             # a mean written as a total over the wrong count
             for other in scope:

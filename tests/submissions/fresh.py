@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh14.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh15.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -45,11 +45,14 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # the thirteenth with `np.dot` in mix, a log-softmax, a precedence slip in the divisor, a scipy
 # import inside the head, a batch joined with `np.concatenate`, and exercises' related quantities;
 # the fourteenth with batches built wrongly, exercise 3's rows slipped, heads that crash or read
-# globals, d_k read off the wrong size, and predicates loosened.
+# globals, d_k read off the wrong size, and predicates loosened; the fifteenth with copy-paste slips
+# in the projections, other similarity measures, other bases and shifts in the softmax, integer
+# arithmetic, outputs squeezed for T = 1, and exercises answering with the wrong quantity.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
                            **_read("fresh8.json", "eighth-"), **_read("fresh9.json", "ninth-"),
                            **_read("fresh10.json", "tenth-"), **_read("fresh11.json", "eleventh-"),
                            **_read("fresh12.json", "twelfth-"), **_read("fresh13.json", "thirteenth-"),
-                           **_read("fresh14.json", "fourteenth-")}
+                           **_read("fresh14.json", "fourteenth-"),
+                           **_read("fresh15.json", "fifteenth-")}
