@@ -2,8 +2,8 @@
 
 The reference solution runs here, in the grader's process, on the hidden cases; submissions run
 only in workers. One worker per core serves a queue of submissions, each worker holding the next
-one ready behind the one it runs; a submission that breaks its worker costs only its own remaining
-steps, and the worker is restarted for the next one (which gets it again if it had not begun).
+few ready behind the one it runs; a submission that breaks its worker costs only its own remaining
+steps, and the worker is restarted for the next ones (which get them again if they had not begun).
 """
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ from .results import SubmissionResult, unreadable
 from .runner import Limits, Worker, default_jobs, prepare
 from .steps import ANSWERS, STEPS
 from .submission import Submission, SubmissionError, load, shown_name
+
+
+IN_FLIGHT = 4
+"""Jobs sent to a worker and not yet received, at most: the one it runs and those queued behind it
+(as far as its channel holds them whole, see runner.Worker.send). Judging a submission the class
+meets first can take a grading thread ten times as long as a run takes a worker; with only the next
+job waiting, the worker would then sit idle."""
 
 
 class Grader:
@@ -236,16 +243,16 @@ class Grader:
                 return index, submission, run, time.perf_counter(), None
 
         def fill(worker: Worker, flight: list) -> None:
-            """Two jobs in flight: the one the worker runs, and the next, waiting behind it."""
-            while len(flight) < 2:
+            """IN_FLIGHT jobs in flight: the one the worker runs, and the next ones, waiting behind it."""
+            while len(flight) < IN_FLIGHT:
                 job = next_job(worker, queued=bool(flight))
                 if job is None:
                     return
                 flight.append(job)
 
         def serve():
-            # Pipelined: the worker runs submission N+1, with N+2 waiting behind it, while this
-            # thread judges submission N; so the worker never waits for the grader.
+            # Pipelined: the worker runs submission N+1, with N+2 and more waiting behind it, while
+            # this thread judges submission N; so the worker never waits for the grader.
             try:
                 with (started.pop() if started else Worker(self.limits, self.isolation)) as worker:
                     # (index, submission, run, started, Pending or None), sent and not yet received

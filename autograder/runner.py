@@ -26,7 +26,7 @@ from . import protocol, sandbox
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 JOBS_PIPE = 256 << 10
-"""Bytes asked for the channel to a worker: a job queued behind another takes at most half."""
+"""Bytes asked for the channel to a worker: the jobs queued there never take more than it holds."""
 
 
 BUDGET_CALLS = 20
@@ -110,6 +110,8 @@ class Run:
     reimport: str | None = None
     """How importing the module again failed, in a fresh process after a call that did not finish:
     the steps after that point were never run."""
+    sent: int = 0
+    """Bytes of the job as written to the worker's channel (see `Worker.send`)."""
     provisional: dict = field(default_factory=dict)
     """Set by the judge: step id -> its grade on its own cases, for a step whose carried credit
     rests on exceptions alone until it is called again (judge.grade_step, carry.py)."""
@@ -202,7 +204,10 @@ class Worker:
         self._scratch: str | None = None
         self._to: int | None = None
         self._room = 0
-        """Bytes the channel to the worker holds: a job queued behind another must fit in it."""
+        """Bytes the channel to the worker holds: the jobs queued behind another must fit in it."""
+        self._unreceived = 0
+        """Bytes of the jobs sent to the worker and not yet received: at most that much is unread in
+        its channel, since the worker reads a job whole before it runs it."""
         self._generation = 0
         """How many times the worker has been started: a run belongs to the process it was sent to."""
         self._lock = threading.Lock()
@@ -241,6 +246,7 @@ class Worker:
             self._process, self._to, self._generation = process, jobs_out, self._generation + 1
             self._reader = protocol.Reader(results_in, max_blob=protocol.MAX_VALUE_BYTES)
         self._room = fcntl.fcntl(jobs_out, F_GETPIPE_SZ)
+        self._unreceived = 0
         self._ready = False  # checked on first use, so the caller can work while the worker loads
         self._plan_id = None
 
@@ -334,9 +340,10 @@ class Worker:
         the named functions replaced by the chapter's computation (see inside.py); the run's
         outcomes of every other step stay None.
 
-        `queued`: another job is running, and this one waits behind it. It is sent only if it fits
-        whole in the channel's free space (None otherwise: send it once the other is received), so
-        the grader never waits on a worker that may itself be waiting for the grader to read."""
+        `queued`: another job is running, and this one waits behind it (and behind any others
+        queued). It is sent only if it fits whole in the channel beside every job not yet received
+        (None otherwise: send it once they are), so the grader never waits on a worker that may
+        itself be waiting for the grader to read."""
         prepared = plan if isinstance(plan, Prepared) else prepare(plan)
         if self._process is None or self._process.poll() is not None or (
                 self._plan_id is not None and self._plan_id != prepared.id):
@@ -361,7 +368,8 @@ class Worker:
         # The cells in marshal's format: read by the submission's own process only, and decoded
         # there without running any of the JSON module's Python code (cheaper in a fresh fork).
         frames.append(protocol.pack(head, marshal.dumps(cells)))
-        if queued and sum(len(frame) for frame in frames) > self._room // 2:
+        size = sum(len(frame) for frame in frames)
+        if queued and self._unreceived + size > self._room:
             return None
         self._plan_id = prepared.id
         run = Run(outcomes=[[None] * count for count in prepared.counts])
@@ -374,6 +382,7 @@ class Worker:
         run.job = job
         run.exact = prepared.exact
         run.generation = self._generation
+        run.sent, self._unreceived = size, self._unreceived + size
         try:
             protocol.write_all(self._to, b"".join(frames))
         except OSError:
@@ -386,6 +395,8 @@ class Worker:
         try:
             self._receive(run)
         finally:
+            if run.generation == self._generation:  # read whole by the worker: its bytes are gone
+                self._unreceived = max(0, self._unreceived - run.sent)
             _in_plan_order(run)
         return run
 

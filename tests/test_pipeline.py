@@ -1,9 +1,10 @@
-"""A worker runs one submission while the next waits behind it: what waits is never lost.
+"""A worker runs one submission while the next few wait behind it: what waits is never lost.
 
-Each worker holds the submission it runs and, when it fits, the next one queued behind it, so it
-never waits for the grader. These tests break that queue on purpose, with one worker (--jobs 1)
-so that every submission passes through it: a worker killed with a submission waiting, and a
-submission too large to wait behind one that sends the grader more than a pipe holds.
+Each worker holds the submission it runs and, as far as they fit, the next ones queued behind it,
+so it never waits for the grader. These tests break that queue on purpose, with one worker (--jobs
+1) so that every submission passes through it: a worker killed with submissions waiting, a
+submission too large to wait behind one that sends the grader more than a pipe holds, and several
+that each fit, but not all together.
 """
 from __future__ import annotations
 
@@ -70,4 +71,20 @@ def test_a_large_submission_waits_for_a_free_worker_rather_than_behind_one_flood
     large = correct + "\n" + ("# " + "x" * 98 + "\n") * 9_000  # 0.9 MB of comments, within the source budget
     got = scores(tmp_path, {"a_flood.py": flood, "b_large.py": large, "c.py": correct})
     assert got["b_large.py"] == 100.0 and got["c.py"] == 100.0, got
+    assert got["a_flood.py"] < 100.0
+
+
+def test_submissions_that_each_fit_behind_a_flooding_one_but_not_all_together_wait_their_turn(tmp_path):
+    """Each of these is under half the channel to the worker (256 KiB), so one alone may wait
+    behind the first, which floods the grader with results (values just within what one may send,
+    some 7 MB in all, far more than a pipe holds); three together would not fit: were they all
+    written, the grader would wait on the worker, and the worker on the grader."""
+    correct = reference_source()
+    flood = correct + ("\ndef self_attention_head(x, w_q, w_k, w_v):\n"
+                       "    return np.zeros(60_000), np.zeros(60_000)\n")
+    sizable = correct + "\n" + ("# " + "x" * 98 + "\n") * 1_100  # about 120 KB each
+    files = {"a_flood.py": flood, **{f"{name}.py": sizable for name in "bcde"}}
+    got = scores(tmp_path, files)
+    waiting = ("b.py", "c.py", "d.py", "e.py")
+    assert {name: got[name] for name in waiting} == dict.fromkeys(waiting, 100.0), got
     assert got["a_flood.py"] < 100.0
