@@ -259,6 +259,9 @@ OPS: dict[str, tuple[Callable, str]] = {
     # a stage replaced by a relative of its operator
     "rowdot": (lambda a, p: np.sum(a[0] * _swap(a[1]), axis=-1), "({0} * {1}ᵀ).sum(axis=-1)"),
     "colsum_scale": (lambda a, p: np.sum(a[0], axis=-2)[..., None] * a[1], "{0}.sum(axis=0)[:, None] * {1}"),
+    # a similarity other than the dot product: minus the squared distance of row i and column j
+    "negdist": (lambda a, p: 2 * (a[0] @ a[1]) - np.sum(np.square(a[0]), axis=-1)[..., :, None]
+                - np.sum(np.square(a[1]), axis=-2)[..., None, :], "-‖{0}[i] - {1}[:, j]‖²"),
     "half": (lambda a, p: a[0] / 2, "{0} ** 1 / 2"),
     "clipc": (lambda a, p: np.clip(a[0], -p["c"], p["c"]), "np.clip({0}, -{c}, {c})"),
     "logratio": (lambda a, p: a[0] - np.log(a[1]), "{0} - np.log({1})"),
@@ -308,7 +311,8 @@ SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 # Further relatives of an operator, kept apart so that the lists above stay as they were.
-MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half", "zero_power"),
+MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale", "negdist"),
+                                          "sqrt": ("half", "zero_power"),
                                           "sub": ("div",), "exp": ("expm1",)}
 # A test of a predicate swapped for another, written with numpy's own comparison, whose default
 # tolerance (1e-8 + 1e-5 of what it compares with) is far looser than the asked 1e-9: each such
@@ -998,6 +1002,8 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             add(i, before + [first, new] + after, f"{name} = {shown}",
                 f"an extra `{OPS[extra][1].format(name)}` was applied to {WORDS.get(name, name)}", f"insert:{extra}")
         for alt in MORE_SWAPS.get(op, ()):
+            if alt == "negdist" and name != "d":  # a similarity: the scores' product only
+                continue
             new = (name, alt, args, params)
             add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became `{OPS[alt][1].format(*args)}`",
                 f"op:{op}->{alt}")
