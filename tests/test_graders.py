@@ -50,3 +50,13 @@ def test_a_missing_submission_is_a_one_line_error(tmp_path):
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
     assert done.stderr.strip().endswith("nope.py: no such file") and "Traceback" not in done.stderr
+
+
+def test_a_link_to_the_reference_is_refused_not_graded_as_its_target(tmp_path):
+    """As qkv-grade does: the link is never followed, so the reference it points at earns nothing."""
+    link = tmp_path / "attention_head.py"
+    link.symlink_to(REPO / "solutions" / "attention_head.py")
+    done = subprocess.run([sys.executable, "-m", "autograder.graders", str(link), "--seed", "7", "-q"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2 and "passed" not in done.stdout, done.stdout
+    assert "symbolic link" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -12,10 +12,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m autograder.graders SUBMISSION [--seed N] [pytest options]\n")
         return 2
     submission, rest = Path(argv[0]), argv[1:]
-    if not submission.is_file():
+    if not (submission.is_file() or submission.is_symlink()):
         sys.stderr.write(f"autograder.graders: error: {submission}: no such file\n")
         return 2
-    os.environ["QKV_SUBMISSION"] = str(submission.resolve())
+    from autograder.submission import SubmissionError, load
+
+    try:  # read as qkv-grade reads it: a symbolic link is refused, never followed to its target
+        load(submission)
+    except SubmissionError as exc:
+        sys.stderr.write(f"autograder.graders: error: {exc}\n")
+        return 2
+    os.environ["QKV_SUBMISSION"] = os.path.abspath(submission)  # absolute, its links left unresolved
     if "--seed" in rest:
         index = rest.index("--seed")
         os.environ["QKV_SEED"] = rest[index + 1]
