@@ -18,12 +18,18 @@ from .steps import Step
 FIRST_DIFFERENCES = 3
 
 
+def _near(x, near) -> bool:
+    """Is `x` so close to `near` that six significant digits would hide their difference?"""
+    x, near = float(x), float(near)
+    return bool(np.isfinite(x) and np.isfinite(near) and abs(x - near) < 1e-5 * max(1.0, abs(near)))
+
+
 def _fmt(x, near=None) -> str:
     """Six significant digits, or every digit when that would hide a small difference from `near`."""
     x = float(x)
     if not np.isfinite(x):
         return str(x)
-    if near is not None and np.isfinite(near) and abs(x - near) < 1e-5 * max(1.0, abs(near)):
+    if near is not None and _near(x, near):
         return repr(x)
     return f"{x:.6g}"
 
@@ -55,8 +61,11 @@ def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name:
         if public:
             lines.append(f"  at {where}: got {_fmt(actual[index], expected[index])}, "
                          f"expected {_fmt(expected[index], actual[index])}")
+        elif _near(actual[index], expected[index]):
+            # a near miss's digits would spell the hidden value beside it: only how far off it is
+            lines.append(f"  at {where}: off by {abs(float(actual[index]) - float(expected[index])):.3g}")
         else:
-            lines.append(f"  at {where}: got {_fmt(actual[index], expected[index])}")
+            lines.append(f"  at {where}: got {_fmt(actual[index])}")
     finite = np.isfinite(actual) & np.isfinite(expected)
     if finite[bad].any():
         lines.append(f"  largest absolute difference: {np.max(np.abs(actual - expected)[bad & finite]):.3g}")

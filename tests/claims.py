@@ -11,7 +11,8 @@ of the judge's own reasoning:
   is an earlier step's mistake carried forward or a single slip of the chapter's list; a condition of exercise 2's
   counterexample said to fail does fail for the matrix returned; `batch-axes-mixed` is said only
   where the head returns values for one sequence;
-- a value quoted as what the function returned ("got …") is the returned value at that index;
+- a value quoted as what the function returned ("got …") is the returned value at that index, and
+  one said to be "off by" a difference is that far from the reference's value there;
 - the advice to run the function on the chapter's example is given only where the example fails,
   and "the very numbers of the chapter's example" only where a hidden case returned them;
 - NaN or infinity is reported only beside a call whose value holds one, and `non-finite` only on
@@ -26,9 +27,11 @@ of the judge's own reasoning:
 """
 from __future__ import annotations
 
+import copy
 import re
 
 import numpy as np
+from solutions import attention_head as reference
 
 from autograder import derived, diagnoses, judge, slips
 from autograder.steps import BY_ID, STEPS
@@ -266,6 +269,13 @@ def _check_values_of(step_id, text, case, call, outcome):
             said = float(quoted.group(2).rstrip(","))
             assert (np.isnan(said) and np.isnan(got)) or said == got or abs(said - got) <= 1e-5 * max(1.0, abs(got)), \
                 f"{step_id}: quoted {said} at {index} of {name}, but the function returned {got}"
+        off = re.match(r"^  at \[([\d, ]+)\]: off by (\S+)$", line)
+        if off and name is not None:
+            index = tuple(int(i) for i in off.group(1).split(","))
+            want = judge.canonical(call.fn, getattr(reference, call.fn)(*copy.deepcopy(call.args)))[name]
+            gap = abs(float(value[name][index]) - float(want[index]))
+            said = float(off.group(2))
+            assert abs(gap - said) <= 5e-3 * said, f"{step_id}: said off by {said} at {index} of {name}, not {gap}"
     if "your result contains NaN or infinity" in text:
         assert _nonfinite(call.fn, outcome), f"{step_id}: NaN or infinity reported beside finite values"
 

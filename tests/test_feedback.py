@@ -147,6 +147,13 @@ output o: mismatched elements: 2 / 4 (50%)
 weights a: mismatched elements: 1 / 1 (100%)
   at [0]: got 0.10000001, expected 0.1
   largest absolute difference: 1e-08"""
+    # ... on the public example only: on a hidden case, any six digits of a value a hair from the
+    # reference's (the right value plus 1e-7, say) would spell that hidden value; only how far off.
+    hidden = feedback.array_mismatch(np.array([1.8249793426143217 + 1e-7]), np.array([1.8249793426143217]), False, "d")
+    assert hidden == """\
+scores d: mismatched elements: 1 / 1 (100%)
+  at [0]: off by 1e-07
+  largest absolute difference: 1e-07"""
 
 
 # ------------------------------------------------------------------ rules for every message -----
