@@ -1606,9 +1606,12 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
             wrong = _first_failure(cases, verdicts, lambda v: v.kind in ("mismatch", "wrong-type"))
             if wrong[2].kind in ("mismatch", "wrong-type"):
                 detail = _joined(detail, f"{NOT_ONLY_RAISED} {_call_shown(*wrong[:2])}.", wrong[2].full_detail())
-    # where no modelled mistake is named: what the functions take from outside their arguments
-    read_outside = _joined(_read_outside(step, told.outside, told.bound),
-                           _defaults_never_passed(step, told.defaults)) if set(codes) <= _UNEXPLAINED else ""
+    # where no modelled mistake is named: what the functions take from outside their arguments; and
+    # always, a parameter the graders never pass (its default, fixed when the def ran, is on every
+    # call: a model that happens to give that constant, `d_k = q.ndim` for the example's 2, may be
+    # named beside it, but the parameter is what the student wrote)
+    read_outside = _joined(_read_outside(step, told.outside, told.bound) if set(codes) <= _UNEXPLAINED else "",
+                           _defaults_never_passed(step, told.defaults))
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes:
         # no sum or index of its own is what the shape look would guess at
