@@ -311,9 +311,11 @@ SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 # Further relatives of an operator, kept apart so that the lists above stay as they were.
-MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale", "negdist"),
-                                          "sqrt": ("half", "zero_power"),
+MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half", "zero_power"),
                                           "sub": ("div",), "exp": ("expm1",)}
+# Relatives of one stage's operator alone, by the stage's name: a similarity other than the dot
+# product, for the scores.
+STAGE_SWAPS: dict[str, tuple[str, ...]] = {"d": ("negdist",)}
 # A test of a predicate swapped for another, written with numpy's own comparison, whose default
 # tolerance (1e-8 + 1e-5 of what it compares with) is far looser than the asked 1e-9: each such
 # test as numpy would phrase it.
@@ -1001,9 +1003,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             shown = OPS[extra][1].format(f"({_line(stage).split(' = ', 1)[1]})")
             add(i, before + [first, new] + after, f"{name} = {shown}",
                 f"an extra `{OPS[extra][1].format(name)}` was applied to {WORDS.get(name, name)}", f"insert:{extra}")
-        for alt in MORE_SWAPS.get(op, ()):
-            if alt == "negdist" and name != "d":  # a similarity: the scores' product only
-                continue
+        for alt in MORE_SWAPS.get(op, ()) + (STAGE_SWAPS.get(name, ()) if op == "matmul" else ()):
             new = (name, alt, args, params)
             add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became `{OPS[alt][1].format(*args)}`",
                 f"op:{op}->{alt}")
