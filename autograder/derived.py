@@ -281,6 +281,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     # a mask that bars each position from itself (the diagonal), where none belongs
     "nodiag": (lambda a, p: np.where(np.eye(np.shape(a[0])[-2], np.shape(a[0])[-1], dtype=bool), -np.inf, a[0]),
                "np.where(np.eye(T, dtype=bool), -np.inf, {0})"),
+    # scores made symmetric, as if query i and key j ought to score each other alike
+    "sym": (lambda a, p: (a[0] + _swap(a[0])) / 2, "({0} + {0}ᵀ) / 2"),
 }
 
 
@@ -1030,6 +1032,13 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 f"itself", "insert:nodiag",
                 look=f"Find where `{fn}` masks {WORDS.get(name, name)}: self-attention lets each position "
                      f"attend to every key, its own included.")
+            symmetric = (name, "sym", (name + "'",), {})
+            add(i, before + [first, symmetric] + after,
+                f"{name} = {OPS['sym'][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
+                f"{WORDS.get(name, name)} {_were(name)} averaged with {'their' if name in _PLURAL else 'its'} transpose, as if query i "
+                f"and key j had to score each other alike", "insert:sym",
+                look=f"Find where `{fn}` computes {WORDS.get(name, name)}: score i, j is query i's dot product "
+                     f"with key j, and need not equal score j, i.")
         if op == "div" and kinds.get(args[1]) == "scalar" and kinds.get(args[0]) == "array":
             # the division done at a later line instead: the output divided, not the scores
             for t in range(i + 1, len(stages)):
