@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -596,8 +597,9 @@ def discover(folder: Path) -> Found:
 
     A submission is a `.py` or `.ipynb` file directly in the folder (so `alice.py`, `bob.ipynb`),
     or an `attention_head.py` / `attention_head.ipynb` at any depth (nbgrader's
-    `submitted/<student>/<assignment>/` layout). The released self-check's helper files and test
-    files are skipped, and so is a notebook beside a module of the same name (the module is
+    `submitted/<student>/<assignment>/` layout; from a course's root, `_course_root`, only below its
+    `submitted/` and `autograded/`, and its own nbgrader_config.py is no candidate). The released
+    self-check's helper files and test files are skipped, and so is a notebook beside a module of the same name (the module is
     graded), unless that module is the released starter, untouched: then the notebook is the work
     and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
     symbolic link is followed: one named like a submission is graded as one (and found
@@ -605,30 +607,32 @@ def discover(folder: Path) -> Found:
     """
     candidates: list[tuple[Path, tuple[str, ...]]] = []
     skipped: list[tuple[str, str]] = []
+    course = _course_root(folder)
     for entry, here, problem in walk(folder):
         if problem:
             skipped.append(("/".join(here), problem))
         elif _is_link(entry) and not entry.name.endswith(SUFFIXES):
             skipped.append(("/".join(here), "a symbolic link: not followed"))
         elif entry.name.endswith(SUFFIXES):
-            candidates.append((Path(entry.path), here))
+            if not (len(here) == 1 and here[0] in COURSE_MARKS and course):  # a course's configuration
+                candidates.append((Path(entry.path), here))
         elif entry.name.lower().endswith(SUFFIXES):
             suffix = "." + entry.name.rsplit(".", 1)[1]
             skipped.append(("/".join(here), f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded"))
     names = {parts for _, parts in candidates}
-    reasons = {parts: _named_out(path, parts) for path, parts in candidates}
+    reasons = {parts: _named_out(path, parts, course) for path, parts in candidates}
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
     # (`_one_per_student`): whether a module is the starter is asked there alone, at a parse each,
     # however many copies a student's folder holds.
     first: dict[str, tuple] = {}
     for _, parts in candidates:
-        student = _student("/".join(parts))
+        student = _student("/".join(parts), course)
         if student is not None and reasons[parts] is None:
             first[student] = min(first.get(student, parts), parts, key=lambda found: (len(found), "/".join(found)))
     starters = {parts for path, parts in candidates  # handed in untouched beside the notebook worked in
                 if path.suffix == ".py" and reasons[parts] is None
                 and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
-                and (len(parts) == 1 or first[_student("/".join(parts))][:-1] == parts[:-1])
+                and (len(parts) == 1 or first[_student("/".join(parts), course)][:-1] == parts[:-1])
                 and untouched_starter(path, "/".join(parts))}
     items = []
     for path, parts in candidates:
@@ -643,14 +647,17 @@ def discover(folder: Path) -> Found:
             items.append((path, name))
             continue
         skipped.append((name, reason))
-    items, more = _one_per_student(items)
+    items, more = _one_per_student(items, course)
     skipped += more
-    return Found(items, _bounded(sorted((shown_name(name), reason) for name, reason in skipped)))
+    return Found(items, _bounded(sorted((shown_name(name), reason) for name, reason in skipped), course))
 
 
-def _named_out(path: Path, parts: tuple[str, ...]) -> str | None:
-    """Why a candidate file is not graded, from its name and place alone; None if it may be."""
+def _named_out(path: Path, parts: tuple[str, ...], course: bool = False) -> str | None:
+    """Why a candidate file is not graded, from its name and place alone; None if it may be.
+    `course`: the folder graded is a course's root (`_course_root`)."""
     name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
+    if course and parts[0] not in COURSE_FOLDERS:
+        return f"in a course's root only {' and '.join(f'{folder}/' for folder in COURSE_FOLDERS)} hold students' work"
     if shown_name(name) != name:
         return "a name that is not UTF-8: rename it to have it graded"
     if path.name.startswith("."):
@@ -666,13 +673,13 @@ MOST_SKIPPED_LISTED = 100
 """Files not graded listed one by one for each student's folder; the rest are counted in one line."""
 
 
-def _bounded(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _bounded(skipped: list[tuple[str, str]], course: bool = False) -> list[tuple[str, str]]:
     """`skipped` (sorted by name) with at most MOST_SKIPPED_LISTED entries for each student's folder,
     and a line that counts the others: a folder of thousands of files is a few lines of results."""
     listed: dict[str | None, int] = {}
     kept: list[tuple[str, str]] = []
     for name, reason in skipped:
-        student = _student(name)
+        student = _student(name, course)
         listed[student] = listed.get(student, 0) + 1
         if student is None or listed[student] <= MOST_SKIPPED_LISTED:
             kept.append((name, reason))
@@ -685,36 +692,57 @@ def _bounded(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
 COURSE_FOLDERS = ("submitted", "autograded")
 """nbgrader's folders of student folders: graded from the course's root, a student is one level down."""
 
+COURSE_MARKS = ("nbgrader_config.py", "gradebook.db", "qkv_course.json")
+"""Files only a course's root holds (nbgrader's configuration and gradebook, qkv-course's record)."""
 
-def _student(name: str) -> str | None:
+
+_NOT_A_COURSE = (f"; the folder graded is not a course's root, which holds "
+                 f"{', '.join(COURSE_MARKS[:-1])} or {COURSE_MARKS[-1]}")
+
+
+def _course_root(folder: Path) -> bool:
+    """Is the folder graded an nbgrader course's root? Told by the files only a course's root holds,
+    never by a folder's name: a student may name their own folder `submitted`."""
+    for mark in COURSE_MARKS:
+        try:
+            if stat.S_ISREG(os.lstat(folder / mark).st_mode):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _student(name: str, course: bool = False) -> str | None:
     """The student folder a submission found below the folder graded belongs to: its first folder
-    (nbgrader's `submitted/<student>/`), or the second below a course's `submitted/`; None for a
-    file directly in the folder graded, which is a student's on its own."""
+    (nbgrader's `submitted/<student>/`), or, from a course's root (`course`), the second below its
+    `submitted/` or `autograded/`; None for a file directly in the folder graded, which is a
+    student's on its own."""
     parts = name.split("/")
     if len(parts) < 2:
         return None
-    if parts[0] in COURSE_FOLDERS and len(parts) > 2:
+    if course and parts[0] in COURSE_FOLDERS and len(parts) > 2:
         return "/".join(parts[:2])
     return parts[0]
 
 
-def _one_per_student(items: list[tuple[Path, str]]) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
+def _one_per_student(items: list[tuple[Path, str]], course: bool = False
+                     ) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
     """At most one submission per student folder: the shallowest, then the first by name. A student's
     folder holds their work, and what else they put there (a copy in `backup/`, thirty copies of a
     classmate's) is listed as skipped, never graded as more students."""
     kept: dict[str, str] = {}  # student folder -> the name of the submission graded
     for _, name in items:
-        student = _student(name)
+        student = _student(name, course)
         if student is not None:
             kept[student] = min(kept.get(student, name), name, key=lambda found: (found.count("/"), found))
     graded, skipped = [], []
     for path, name in items:
-        student = _student(name)
+        student = _student(name, course)
         if student is None or kept[student] == name:
             graded.append((path, name))
         else:
             skipped.append((name, f"{shown_name(kept[student])} is graded: one submission per student folder "
-                                  f"({shown_name(student)}/)"))
+                                  f"({shown_name(student)}/)" + (_NOT_A_COURSE if student in COURSE_FOLDERS else "")))
     return graded, skipped
 
 

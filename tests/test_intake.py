@@ -152,6 +152,7 @@ def test_a_student_folder_of_thousands_of_files_is_listed_not_read(tmp_path):
     folder = tmp_path / "class"
     student = folder / "submitted" / "mallory" / "ps1"
     student.mkdir(parents=True)
+    (folder / "nbgrader_config.py").write_text("c = get_config()\n")  # a course's root
     (student / "attention_head.py").write_text(reference_source())
     for number in range(1000):
         (student / f"copy{number}.py").write_text("x = 1\n")

@@ -102,6 +102,7 @@ def test_a_folder_nested_a_thousand_deep_is_listed_as_skipped_and_everyone_is_gr
     (folder / "submitted" / "una" / "ps1").mkdir(parents=True)
     (folder / "submitted" / "una" / "ps1" / "attention_head.py").write_text(reference_source())
     (folder / "submitted" / "mallory" / "ps1" / "attention_head.py").write_text(reference_source())
+    (folder / "nbgrader_config.py").write_text("c = get_config()\n")  # a course's root
     with nested(folder / "submitted" / "mallory" / "ps1", 1000):
         done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", *FAST)
     assert done.returncode == 0, done.stderr
@@ -127,6 +128,7 @@ def test_a_student_folder_is_one_submission_however_many_copies_it_holds(tmp_pat
         for n in range(30):
             (folder / "mal" / "ps1" / f"copy{n:02d}").mkdir()
             (folder / "mal" / "ps1" / f"copy{n:02d}" / "attention_head.py").write_text(wrong)
+    (tmp_path / "course" / "nbgrader_config.py").write_text("c = get_config()\n")  # what makes it a course's root
     for graded, prefix in ((tmp_path / "class", ""), (tmp_path / "course", "submitted/")):
         out = tmp_path / f"out-{graded.name}"
         done = qkv_grade(str(graded), "--out", str(out), "--seed", "4", "--format", "json", *FAST)
@@ -458,3 +460,46 @@ def test_a_student_folder_of_thousands_of_files_costs_a_few_parses_and_a_few_lin
     assert len(listed) == submission.MOST_SKIPPED_LISTED + 1 and listed[-1] == "mal/…", listed
     more = 4 * 60 - 1 - submission.MOST_SKIPPED_LISTED  # every file of mal's but the one graded
     assert found.skipped[-1][1] == f"{more} more files in this student's folder"
+
+
+def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
+    """A drop folder is a course's root only where it holds a course's files (nbgrader_config.py,
+    gradebook.db, qkv_course.json), never because a folder is named `submitted` or `autograded`: a
+    student who names their folder so, with classmates' names inside, is still one student. From a
+    course's root, the folders beside those two (the instructor's source/, release/) hold no student."""
+    wrong = variant(NO_SCALING)
+    class_ = tmp_path / "class"
+    (class_ / "bob").mkdir(parents=True)
+    (class_ / "bob" / "attention_head.py").write_text(wrong)
+    for folder in ("submitted", "autograded"):
+        for name in ("bob", "carol"):
+            (class_ / folder / name / "ps1").mkdir(parents=True)
+            (class_ / folder / name / "ps1" / "attention_head.py").write_text(reference_source())
+    course = tmp_path / "course"
+    for folder in ("submitted/bob/ps1", "source/ps1", "release/ps1"):
+        (course / folder).mkdir(parents=True)
+        (course / folder / "attention_head.py").write_text(reference_source())
+    results = {}
+    for graded in (class_, course):
+        out = tmp_path / f"out-{graded.name}"
+        done = qkv_grade(str(graded), "--out", str(out), "--seed", "4", "--format", "json", *FAST)
+        assert done.returncode == 0, done.stderr
+        rows = {row["submission"]: row for row in csv.DictReader((out / "latest" / "summary.csv").open())}
+        results[graded.name] = ({result["submission"] for result in json.loads(done.stdout)},
+                                {name: row["skipped"] for name, row in rows.items() if row["skipped"]})
+    graded, skipped = results["class"]
+    assert graded == {"bob/attention_head.py", "autograded/bob/ps1/attention_head.py",
+                      "submitted/bob/ps1/attention_head.py"}
+    assert set(skipped) == {"submitted/carol/ps1/attention_head.py", "autograded/carol/ps1/attention_head.py"}
+    assert all("not a course's root" in reason for reason in skipped.values())
+    # the same folder, marked as a course's root: each folder of submitted/ is a student
+    (class_ / "gradebook.db").write_bytes(b"")
+    done = qkv_grade(str(class_), "--out", str(tmp_path / "out-marked"), "--seed", "4", "--format", "json", *FAST)
+    assert {result["submission"] for result in json.loads(done.stdout)} == {
+        f"{folder}/{name}/ps1/attention_head.py" for folder in ("submitted", "autograded") for name in ("bob", "carol")}
+    assert "not graded: bob/attention_head.py: in a course's root only submitted/ and autograded/" in done.stderr
+    (course / "nbgrader_config.py").write_text("c = get_config()\n")
+    done = qkv_grade(str(course), "--out", str(tmp_path / "out-course"), "--seed", "4", "--format", "json", *FAST)
+    assert [result["submission"] for result in json.loads(done.stdout)] == ["submitted/bob/ps1/attention_head.py"]
+    for folder in ("source", "release"):
+        assert f"not graded: {folder}/ps1/attention_head.py: in a course's root only submitted/" in done.stderr
