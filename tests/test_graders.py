@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from submissions.variants import WRONG
 from support import REPO, reference_source
@@ -60,3 +61,29 @@ def test_a_link_to_the_reference_is_refused_not_graded_as_its_target(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 2 and "passed" not in done.stdout, done.stdout
     assert "symbolic link" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_modules_beside_the_submission_never_run_in_the_grader_started_in_its_folder(tmp_path):
+    """`python -m` puts the folder it is started in first on sys.path: a student's numpy.py,
+    secrets.py, pytest.py or pathlib.py there would run in the grader's own process, with the
+    instructor's rights, before or instead of the real module. Started in the submission's folder,
+    `qkv-graders` imports none of them (nor an autograder.py), and neither do the graders' and
+    qkv-grade's module entry points once the package is found (an autograder.py there would be
+    found first, as the README says)."""
+    for name in ("numpy", "secrets", "pytest", "pathlib", "json", "autograder"):
+        (tmp_path / f"{name}.py").write_text(f"open({str(tmp_path / ('RAN-' + name))!r}, 'w').close()\n"
+                                             "raise SystemExit(3)\n")
+    (tmp_path / "attention_head.py").write_text(reference_source())
+    script = subprocess.run([str(Path(sys.executable).with_name("qkv-graders")), "attention_head.py", "--seed", "7",
+                             "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert script.returncode == 0, script.stdout[-2000:] + script.stderr[-2000:]
+    assert f"{2 * len(STEP_IDS)} passed" in script.stdout
+    (tmp_path / "autograder.py").unlink()
+    done = graders(tmp_path, reference_source())
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"{2 * len(STEP_IDS)} passed" in done.stdout
+    cli = subprocess.run([sys.executable, "-m", "autograder.cli", "attention_head.py", "--seed", "7", "--format",
+                          "json"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert '"score": 100.0' in cli.stdout
+    assert sorted(path.name for path in tmp_path.glob("RAN-*")) == []

@@ -1,4 +1,5 @@
-"""Run the hidden graders with pytest against one submission: python -m autograder.graders PATH."""
+"""Run the hidden graders with pytest against one submission: qkv-graders PATH (or, from the
+project's root, python -m autograder.graders PATH)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
-        sys.stderr.write("usage: python -m autograder.graders SUBMISSION [--seed N] [pytest options]\n")
+        sys.stderr.write("usage: qkv-graders SUBMISSION [--seed N] [pytest options]\n")
         return 2
     submission, rest = Path(argv[0]), argv[1:]
     if not (submission.is_file() or submission.is_symlink()):

@@ -17,7 +17,7 @@ def graded():
 
     path = os.environ.get("QKV_SUBMISSION")
     if not path:
-        pytest.skip("set QKV_SUBMISSION, or run: python -m autograder.graders SUBMISSION")
+        pytest.skip("set QKV_SUBMISSION, or run: qkv-graders SUBMISSION")
     seed = int(os.environ.get("QKV_SEED") or secrets.randbelow(2**31))
     grader = Grader(seed)
     with Worker(grader.limits) as worker:
