@@ -221,8 +221,9 @@ def reader_view(notebook) -> dict[str, float]:
     found (nbgrader's reading of each check cell) before taking the scores out."""
     scores = {}
     forget_reader_marks(notebook)
-    rendered = [0, 0]  # characters, and tags and lines, of the markdown rendered so far, answers aside
+    rendered = [0, 0, 0]  # characters, tags and lines, and inline marks of the markdown rendered so far
     highlighted = 0  # characters of code highlighted so far
+    answered = set()  # the written answers met: each renders whatever came before it, once
     for cell in notebook.cells:
         if cell.cell_type != "code":
             attachments = kept_attachments(cell.source, cell.get("attachments"))
@@ -230,13 +231,17 @@ def reader_view(notebook) -> dict[str, float]:
                 cell.attachments = attachments
             else:
                 cell.pop("attachments", None)
-            if cell_grade_id(cell) in ANSWER_TITLES:
+            answer = cell_grade_id(cell) in ANSWER_TITLES
+            if answer:
                 cell.metadata["qkv_title"] = ANSWER_TITLES[cell_grade_id(cell)]
-            elif cell.cell_type == "markdown":
+            if answer and cell_grade_id(cell) not in answered:
+                answered.add(cell_grade_id(cell))  # within a cell's budgets (CleanMarkdown), it is rendered
+            elif answer or cell.cell_type == "markdown":  # a second cell claiming an answer's place counts
                 rendered[0] += len(cell.source)
                 rendered[1] += _elements(cell.source)
-                if (rendered[0] > MOST_PAGE_MARKDOWN or rendered[1] > MOST_PAGE_TAGS) \
-                        and not FENCED.fullmatch(cell.source):
+                rendered[2] += _inline_marks(cell.source)
+                if (rendered[0] > MOST_PAGE_MARKDOWN or rendered[1] > MOST_PAGE_TAGS
+                        or rendered[2] > MOST_PAGE_INLINE) and not FENCED.fullmatch(cell.source):
                     cell.source = shown_as_text(cell.source)  # past the page's budget: its text, as it is
             continue
         grade_id = cell_grade_id(cell)
@@ -398,7 +403,7 @@ class CleanMarkdown(LoggingConfigurable):
         fenced = FENCED.fullmatch(source)
         if fenced:  # text shown as it is (reader_view's, past a page's budget): no cleaner needed
             return f"<pre><code>{html.escape(source[len(fenced.group(1)) + 1:-len(fenced.group(1)) - 1])}</code></pre>"
-        if len(source) > MOST_MARKDOWN or _elements(source) > MOST_TAGS \
+        if len(source) > MOST_MARKDOWN or _elements(source) > MOST_TAGS or _inline_marks(source) > MOST_INLINE \
                 or any(source.count(opener) > MOST_MATH for opener in MATH_OPENERS):
             # nbconvert's search for maths starts again at every opener left unclosed: shown as text
             return f"<pre>{html.escape(source)}</pre>"
@@ -409,11 +414,13 @@ class CleanMarkdown(LoggingConfigurable):
         return MARKDOWN_CLEANER.clean(rendered)
 
 
-# A page's markdown cells, the written answers aside, past these in all are shown as plain text:
-# each within MOST_MARKDOWN may still cost a tenth of a second or more (thousands of tags for the
-# cleaner to balance), and a notebook may hold hundreds.
+# A page's markdown cells, the written answers aside (one cell each), past these in all are shown
+# as plain text: each within a cell's budgets may still cost a tenth of a second or more (thousands
+# of tags for the cleaner to balance, or of emphasis marks for the renderer to pair), and a notebook
+# may hold hundreds.
 MOST_PAGE_MARKDOWN = 100_000
 MOST_PAGE_TAGS = 2_000  # tags and lines (_elements): the release's own markdown holds some 230
+MOST_PAGE_INLINE = 6_000  # inline marks (_inline_marks): the release's own markdown holds some 600
 
 
 FENCED = re.compile(r"(~{3,})\n.*\n\1", re.DOTALL)  # what shown_as_text makes (once is enough)
@@ -431,6 +438,9 @@ def shown_as_text(source: str) -> str:
 MOST_MARKDOWN = 20_000
 MOST_MATH = 100
 MOST_TAGS = 400  # tags and lines (_elements): nested thousands deep, tags cost the cleaner seconds
+# inline marks (_inline_marks): the renderer pairs emphasis and code marks in time that grows faster
+# than their number (20 000 of `*` and a backtick in turn cost it 1.4 s); the release's cells hold 67 at most
+MOST_INLINE = 2_000
 MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 
@@ -439,6 +449,12 @@ def _elements(source: str) -> int:
     item per line (`#` lines alone make thousands of headings, each costing the renderer and the
     cleaner as much as a tag)."""
     return source.count("<") + source.count("\n")
+
+
+def _inline_marks(source: str) -> int:
+    """How many marks of emphasis, code and links a cell's markdown holds: the characters the
+    renderer tries to pair with one another (`*`, `_`, backticks and brackets)."""
+    return sum(source.count(mark) for mark in "*_`[]")
 
 
 class FeedbackExporter(HTMLExporter):

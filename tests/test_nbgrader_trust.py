@@ -410,7 +410,10 @@ def test_hidden_tests_are_cut_from_a_cell_line_by_line_as_the_pattern_would_and_
 def test_markdown_whose_maths_would_take_minutes_to_render_is_shown_as_text():
     from autograder.nbgrader_feedback import CleanMarkdown
 
-    for source in ("\\begin{a}" * 5000, "\\(" * 5000, "x" * 30_000, "<b><p>" * 3000, "#\n" * 5000):
+    # ... or whose marks of emphasis and code the renderer would take seconds to pair (within the
+    # cell's characters: 20 000 of them, 1.4 s)
+    for source in ("\\begin{a}" * 5000, "\\(" * 5000, "x" * 30_000, "<b><p>" * 3000, "#\n" * 5000, "*`" * 9995,
+                   "_`" * 1001, "[](" * 700 + "*" * 600):
         shown = CleanMarkdown.__call__(None, None, source + "<script>")  # never rendered: no exporter needed
         assert shown.startswith("<pre>") and "<script>" not in shown
 
@@ -917,3 +920,28 @@ def test_a_message_is_kept_to_its_first_line_and_a_few_hundred_characters_howeve
     assert clipped("  could not convert: 'x'\nsecond line") == "could not convert: 'x'" and clipped("") == ""
     assert clipped("x" * 15_000_000) == "x" * MOST_QUOTED + "…"
     assert clipped(" \n" * 5_000_000 + "y" * (MOST_QUOTED + 1)) == "y" * MOST_QUOTED + "…"
+
+
+def test_emphasis_marks_past_a_page_s_budget_are_shown_as_text_and_each_answer_renders_once():
+    """Cells each within a cell's budget of marks the renderer pairs (`*`, `_`, backticks,
+    brackets), but many of them: past the page's budget of such marks their text is shown as it
+    is, unrendered. Each written answer renders whatever comes before it; a second cell claiming an
+    answer's place counts like any other markdown."""
+    import nbformat
+
+    from autograder.nbgrader_feedback import (ANSWER_TITLES, MOST_INLINE, MOST_PAGE_INLINE, _inline_marks,
+                                              reader_view)
+
+    heavy = "*`" * (MOST_INLINE // 2)
+    assert _inline_marks(heavy) == MOST_INLINE
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell(heavy) for _ in range(10)]
+    for grade_id in list(ANSWER_TITLES) + list(ANSWER_TITLES)[:1]:
+        answer = nbformat.v4.new_markdown_cell(heavy)
+        answer.metadata["nbgrader"] = {"grade_id": grade_id, "grade": True, "solution": True, "points": 2}
+        notebook.cells.append(answer)
+    reader_view(notebook)
+    fenced = [cell.source.startswith("~~~") for cell in notebook.cells]
+    kept = MOST_PAGE_INLINE // MOST_INLINE
+    assert fenced[:10] == [False] * kept + [True] * (10 - kept)
+    assert fenced[10:] == [False] * len(ANSWER_TITLES) + [True]
