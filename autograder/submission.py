@@ -702,7 +702,11 @@ _NOT_A_COURSE = (f"; the folder graded is not a course's root, which holds "
 
 def _course_root(folder: Path) -> bool:
     """Is the folder graded an nbgrader course's root? Told by the files only a course's root holds,
-    never by a folder's name: a student may name their own folder `submitted`."""
+    never by a folder's name alone (a student may name their own folder `submitted`), nor by such a
+    file alone (a folder of files handed in side by side may hold one named `nbgrader_config.py`):
+    one of them beside `submitted/` or `autograded/`."""
+    if not any(os.path.isdir(folder / name) and not os.path.islink(folder / name) for name in COURSE_FOLDERS):
+        return False
     for mark in COURSE_MARKS:
         try:
             if stat.S_ISREG(os.lstat(folder / mark).st_mode):

@@ -498,6 +498,15 @@ def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
     assert {result["submission"] for result in json.loads(done.stdout)} == {
         f"{folder}/{name}/ps1/attention_head.py" for folder in ("submitted", "autograded") for name in ("bob", "carol")}
     assert "not graded: bob/attention_head.py: in a course's root only submitted/ and autograded/" in done.stderr
+    # a file named like a course's, handed in among others, makes no course's root of a folder
+    # without submitted/ or autograded/
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in ("ann.py", "nbgrader_config.py"):
+        (flat / name).write_text(reference_source())
+    done = qkv_grade(str(flat), "--out", str(tmp_path / "out-flat"), "--seed", "4", "--format", "json", *FAST)
+    assert [result["submission"] for result in json.loads(done.stdout)] == ["ann.py"]
+    assert "not graded: nbgrader_config.py: a helper or test file" in done.stderr
     (course / "nbgrader_config.py").write_text("c = get_config()\n")
     done = qkv_grade(str(course), "--out", str(tmp_path / "out-course"), "--seed", "4", "--format", "json", *FAST)
     assert [result["submission"] for result in json.loads(done.stdout)] == ["submitted/bob/ps1/attention_head.py"]
