@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .store import write_atomically
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "part-iv" / "attention.json"
 SCHEMA = ROOT / "data" / "part-iv" / "attention.schema.json"
@@ -197,7 +199,8 @@ def main(argv=None) -> int:
         record = trace(comparisons, data, args.data)
         try:
             args.trace.parent.mkdir(parents=True, exist_ok=True)
-            args.trace.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            # replaced whole, never written through a link that stands at its name
+            write_atomically(args.trace, json.dumps(record, indent=2) + "\n")
         except OSError as error:
             raise CheckError(f"cannot write trace {args.trace}: {error.strerror or error}") from None
     except CheckError as error:

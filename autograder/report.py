@@ -97,6 +97,9 @@ def _derived_info(code: str):
 def _pyplot():
     import matplotlib
 
+    # matplotlib reads a `matplotlibrc` in the folder it is started in before any other: started in
+    # a class's folder, a student's would set the report's look (or `text.usetex`, and end the run)
+    matplotlib.rcdefaults()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

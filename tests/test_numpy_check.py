@@ -131,3 +131,16 @@ def test_an_invalid_data_file_stops_with_one_line_and_status_2(tmp_path, content
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
+
+
+def test_the_trace_replaces_a_link_at_its_name_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "numpy-run.json").symlink_to(victim)
+    done = subprocess.run([sys.executable, "-m", "autograder.numpy_check", "--trace", "runs/numpy-run.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "untouched\n"
+    trace = tmp_path / "runs" / "numpy-run.json"
+    assert not trace.is_symlink() and json.loads(trace.read_text())["ok"] is True

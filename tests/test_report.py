@@ -213,3 +213,24 @@ def test_the_page_renders_in_chromium_with_every_image(report, tmp_path):
     keep = os.environ.get("QKV_REPORT_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
+
+
+def test_a_matplotlibrc_in_the_class_folder_changes_nothing_in_the_report(tmp_path):
+    """matplotlib reads a `matplotlibrc` in the folder it starts in before any other: a student's,
+    run from the class's folder, asked for LaTeX (and ended the run where there is none) or set the
+    report's look. The report is drawn with matplotlib's own defaults and the report's settings."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "alice.py").write_text(reference_source())
+    (folder / "matplotlibrc").write_text("text.usetex: True\nfont.size: 40\naxes.facecolor: red\n"
+                                        "savefig.dpi: 9\nbackend: TkAgg\n")
+    done = qkv_grade(".", "--seed", "3", "--out", str(tmp_path / "results"), "--report", str(tmp_path / "report"),
+                     cwd=folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    page = (tmp_path / "report" / "index.html").read_text()
+    pictures = [base64.b64decode(src.split(",", 1)[1]) for src in re.findall(r'src="(data:image/png;base64,[^"]+)"', page)]
+    assert pictures and all(picture.startswith(PNG) for picture in pictures)
+    probe = ("import os; os.chdir(%r); from autograder.report import _pyplot; plt = _pyplot(); "
+             "print(plt.rcParams['text.usetex'], plt.rcParams['font.size'], plt.rcParams['axes.facecolor'])" % str(folder))
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert shown.stdout.split() == ["False", "10.0", "white"], shown.stderr[-2000:]
