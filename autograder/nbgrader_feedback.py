@@ -411,6 +411,10 @@ class CleanMarkdown(LoggingConfigurable):
             rendered = _markdown_html(self.parent, context, source)
         except Exception:  # whatever a student's markdown makes the renderer raise: its text, not a failed page
             return f"<pre>{html.escape(source)}</pre>"
+        if len(rendered) > MOST_RENDERED or rendered.count("<") > MOST_RENDERED_TAGS:
+            # what the cleaner would take a second to read (a table of thousands of cells, quotes
+            # written out as entities): whatever made it, the cell's text
+            return f"<pre>{html.escape(source)}</pre>"
         return MARKDOWN_CLEANER.clean(rendered)
 
 
@@ -420,7 +424,7 @@ class CleanMarkdown(LoggingConfigurable):
 # may hold hundreds.
 MOST_PAGE_MARKDOWN = 100_000
 MOST_PAGE_TAGS = 2_000  # tags and lines (_elements): the release's own markdown holds some 230
-MOST_PAGE_INLINE = 6_000  # inline marks (_inline_marks): the release's own markdown holds some 600
+MOST_PAGE_INLINE = 5_000  # inline marks (_inline_marks): the release's own markdown holds some 600
 
 
 FENCED = re.compile(r"(~{3,})\n.*\n\1", re.DOTALL)  # what shown_as_text makes (once is enough)
@@ -439,8 +443,14 @@ MOST_MARKDOWN = 20_000
 MOST_MATH = 100
 MOST_TAGS = 400  # tags and lines (_elements): nested thousands deep, tags cost the cleaner seconds
 # inline marks (_inline_marks): the renderer pairs emphasis and code marks in time that grows faster
-# than their number (20 000 of `*` and a backtick in turn cost it 1.4 s); the release's cells hold 67 at most
-MOST_INLINE = 2_000
+# than their number (20 000 of `*` and a backtick in turn cost it 1.4 s), and each `|` of a table
+# or `~~` of a strikethrough is a tag; the release's cells hold 67 at most
+MOST_INLINE = 1_000
+# What a cell rendered may come to before the cleaner reads it: the cleaner's time grows with the
+# tags and the text (a 20 000-character table made 32 000 tags, 0.8 s; 20 000 quotes, 120 000
+# characters of entities, 0.4 s). The release's cells render to 1.5 times their text and 60 tags at most.
+MOST_RENDERED = 3 * 20_000
+MOST_RENDERED_TAGS = 1_500
 MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 
@@ -452,9 +462,10 @@ def _elements(source: str) -> int:
 
 
 def _inline_marks(source: str) -> int:
-    """How many marks of emphasis, code and links a cell's markdown holds: the characters the
-    renderer tries to pair with one another (`*`, `_`, backticks and brackets)."""
-    return sum(source.count(mark) for mark in "*_`[]")
+    """How many marks of emphasis, code, links and tables a cell's markdown holds: the characters
+    the renderer tries to pair with one another (`*`, `_`, `~`, backticks and brackets), and the
+    pipes that make a table's cells."""
+    return sum(source.count(mark) for mark in "*_`[]|~")
 
 
 class FeedbackExporter(HTMLExporter):

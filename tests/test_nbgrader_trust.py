@@ -412,8 +412,10 @@ def test_markdown_whose_maths_would_take_minutes_to_render_is_shown_as_text():
 
     # ... or whose marks of emphasis and code the renderer would take seconds to pair (within the
     # cell's characters: 20 000 of them, 1.4 s)
+    # ... or render to more than the cleaner reads quickly (a table of thousands of cells, entities)
+    table = "|" * 400 + "\n" + "-|" * 400 + "\n" + ("|" * 400 + "\n") * 40
     for source in ("\\begin{a}" * 5000, "\\(" * 5000, "x" * 30_000, "<b><p>" * 3000, "#\n" * 5000, "*`" * 9995,
-                   "_`" * 1001, "[](" * 700 + "*" * 600):
+                   "_`" * 501, "[](" * 350 + "*" * 300, table, "~~a~~ " * 3333):
         shown = CleanMarkdown.__call__(None, None, source + "<script>")  # never rendered: no exporter needed
         assert shown.startswith("<pre>") and "<script>" not in shown
 
@@ -920,6 +922,23 @@ def test_a_message_is_kept_to_its_first_line_and_a_few_hundred_characters_howeve
     assert clipped("  could not convert: 'x'\nsecond line") == "could not convert: 'x'" and clipped("") == ""
     assert clipped("x" * 15_000_000) == "x" * MOST_QUOTED + "…"
     assert clipped(" \n" * 5_000_000 + "y" * (MOST_QUOTED + 1)) == "y" * MOST_QUOTED + "…"
+
+
+def test_a_cell_that_renders_to_more_than_the_cleaner_reads_quickly_is_shown_as_text():
+    """Within every budget of its text, a cell may still render to a great deal: quotes, ampersands
+    or `>` written out as entities (six times their length), a table's cells. Past MOST_RENDERED
+    characters or MOST_RENDERED_TAGS tags the cleaner never reads it: the cell's text is shown."""
+    from nbconvert.exporters import HTMLExporter
+
+    from autograder.nbgrader_feedback import MOST_RENDERED, CleanMarkdown
+
+    shown = CleanMarkdown(parent=HTMLExporter())
+    for source in ('"' * 19_999, "&" * 19_999, ">" * 19_999 + "<script>", "|a" * 499 + "\n" + "-|" * 499 + "\n" + ("|a" * 499 + "\n") * 2):
+        page = CleanMarkdown.__call__(shown, {}, source)
+        assert page.startswith("<pre>") and len(page) <= len(source) * 6 + 20 and "<script>" not in page
+    ordinary = "Some words, *emphasis*, `code` and a [link](https://example.org), " * 160
+    page = CleanMarkdown.__call__(shown, {}, ordinary)
+    assert "<em>emphasis</em>" in page and len(page) < MOST_RENDERED
 
 
 def test_emphasis_marks_past_a_page_s_budget_are_shown_as_text_and_each_answer_renders_once():
