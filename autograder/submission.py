@@ -597,8 +597,8 @@ def discover(folder: Path) -> Found:
 
     A submission is a `.py` or `.ipynb` file directly in the folder (so `alice.py`, `bob.ipynb`),
     or an `attention_head.py` / `attention_head.ipynb` at any depth (nbgrader's
-    `submitted/<student>/<assignment>/` layout; from a course's root, `_course_root`, only below its
-    `submitted/` and `autograded/`, and its own nbgrader_config.py is no candidate). The released
+    `submitted/<student>/<assignment>/` layout; from a course's root, only below its `submitted/` and
+    `autograded/`, and its own nbgrader_config.py is no candidate). The released
     self-check's helper files and test files are skipped, and so is a notebook beside a module of the same name (the module is
     graded), unless that module is the released starter, untouched: then the notebook is the work
     and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
@@ -607,18 +607,21 @@ def discover(folder: Path) -> Found:
     """
     candidates: list[tuple[Path, tuple[str, ...]]] = []
     skipped: list[tuple[str, str]] = []
-    course = _course_root(folder)
     for entry, here, problem in walk(folder):
         if problem:
             skipped.append(("/".join(here), problem))
         elif _is_link(entry) and not entry.name.endswith(SUFFIXES):
             skipped.append(("/".join(here), "a symbolic link: not followed"))
         elif entry.name.endswith(SUFFIXES):
-            if not (len(here) == 1 and here[0] in COURSE_MARKS and course):  # a course's configuration
-                candidates.append((Path(entry.path), here))
+            candidates.append((Path(entry.path), here))
         elif entry.name.lower().endswith(SUFFIXES):
             suffix = "." + entry.name.rsplit(".", 1)[1]
             skipped.append(("/".join(here), f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded"))
+    # a course's root holds its configuration, and nothing graded outside nbgrader's own folders
+    course = _course_root(folder) and all(
+        parts[0] in COURSE_MARKS if len(parts) == 1 else parts[0] in NBGRADER_FOLDERS for _, parts in candidates)
+    if course:
+        candidates = [(path, parts) for path, parts in candidates if len(parts) > 1]
     names = {parts for _, parts in candidates}
     reasons = {parts: _named_out(path, parts, course) for path, parts in candidates}
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
@@ -695,16 +698,22 @@ COURSE_FOLDERS = ("submitted", "autograded")
 COURSE_MARKS = ("nbgrader_config.py", "gradebook.db", "qkv_course.json")
 """Files only a course's root holds (nbgrader's configuration and gradebook, qkv-course's record)."""
 
+NBGRADER_FOLDERS = COURSE_FOLDERS + ("source", "release", "feedback", "downloaded")
+"""The folders nbgrader keeps in a course's root: a folder that holds a submission anywhere else
+is no course's root, whatever files it holds (two students handing in `submitted/` and
+`nbgrader_config.py` among a class's submissions do not make one)."""
+
 
 _NOT_A_COURSE = (f"; the folder graded is not a course's root, which holds "
                  f"{', '.join(COURSE_MARKS[:-1])} or {COURSE_MARKS[-1]}")
 
 
 def _course_root(folder: Path) -> bool:
-    """Is the folder graded an nbgrader course's root? Told by the files only a course's root holds,
-    never by a folder's name alone (a student may name their own folder `submitted`), nor by such a
-    file alone (a folder of files handed in side by side may hold one named `nbgrader_config.py`):
-    one of them beside `submitted/` or `autograded/`."""
+    """May the folder graded be an nbgrader course's root? Told by the files only a course's root
+    holds, never by a folder's name alone (a student may name their own folder `submitted`), nor by
+    such a file alone (a folder of files handed in side by side may hold one named
+    `nbgrader_config.py`): one of them beside `submitted/` or `autograded/`. `discover` asks, too,
+    that no submission lies outside nbgrader's own folders."""
     if not any(os.path.isdir(folder / name) and not os.path.islink(folder / name) for name in COURSE_FOLDERS):
         return False
     for mark in COURSE_MARKS:

@@ -464,9 +464,11 @@ def test_a_student_folder_of_thousands_of_files_costs_a_few_parses_and_a_few_lin
 
 def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
     """A drop folder is a course's root only where it holds a course's files (nbgrader_config.py,
-    gradebook.db, qkv_course.json), never because a folder is named `submitted` or `autograded`: a
-    student who names their folder so, with classmates' names inside, is still one student. From a
-    course's root, the folders beside those two (the instructor's source/, release/) hold no student."""
+    gradebook.db, qkv_course.json) beside submitted/ or autograded/, and no submission outside
+    nbgrader's own folders; never because a folder is named `submitted` or `autograded`: a student
+    who names their folder so, with classmates' names inside, is still one student, even with a
+    classmate handing in a course's file beside it. From a course's root, the folders beside those
+    two (the instructor's source/, release/) hold no student."""
     wrong = variant(NO_SCALING)
     class_ = tmp_path / "class"
     (class_ / "bob").mkdir(parents=True)
@@ -492,23 +494,30 @@ def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
                       "submitted/bob/ps1/attention_head.py"}
     assert set(skipped) == {"submitted/carol/ps1/attention_head.py", "autograded/carol/ps1/attention_head.py"}
     assert all("not a course's root" in reason for reason in skipped.values())
-    # the same folder, marked as a course's root: each folder of submitted/ is a student
+    # the same folder with a course's file handed in too (two students together): while a submission
+    # lies outside nbgrader's own folders (bob/), it is no course's root
     (class_ / "gradebook.db").write_bytes(b"")
     done = qkv_grade(str(class_), "--out", str(tmp_path / "out-marked"), "--seed", "4", "--format", "json", *FAST)
-    assert {result["submission"] for result in json.loads(done.stdout)} == {
-        f"{folder}/{name}/ps1/attention_head.py" for folder in ("submitted", "autograded") for name in ("bob", "carol")}
-    assert "not graded: bob/attention_head.py: in a course's root only submitted/ and autograded/" in done.stderr
-    # a file named like a course's, handed in among others, makes no course's root of a folder
-    # without submitted/ or autograded/
+    assert {result["submission"] for result in json.loads(done.stdout)} == graded
+    # files handed in side by side: one named like a course's, and a folder submitted/ with made-up
+    # classmates, make no course's root while anyone's file lies beside them
     flat = tmp_path / "flat"
-    flat.mkdir()
-    for name in ("ann.py", "nbgrader_config.py"):
+    (flat / "submitted" / "zed" / "ps1").mkdir(parents=True)
+    (flat / "submitted" / "zoe" / "ps1").mkdir(parents=True)
+    for name in ("ann.py", "nbgrader_config.py", "submitted/zed/ps1/attention_head.py",
+                 "submitted/zoe/ps1/attention_head.py"):
         (flat / name).write_text(reference_source())
     done = qkv_grade(str(flat), "--out", str(tmp_path / "out-flat"), "--seed", "4", "--format", "json", *FAST)
-    assert [result["submission"] for result in json.loads(done.stdout)] == ["ann.py"]
+    assert [result["submission"] for result in json.loads(done.stdout)] == ["ann.py",
+                                                                           "submitted/zed/ps1/attention_head.py"]
     assert "not graded: nbgrader_config.py: a helper or test file" in done.stderr
+    # a course's root: its file beside submitted/ and autograded/, nothing graded elsewhere but in
+    # nbgrader's own folders (whose source/ and release/ are the instructor's)
+    (course / "autograded" / "bob" / "ps1").mkdir(parents=True)
+    (course / "autograded" / "bob" / "ps1" / "attention_head.py").write_text(wrong)
     (course / "nbgrader_config.py").write_text("c = get_config()\n")
     done = qkv_grade(str(course), "--out", str(tmp_path / "out-course"), "--seed", "4", "--format", "json", *FAST)
-    assert [result["submission"] for result in json.loads(done.stdout)] == ["submitted/bob/ps1/attention_head.py"]
+    assert [result["submission"] for result in json.loads(done.stdout)] == [
+        "autograded/bob/ps1/attention_head.py", "submitted/bob/ps1/attention_head.py"]
     for folder in ("source", "release"):
         assert f"not graded: {folder}/ps1/attention_head.py: in a course's root only submitted/" in done.stderr
