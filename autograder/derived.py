@@ -252,6 +252,8 @@ OPS: dict[str, tuple[Callable, str]] = {
                  "({0} - {0}.mean(axis=-1, keepdims=True)) / ({0}.std(axis=-1, keepdims=True) + 1e-5)"),
     "norm_var": (lambda a, p: (a[0] - np.mean(a[0], axis=-1, keepdims=True)) / np.sqrt(np.var(a[0], axis=-1, keepdims=True) + 1e-5),
                  "({0} - {0}.mean(axis=-1, keepdims=True)) / np.sqrt({0}.var(axis=-1, keepdims=True) + 1e-5)"),
+    # centred over the positions: each coordinate's mean over the rows taken away
+    "center": (lambda a, p: a[0] - np.mean(a[0], axis=-2, keepdims=True), "{0} - {0}.mean(axis=-2, keepdims=True)"),
     "f32": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float32), dtype=np.float64), "np.float32({0})"),
     "trunc": (lambda a, p: np.trunc(a[0]), "{0}.astype(int)"),
     "onehot": (lambda a, p: _onehot(a[0]), "one_hot(argmax({0}, axis=-1))"),
@@ -326,7 +328,7 @@ NUMPY_PHRASED = {"close_first": "np.isclose({0}[0], 1)", "close_any": "np.isclos
 # An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
-INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var")
+INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
 MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_")
@@ -445,6 +447,12 @@ FORMS: dict[str, dict[str, list[Stage]]] = {
                   _st("o_b", "part", ("before",), i=0), _st("a_b", "part", ("before",), i=1),
                   _st("v_a", "matmul", ("x", "w_v_new")), _st("o_a", "matmul", ("a_b", "v_a")),
                   _st("return", "interv4", ("a_b", "a_b", "o_b", "o_a"))],
+        # the head is linear in the values: the old output plus the change of the values, mixed
+        "delta": [_st("before", "head", ("x", "w_q", "w_k", "w_v")),
+                  _st("o_b", "part", ("before",), i=0), _st("a_b", "part", ("before",), i=1),
+                  _st("w_d", "sub", ("w_v_new", "w_v")), _st("v_d", "matmul", ("x", "w_d")),
+                  _st("o_d", "matmul", ("a_b", "v_d")), _st("o_a", "add", ("o_b", "o_d")),
+                  _st("return", "interv4", ("a_b", "a_b", "o_b", "o_a"))],
     },
 }
 
@@ -461,6 +469,7 @@ WORDS = {
     "o_old": "the output before the shift", "before": "the head's result before", "after": "the head's result after",
     "o_b": "output_before", "a_b": "weights_before", "o_a": "output_after", "a_a": "weights_after",
     "w_v_new": "the new W_V", "v_a": "the new values", "softmax_axis": "the softmax axis",
+    "w_d": "the change of W_V", "v_d": "the change of the values", "o_d": "the change of the output",
 }
 SECTIONS = {"q": "§15.1", "k": "§15.1", "v": "§15.1", "k_t": "§15.2", "d": "§15.2", "d_k": "§15.3", "r": "§15.3",
             "s": "§15.3", "m": "§15.3", "shifted": "§15.3", "e": "§15.3", "z": "§15.3", "a": "§15.3", "o": "§15.4",
