@@ -1034,20 +1034,18 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                          f"that it runs over every term, the {which} included.")
         if name in ("d", "s") and kinds.get(name) == "array":  # the scores, before the softmax
             first = (name + "'", op, args, params)
-            masked = (name, "nodiag", (name + "'",), {})
-            add(i, before + [first, masked] + after,
-                f"{name} = {OPS['nodiag'][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
-                f"the diagonal of {WORDS.get(name, name)} was masked with -∞, so that no position attends to "
-                f"itself", "insert:nodiag",
-                look=f"Find where `{fn}` masks {WORDS.get(name, name)}: self-attention lets each position "
-                     f"attend to every key, its own included.")
-            symmetric = (name, "sym", (name + "'",), {})
-            add(i, before + [first, symmetric] + after,
-                f"{name} = {OPS['sym'][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
-                f"{WORDS.get(name, name)} {_were(name)} averaged with {'their' if name in _PLURAL else 'its'} transpose, as if query i "
-                f"and key j had to score each other alike", "insert:sym",
-                look=f"Find where `{fn}` computes {WORDS.get(name, name)}: score i, j is query i's dot product "
-                     f"with key j, and need not equal score j, i.")
+            scores, its = WORDS.get(name, name), "their" if name in _PLURAL else "its"
+            for extra, words, look in (
+                    ("nodiag", f"the diagonal of {scores} was masked with -∞, so that no position attends to itself",
+                     f"Find where `{fn}` masks {scores}: self-attention lets each position attend to every key, "
+                     f"its own included."),
+                    ("sym", f"{scores} {_were(name)} averaged with {its} transpose, as if query i and key j had to "
+                            f"score each other alike",
+                     f"Find where `{fn}` computes {scores}: score i, j is query i's dot product with key j, and need "
+                     f"not equal score j, i.")):
+                add(i, before + [first, (name, extra, (name + "'",), {})] + after,
+                    f"{name} = {OPS[extra][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
+                    words, f"insert:{extra}", look=look)
         if op == "div" and kinds.get(args[1]) == "scalar" and kinds.get(args[0]) == "array":
             # the division done at a later line instead: the output divided, not the scores
             for t in range(i + 1, len(stages)):
