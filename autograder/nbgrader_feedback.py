@@ -449,7 +449,7 @@ MOST_INLINE = 1_000
 # What a cell rendered may come to before the cleaner reads it: the cleaner's time grows with the
 # tags and the text (a 20 000-character table made 32 000 tags, 0.8 s; 20 000 quotes, 120 000
 # characters of entities, 0.4 s). The release's cells render to 1.5 times their text and 60 tags at most.
-MOST_RENDERED = 3 * 20_000
+MOST_RENDERED = 3 * MOST_MARKDOWN
 MOST_RENDERED_TAGS = 1_500
 MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 

@@ -598,8 +598,8 @@ def discover(folder: Path) -> Found:
     A submission is a `.py` or `.ipynb` file directly in the folder (so `alice.py`, `bob.ipynb`),
     or an `attention_head.py` / `attention_head.ipynb` at any depth (nbgrader's
     `submitted/<student>/<assignment>/` layout; from a course's root, only below its `submitted/` and
-    `autograded/`, and its own nbgrader_config.py is no candidate). The released
-    self-check's helper files and test files are skipped, and so is a notebook beside a module of the same name (the module is
+    `autograded/`, and its own nbgrader_config.py is no candidate). The released self-check's helper
+    files and test files are skipped, and so is a notebook beside a module of the same name (the module is
     graded), unless that module is the released starter, untouched: then the notebook is the work
     and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
     symbolic link is followed: one named like a submission is graded as one (and found
@@ -617,9 +617,7 @@ def discover(folder: Path) -> Found:
         elif entry.name.lower().endswith(SUFFIXES):
             suffix = "." + entry.name.rsplit(".", 1)[1]
             skipped.append(("/".join(here), f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded"))
-    # a course's root holds its configuration, and nothing graded outside nbgrader's own folders
-    course = _course_root(folder) and all(
-        parts[0] in COURSE_MARKS if len(parts) == 1 else parts[0] in NBGRADER_FOLDERS for _, parts in candidates)
+    course = _course_root(folder, [parts for _, parts in candidates])
     if course:
         candidates = [(path, parts) for path, parts in candidates if len(parts) > 1]
     names = {parts for _, parts in candidates}
@@ -704,16 +702,18 @@ is no course's root, whatever files it holds (two students handing in `submitted
 `nbgrader_config.py` among a class's submissions do not make one)."""
 
 
-_NOT_A_COURSE = (f"; the folder graded is not a course's root, which holds "
-                 f"{', '.join(COURSE_MARKS[:-1])} or {COURSE_MARKS[-1]}")
+_NOT_A_COURSE = (f"; the folder graded is not a course's root, which holds {', '.join(COURSE_MARKS[:-1])} or "
+                 f"{COURSE_MARKS[-1]} beside submitted/ or autograded/, and no submission outside nbgrader's folders")
 
 
-def _course_root(folder: Path) -> bool:
-    """May the folder graded be an nbgrader course's root? Told by the files only a course's root
-    holds, never by a folder's name alone (a student may name their own folder `submitted`), nor by
-    such a file alone (a folder of files handed in side by side may hold one named
-    `nbgrader_config.py`): one of them beside `submitted/` or `autograded/`. `discover` asks, too,
-    that no submission lies outside nbgrader's own folders."""
+def _course_root(folder: Path, found: list[tuple[str, ...]]) -> bool:
+    """Is the folder graded an nbgrader course's root, `found` being the parts of the paths of the
+    submissions below it? Told by the files only a course's root holds, never by a folder's name
+    alone (a student may name their own folder `submitted`), nor by such a file alone (a folder of
+    files handed in side by side may hold one named `nbgrader_config.py`): one of them beside
+    `submitted/` or `autograded/`, and no submission outside nbgrader's own folders."""
+    if not all(parts[0] in COURSE_MARKS if len(parts) == 1 else parts[0] in NBGRADER_FOLDERS for parts in found):
+        return False
     if not any(os.path.isdir(folder / name) and not os.path.islink(folder / name) for name in COURSE_FOLDERS):
         return False
     for mark in COURSE_MARKS:
