@@ -657,6 +657,54 @@ def chapter_needs(names) -> set:
     return found
 
 
+def _cell_name(filename, number, notebook):
+    """The file name a cell's code is compiled under: what its tracebacks show."""
+    return "%s, cell %d" % (filename, number) if notebook else filename
+
+
+def _precompiled(cells, filename, notebook, captured):
+    """Each cell's code, compiled before any runs; None where compiling one raises or prints (a
+    SyntaxWarning, say): that source is compiled anew, cell by cell as it runs, so its output and
+    its errors come where and as they always do."""
+    try:
+        codes = []
+        for index, cell in enumerate(cells):
+            number, source = cell[:2] if type(cell) is tuple else (index + 1, cell)
+            codes.append(compile(source, _cell_name(filename, number, notebook), "exec"))
+    except BaseException:
+        codes = None
+    if captured.take():
+        codes = None
+    return codes
+
+
+def _dumped(codes):
+    """`codes` in marshal's format, for the worker to keep; empty when too large to keep."""
+    import marshal
+
+    try:
+        data = marshal.dumps(codes)
+    except BaseException:
+        return b""
+    return data if len(data) <= protocol.MAX_VALUE_BYTES else b""
+
+
+def _codes(data, count):
+    """The `count` cells' codes an earlier child compiled (`_precompiled`), or None."""
+    import marshal
+
+    try:
+        codes = marshal.loads(data)
+    except BaseException:
+        return None
+    if type(codes) is not list or len(codes) != count or any(type(code) is not _CODE for code in codes):
+        return None
+    return codes
+
+
+_CODE = type(_cell_name.__code__)
+
+
 def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments, builtins_at_start):
     """`builtins_at_start`: (builtins as they are once exit and quit are replaced, a live view of
     their dict's version tag or None), made once by the fork server: a copy made here would write
@@ -673,7 +721,12 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         if not chunk:
             break
         chunks.append(chunk)
-    job["cells"] = marshal.loads(b"".join(chunks))
+    data = b"".join(chunks)
+    # and after it, where an earlier child of the same source compiled it (`Worker.codes`), what it compiled
+    split = job.get("codes")
+    job["cells"] = marshal.loads(data[:split] if type(split) is int and 0 < split < len(data) else data)
+    compiled = _codes(data[split:], len(job["cells"])) if type(split) is int and 0 < split < len(data) else None
+    del data, chunks
     _seal_descriptors({calls_in, out, bell} | ({seal.read_ruleset} if seal.read_ruleset is not None else set()))
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest was set once, by the fork server
@@ -748,6 +801,13 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     # A module runs as one piece; a notebook cell by cell, as Jupyter does: an error or an exit in
     # one cell ends that cell only, and the next cell still runs.
     notebook = filename.endswith(".ipynb")
+    if compiled is None and job.get("send_code"):
+        # Compiled before any of it runs, and sent to the worker as this child's first frame: a
+        # later child of the same source (a step called again, a fresh start after a call that did
+        # not finish) loads it instead of compiling it again. Written before the submission's code
+        # runs, it is the compiler's own output: nothing the submission does can come before it.
+        compiled = _precompiled(job["cells"], filename, notebook, captured)
+        deliver(pack({"ev": "code"}, b"" if compiled is None else _dumped(compiled)))
     stopped = []  # the notebook's cells that stopped with an error, as Jupyter would show them
     held, bound = {}, {}  # a notebook's graded names: what each is bound to, and the cells that bound it anew
     try:
@@ -758,7 +818,8 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             number, cell = cell[:2] if type(cell) is tuple else (index + 1, cell)
             code = None
             try:  # in a notebook, a cell that will not compile or run ends that cell only, as in Jupyter
-                code = compile(cell, "%s, cell %d" % (filename, number) if notebook else filename, "exec")
+                code = compiled[index] if compiled is not None else compile(cell, _cell_name(filename, number, notebook),
+                                                                             "exec")
                 if apart:
                     exec(code, module.__dict__, {})
                 else:
@@ -1075,6 +1136,11 @@ def _next_call(steps, position):
 def _check_child_frame(obj, blob, expected, used):
     """The frame the child sent, if it is exactly the next one expected; raises ProtocolError."""
     event = obj.get("ev")
+    if expected == "code":  # sent before any of the submission's code ran
+        if event != "code":
+            raise protocol.ProtocolError("something other than the compiled source")
+        protocol.only(obj, "ev")
+        return {"ev": "code"}, blob
     text = protocol.text(obj, "out", optional=True)
     if expected is None:
         if event != "imported" or type(obj.get("ok")) is not bool:
@@ -1121,6 +1187,11 @@ def _spend(used, count):
     used[0] += count
 
 
+MOST_CODES = 8
+MOST_CODE_BYTES = 8 << 20
+"""What a worker keeps of its children's compiled sources: those of the last few submissions it ran."""
+
+
 class Worker:
     def __init__(self, config, out, seal, scratch_root, forks):
         self.config, self.out, self.seal, self.scratch_root, self.forks = config, out, seal, scratch_root, forks
@@ -1129,6 +1200,7 @@ class Worker:
         self.bell = None  # the worker's end of the running child's bell, until the child closes it
         self.ends = math.inf  # when the running job's time budget runs out (monotonic)
         self.first_import = None  # how long the job's first import took, in seconds
+        self.codes = {}  # (file name, cells) -> what a child compiled of them (marshal), oldest first
 
     def emit(self, frame):
         self.pending.append(frame)
@@ -1196,16 +1268,26 @@ class Worker:
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "replace": job.get("replace"),
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
+        key = (job["filename"], job["cells"])
+        codes = self.codes.pop(key, None)
+        if codes is not None:  # compiled by an earlier child: sent after the source, kept the longest
+            self.codes[key] = codes
+            meta["codes"] = len(job["cells"])
+        else:
+            meta["send_code"] = True
         pid, read_end, calls_out, source_out, self.bell = self.forks.spawn(meta)
         try:
             for fd in (read_end, self.bell, calls_out):
                 os.set_blocking(fd, False)
             try:
                 protocol.write_all(source_out, job["cells"])
+                if codes is not None:
+                    protocol.write_all(source_out, codes)
             except OSError:
                 pass  # the child is gone: its read end tells the rest
             os.close(source_out)
-            return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch)
+            return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch,
+                                  None if codes is not None else key)
         finally:
             os.close(read_end)
             if self.bell is not None:
@@ -1287,10 +1369,18 @@ class Worker:
             pass  # the child is gone: its read end tells the rest
         return count
 
-    def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch):
+    def keep_code(self, key, codes):
+        """Keep what a child compiled from the source `key` (file name, cells), for the next child of it."""
+        self.codes[key] = codes
+        held = sum(len(kept) for kept in self.codes.values())
+        while len(self.codes) > MOST_CODES or held > MOST_CODE_BYTES:
+            held -= len(self.codes.pop(next(iter(self.codes))))
+
+    def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch, code_for=None):
+        """`code_for`: the source (`Worker.codes`' key) whose compiled code the child sends first."""
         limits, steps, arguments, public = job["limits"], job["steps"], job["arguments"], job.get("public", 0)
         reader = protocol.Reader(read_end)
-        expected = None  # None: the import result; then (step, call); then "end"
+        expected = "code" if code_for is not None else None  # None: the import result; then (step, call); then "end"
         # Importing again in a fresh process (after a call that did not finish) is not charged to the
         # budget, up to what the first import took and a second more, and up to one import's limit
         # over the whole run (`credit_left`): a notebook's slow cell, run again after a hanging call
@@ -1327,6 +1417,11 @@ class Worker:
             except protocol.ProtocolError as exc:
                 return self.stop_child(exc, pid, expected, tag, start)
             event = clean["ev"]
+            if event == "code":  # the worker's own: kept, never passed on
+                if blob:
+                    self.keep_code(code_for, blob)
+                expected = None
+                continue
             if event == "result":  # passed on as they came
                 self.emit(raw)
             else:

@@ -67,6 +67,8 @@ GROUPS = {
     "frames_partial": lambda: _between_classmates(attacker("b", "frames_partial", "frames")),
     "frames_malformed": lambda: _between_classmates(attacker("b", "frames_malformed", "frames")),
     "frames_huge_empty": lambda: _between_classmates(attacker("b", "frames_huge_empty", "frames")),
+    "frames_code": lambda: _between_classmates(attacker("b", "frames_code", "frames"),
+                                               attacker("d", "frames_code_late", "frames_then_exit")),
     "frames_duplicate_keys": lambda: _between_classmates(attacker("b", "frames_duplicate_keys", "frames_late")),
     "frames_huge_float": lambda: _between_classmates(attacker("b", "frames_huge_float", "frames_late")),
     "frames_split_prefix": lambda: _between_classmates(attacker("b", "frames_split_prefix", "frames_late")),
@@ -163,6 +165,14 @@ def test_a_partial_frame_on_every_descriptor_changes_no_grade(mode):
 @per_mode
 def test_malformed_frames_on_every_descriptor_crash_nothing(mode):
     check(mode, "frames_malformed")
+
+
+@per_mode
+def test_forged_compiled_code_runs_in_no_later_child(mode):
+    """A worker keeps what a child compiled, sent before any of the submission's code runs, for the
+    child that starts after a call that did not finish. Compiled code written later, at import or
+    in place of a result, is refused: the fresh child after it still runs the submission's own code."""
+    check(mode, "frames_code")
 
 
 @per_mode

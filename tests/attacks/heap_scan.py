@@ -14,8 +14,10 @@ def _scan_heap():
     top = (libc.sbrk(0) or 0) // page * page
     drain, sink = _os.pipe()
     pattern = _re.compile(rb"(classmate|instructor) secret: ([0-9a-f]{32})")
-    # A line only a finished classmate's code holds (this stub has none of it).
-    code = b"k_t = np.swapaxes(k, -1, -" + b"2)"
+    # A line only a finished classmate's code holds (this stub has none of it). Joined as it runs:
+    # the compiler would fold `a + b` into one constant, and this module's own compiled code, which
+    # the child keeps, would then hold the line.
+    code = b"".join([b"k_t = np.swapaxes(k, -1, -", b"2)"])
     found, pages, address, above = set(), 0, top - page, b""
     while address > 0 and pages < 131072:  # at most 512 MiB below the break
         if libc.write(sink, _ctypes.c_void_p(address), page) != page:
