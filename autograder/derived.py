@@ -580,6 +580,15 @@ def _kinds(fn: str, stages: list[Stage] | None = None) -> dict[str, str]:
     return kinds
 
 
+@lru_cache(maxsize=None)
+def _example_sizes() -> dict[str, int]:
+    """The sizes of the chapter's worked example, by the names the programs give them."""
+    from .cases import example_arrays
+
+    example = example_arrays()
+    return {"t": example["X"].shape[0], "d_k": example["W_Q"].shape[1], "d_v": example["W_V"].shape[1]}
+
+
 def _edits(fn: str) -> list[Edit]:
     """Every edit of `fn`'s program, then of each other form it is commonly written in."""
     found = _edits_of(fn, PROGRAMS[fn][1], "")
@@ -747,6 +756,18 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     add(i, before + [new] + after, _line(new),
                         f"{WORDS.get(arg, arg)} {_were(arg)} replaced by {WORDS.get(other, other)} wherever {_it(arg)} used",
                         f"operand:all:{arg}->{other}")
+        # A size written in as the chapter's example has it, where the call's own belongs (in one use).
+        for j, arg in enumerate(args):
+            value = _example_sizes().get(arg)
+            if kinds.get(arg) != "int" or value is None:
+                continue
+            literal = f"{arg}#example"
+            new = (name, op, args[:j] + (literal,) + args[j + 1:], params)
+            which = f" in its {('first', 'second')[min(j, 1)]} use" if args.count(arg) > 1 else ""
+            add(i, before + [(literal, "const", (), {"value": value}), new] + after,
+                _line(new).replace(literal, str(value)),
+                f"{WORDS.get(arg, arg)}{which} was written in as {value}, the chapter's example's, where the "
+                f"call's own belongs", f"example:{arg}" + (f"#{j + 1}" if which else ""))
         # A condition of the final `and` dropped, or one added.
         if op == "and":
             for j, arg in enumerate(args):
