@@ -78,6 +78,14 @@ def _read_rows(rows, how, length):
         return rows if rows is None else [rows[0]]
     if how == "mask":  # the indices read as a boolean mask
         return rows if rows is None else np.array(rows, dtype=bool)
+    if how == "span":  # `rows[0]:rows[-1]`: from the first listed row up to the last, which is left out
+        return rows if rows is None else list(range(rows[0], rows[-1]))
+    if how == "span_through":  # `rows[0]:rows[-1] + 1`: every row from the first listed to the last
+        return rows if rows is None else list(range(rows[0], rows[-1] + 1))
+    if how == "span_minmax":  # `min(rows):max(rows)`
+        return rows if rows is None else list(range(min(rows), max(rows)))
+    if how == "span_minmax_through":  # `min(rows):max(rows) + 1`
+        return rows if rows is None else list(range(min(rows), max(rows) + 1))
     if how == "none_nothing":  # `rows or []`: None shifts no row
         return [] if rows is None else rows
     if how == "none_but_last":  # None expanded to range(T - 1)
@@ -358,6 +366,15 @@ ROWS_READ = {"falsy": ("rows = None if not rows else rows", "an empty list was t
                        "so it moved every row"),
              "first": ("rows = [rows[0]]", "only the first listed row (rows[0]) was used"),
              "mask": ("rows = np.array(rows, dtype=bool)", "the row indices were used as a boolean mask"),
+             "span": ("rows = range(rows[0], rows[-1])", "the listed rows were read as a span, from the first "
+                      "listed row up to the last, which was left out (a slice `rows[0]:rows[-1]`)"),
+             "span_through": ("rows = range(rows[0], rows[-1] + 1)", "the listed rows were read as a span, every "
+                              "row from the first listed to the last (a slice `rows[0]:rows[-1] + 1`)"),
+             "span_minmax": ("rows = range(min(rows), max(rows))", "the listed rows were read as a span, from the "
+                             "lowest listed row up to the highest, which was left out (a slice `min(rows):max(rows)`)"),
+             "span_minmax_through": ("rows = range(min(rows), max(rows) + 1)", "the listed rows were read as a span, "
+                                     "every row from the lowest listed to the highest (a slice "
+                                     "`min(rows):max(rows) + 1`)"),
              "none_nothing": ("rows = rows or []", "rows=None was read as no row at all"),
              "none_but_last": ("rows = range(T - 1) if rows is None else rows",
                                "rows=None was read as every row but the last"),
@@ -1285,8 +1302,10 @@ def _probes(fn: str) -> tuple[tuple, ...] | None:
                "q": ex["Q"], "k": ex["K"], "v": ex["V"], "d": ex["D"], "s": ex["S"], "a": ex["A"], "d_k": 2,
                "shift": np.array([2.0, -1.0]), "rows": [0]}
     first = tuple(by_name[name] for name, _ in PROGRAMS[fn][0])
+    # (and other rows listed: an edit that moves no row of [0] need not move none of [0, 2])
+    others = {"rows": [0, 2]}
     moved = tuple(arg * 1.7 + 0.3 if isinstance(arg, np.ndarray) and name != "a" else
-                  (np.roll(arg, 1, axis=-1) if name == "a" else arg)
+                  (np.roll(arg, 1, axis=-1) if name == "a" else others.get(name, arg))
                   for (name, _), arg in zip(PROGRAMS[fn][0], first))
     # small numbers of both signs: an edit that is constant on the chapter's numbers (a clip to
     # [0, 1] of values above 1) need not be constant on these

@@ -663,6 +663,8 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
                             ("output_change", (ex["A"], shift, None)), ("output_change", (ex["A"], shift, rows)),
                             ("shifted_output", (sets[4][5], sets[4][2], shift2, None)),
                             ("output_change", (a2, shift2, None)), ("output_change", (a2, shift2, [1, 3])),
+                            # no row listed, as the docstring allows: a span of the listed rows raises here
+                            ("shifted_output", (a2, v2, shift2, [])), ("output_change", (a2, shift2, [])),
                             ("output_change", (sets[4][5], shift2, None))],
         "ex4_shapes": [("head_facts", (facts["t"], facts["d_k"], facts["d_v"])), ("head_facts", (4, 5, 2)),
                        ("head_facts", (7, 2, 6))],
