@@ -101,16 +101,23 @@ class NotYours(Exception):
 
 def own_folder(folder: Path, what: str) -> None:
     """Make `folder` (readable by its owner alone when made here), or check the one there: a real
-    folder, not a link, owned by this user and written by no one else. Everything qkv-grade writes
+    folder, not a link, owned by this user and written by no one else, inside folders no one else
+    can change (`_changeable_above`). Everything qkv-grade writes
     below it goes by its path; in a folder a classmate may write (a shared drop folder graded in
     place, /tmp), they could swap a run folder for a link to another, plant a run to resume, or
     pin `latest`, with this user's rights. Raises NotYours, or OSError when it cannot be made."""
-    if not os.path.lexists(folder):
+    above = _changeable_above(folder)  # before anything is made there, and again once it is
+    if above is None and not os.path.lexists(folder):
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
             folder.mkdir(mode=0o700)
         except FileExistsError:
             pass  # made meanwhile: checked below like any other
+    above = above or _changeable_above(folder)
+    if above is not None:
+        raise NotYours(f"{folder}: {above}, so they could move the {what} away and put a link to a folder of "
+                       f"their choosing in its place while qkv-grade writes; name a {what} inside folders "
+                       f"only you (or root) can change")
     info = os.lstat(folder)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise NotYours(f"{folder}: the {what} is {'a symbolic link' if stat.S_ISLNK(info.st_mode) else 'not a folder'};"
@@ -121,6 +128,55 @@ def own_folder(folder: Path, what: str) -> None:
     if info.st_mode & 0o022:
         raise NotYours(f"{folder}: others may write in the {what} (mode {stat.S_IMODE(info.st_mode):o}), and so "
                        f"change what is written there; make it yours alone (chmod go-w) or name another")
+
+
+def _changeable_above(folder: Path) -> str | None:
+    """Why a folder above `folder` lets someone else rename what it holds, or None. Every folder on
+    the way to it, as named and as its links resolve, must belong to this user or to root, and be
+    written by no one else, or carry the sticky bit (as /tmp does: there only an entry's owner may
+    rename it). A folder writable by its group passes where that group is this user's own, with no
+    other member (a private group, as many systems give each user)."""
+    named, real = Path(os.path.abspath(folder)), Path(os.path.realpath(folder))
+    seen = set()
+    for above in [*named.parents, *real.parents]:
+        if above in seen:
+            continue
+        seen.add(above)
+        try:
+            info = os.stat(above)
+        except OSError:
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid not in (os.geteuid(), 0):
+            return f"{above} belongs to another user (uid {info.st_uid})"
+        if mode & stat.S_ISVTX:
+            continue
+        if mode & 0o002 or (mode & 0o020 and not _private_group(info.st_gid)):
+            return f"others may write in {above} (mode {mode:o})"
+    return None
+
+
+def _private_group(gid: int) -> bool:
+    """Is `gid` this user's own group, which no one else belongs to?"""
+    try:
+        import grp
+        import pwd
+
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        group = grp.getgrgid(gid)
+    except (ImportError, KeyError):
+        return False
+    return gid == os.getegid() and set(group.gr_mem) <= {user} and not any(
+        entry.pw_gid == gid and entry.pw_uid != os.geteuid() for entry in _users())
+
+
+def _users():
+    import pwd
+
+    try:
+        return pwd.getpwall()
+    except OSError:
+        return []
 
 
 def point_latest(out: Path) -> None:

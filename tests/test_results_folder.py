@@ -435,6 +435,38 @@ def test_a_results_or_report_folder_others_may_write_is_refused_and_a_link_in_it
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o700  # made here: yours alone
 
 
+def test_a_results_or_report_folder_inside_a_folder_others_may_write_is_refused_before_anything_is_written(tmp_path):
+    """Inside a shared drop folder a classmate may rename the results folder away and put a link in
+    its place after it was checked, so that every later write (as root, perhaps) lands where they
+    chose. A folder on the way that others may write, named or reached through a link, is refused
+    before anything is made there; one with the sticky bit (as /tmp), where only an entry's owner
+    may rename it, is not."""
+    from autograder.cli import EXIT_UNWRITTEN
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "a.py").write_text(reference_source())
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    out = drop / "out"
+    out.mkdir(mode=0o700)
+    (tmp_path / "via").symlink_to(out)
+    for args in (("--out", str(out)), ("--out", str(tmp_path / "via")), ("--out", str(drop / "new" / "out")),
+                 ("--out", str(tmp_path / "mine"), "--report", str(drop / "report"))):
+        done = qkv_grade(str(folder), *args, "--seed", "3", *FAST)
+        assert done.returncode == EXIT_UNWRITTEN, (args, done.stderr)
+        assert f"others may write in {drop} (mode 777)" in done.stderr and "put a link" in done.stderr, done.stderr
+    done = qkv_grade(str(folder), "--seed", "3", *FAST, cwd=drop)  # started there: ./qkv-results
+    assert done.returncode == EXIT_UNWRITTEN and f"others may write in {drop}" in done.stderr, done.stderr
+    assert sorted(path.name for path in drop.iterdir()) == ["out"] and list(out.iterdir()) == []
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    done = qkv_grade(str(folder), "--out", str(sticky / "out"), "--seed", "3", *FAST)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_student_folder_of_thousands_of_files_costs_a_few_parses_and_a_few_lines(tmp_path, monkeypatch):
     """Whether a module is the untouched starter (a parse each) is asked only in the folder of a
     student's that can be graded; the files not graded are listed up to a bound, then counted."""
