@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import io
+import os
+import sys
 from collections import Counter
 from html import escape
 from pathlib import Path
@@ -95,16 +97,40 @@ def _derived_info(code: str):
 
 
 def _pyplot():
-    import matplotlib
-
-    # matplotlib reads a `matplotlibrc` in the folder it is started in before any other: started in
-    # a class's folder, a student's would set the report's look (or `text.usetex`, and end the run)
-    matplotlib.rcdefaults()
+    matplotlib = _matplotlib()
+    matplotlib.rcdefaults()  # the instructor's own settings aside, too: the report looks the same everywhere
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     plt.rcParams.update({"font.size": 10, "axes.spines.top": False, "axes.spines.right": False})
     return plt
+
+
+def _matplotlib():
+    """matplotlib, loaded from the root folder. As it loads it reads a `matplotlibrc` in the current
+    folder before any other: started in a class's folder, a student's would be read, one named so
+    that is a FIFO would hang the run, a link to /dev/zero fill its memory, and a bad key print raw
+    terminal escapes. Only root can write in `/`."""
+    if "matplotlib" in sys.modules:
+        return sys.modules["matplotlib"]
+    try:
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # a folder this user may enter but not list: back by its name
+        here = None
+    try:
+        back = os.getcwd() if here is None else None
+    except OSError:  # removed meanwhile: nowhere to go back to, and nothing to read there
+        back = None
+    try:
+        os.chdir("/")
+        import matplotlib
+    finally:
+        if here is not None:
+            os.fchdir(here)
+            os.close(here)
+        elif back is not None:
+            os.chdir(back)
+    return matplotlib
 
 
 def _png(fig) -> str:

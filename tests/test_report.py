@@ -215,6 +215,29 @@ def test_the_page_renders_in_chromium_with_every_image(report, tmp_path):
         shutil.copyfile(shot, keep)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "zero", "escapes"])
+def test_a_matplotlibrc_in_the_class_folder_is_never_read(tmp_path, kind):
+    """A `matplotlibrc` that is a FIFO (which would hang the run, whose report is written with
+    Ctrl-C deferred), a link to /dev/zero (which would fill its memory), or a key that prints raw
+    terminal escapes in matplotlib's warning: matplotlib is loaded from the root folder, and reads
+    none of them."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "alice.py").write_text(reference_source())
+    rc = folder / "matplotlibrc"
+    if kind == "fifo":
+        os.mkfifo(rc)
+    elif kind == "zero":
+        rc.symlink_to("/dev/zero")
+    else:
+        rc.write_text("\x1b[31mRED\x1b[0m\x1b]0;retitled\x07 : 1\n")
+    done = qkv_grade(".", "--seed", "3", "--out", str(tmp_path / "results"), "--report", str(tmp_path / "report"),
+                     cwd=folder, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "report" / "index.html").is_file()
+    assert "\x1b" not in done.stderr and "\x1b" not in done.stdout, done.stderr[-2000:]
+
+
 def test_a_matplotlibrc_in_the_class_folder_changes_nothing_in_the_report(tmp_path):
     """matplotlib reads a `matplotlibrc` in the folder it starts in before any other: a student's,
     run from the class's folder, asked for LaTeX (and ended the run where there is none) or set the
