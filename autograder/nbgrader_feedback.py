@@ -457,8 +457,10 @@ MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 def _elements(source: str) -> int:
     """How many elements a cell's markdown may make, at most about: its tags, and a heading or an
     item per line (`#` lines alone make thousands of headings, each costing the renderer and the
-    cleaner as much as a tag)."""
-    return source.count("<") + source.count("\n")
+    cleaner as much as a tag). Lines as Python splits them, which ends more of them than the
+    renderer does: a lone carriage return ends one for the renderer too, and `#\r` lines were
+    thousands of headings counted as none."""
+    return source.count("<") + len(source.splitlines())
 
 
 def _inline_marks(source: str) -> int:
