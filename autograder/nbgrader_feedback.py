@@ -19,7 +19,8 @@ plain formatting (`CleanMarkdown`, which formgrader's exporter and the feedback'
 no script, event handler, frame or SVG of a student's reaches a grader's or a student's browser.
 What a page costs to render is bounded the same way: markdown and code past their budgets (per
 cell and per page, counted by `reader_view`) are shown as their text, neither rendered nor
-highlighted.
+highlighted, and a picture is written out for each reference to it only within the pictures a cell
+and a page may show (counted by `_ReaderRenderer` as it renders), past which it is a note.
 """
 from __future__ import annotations
 
@@ -354,33 +355,64 @@ class BoundedHighlight(Highlight2HTML):
 
 
 class _ReaderRenderer(IPythonRenderer):
-    """nbconvert's markdown renderer, less the highlighting of fenced code: pygments would spend
-    seconds on a long line, and the cleaner drops every class it sets anyway."""
+    """nbconvert's markdown renderer, less the highlighting of fenced code (pygments would spend
+    seconds on a long line, and the cleaner drops every class it sets anyway), and writing out
+    pictures only within the budgets of pictures."""
+
+    def __init__(self, page_pictures: list[int], **options):
+        super().__init__(**options)
+        self.page_pictures = page_pictures  # the characters of pictures the page has written out so far
+        self.cell_pictures = 0
+        self.attached = {}  # an attachment's name -> its data URL, None where it holds no picture
 
     def block_code(self, code: str, info: str | None = None) -> str:
         return super(IPythonRenderer, self).block_code(code)  # mistune's: the code escaped, as it is
 
     def image(self, text: str, url: str, title: str | None = None) -> str:
-        """A picture; one the cell refers to but does not carry as a picture (nbconvert raises on
-        it) is its alternative text."""
+        """A picture, counted against the cell's and the page's budgets of pictures before it is
+        written out, and past them a note saying so; one the cell refers to but does not carry as a
+        picture (nbconvert raises on it) is its alternative text."""
         if not MISTUNE_V3:  # mistune 2 hands the two the other way round
             text, url = url, text
         if url.startswith(ATTACHMENT):
-            attachments = self.attachments if isinstance(self.attachments, dict) else {}
-            picture = attached_picture(attachments.get(url[len(ATTACHMENT):]))
-            if picture is None:
+            url = self._attached(url[len(ATTACHMENT):])
+            if url is None:
                 return text
-            url = "data:{};base64,{}".format(*next(iter(picture.items())))
+        why = ("too large to show" if len(url) > MOST_CELL_PICTURES
+               else "the cell's pictures are too large in all" if self.cell_pictures + len(url) > MOST_CELL_PICTURES
+               else "the page's pictures are too large in all" if self.page_pictures[0] + len(url) > MOST_PAGE_PICTURES
+               else None)
+        if why:
+            return f"{text} [picture left out: {why}]".lstrip()
+        self.cell_pictures += len(url)
+        self.page_pictures[0] += len(url)
         return super().image(*((text, url) if MISTUNE_V3 else (url, text)), title)
+
+    def _attached(self, name: str) -> str | None:
+        """The data URL of the picture the cell carries as `name` (`attached_picture`), checked once
+        however often the cell refers to it; None where it carries none."""
+        if name not in self.attached:
+            attachments = self.attachments if isinstance(self.attachments, dict) else {}
+            picture = attached_picture(attachments.get(name))
+            self.attached[name] = (None if picture is None
+                                   else "data:{};base64,{}".format(*next(iter(picture.items()))))
+        return self.attached[name]
+
+
+PAGE_PICTURES = "qkv_pictures"  # in a page's resources: [the characters of pictures written out so far]
 
 
 def _markdown_html(exporter, context, source: str) -> str:
     """What the exporter's own markdown2html makes of `source` (its settings, the cell's
-    attachments), rendered by `_ReaderRenderer`."""
+    attachments), rendered by `_ReaderRenderer` and counting its pictures in the page's resources.
+
+    It embeds no file, whatever the exporter's `embed_images`: nbconvert would read a file beside
+    the notebook, which is the student's, again for each reference to it, past every budget here."""
     cell = context.get("cell", {}) or {}
+    resources = context.get("resources")
+    page_pictures = resources.setdefault(PAGE_PICTURES, [0]) if isinstance(resources, dict) else [0]
     renderer = _ReaderRenderer(
-        escape=False, attachments=cell.get("attachments", {}), embed_images=exporter.embed_images,
-        path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+        page_pictures, escape=False, attachments=cell.get("attachments", {}), embed_images=False,
         anchor_link_text=exporter.anchor_link_text, exclude_anchor_links=exporter.exclude_anchor_links,
         **exporter.lexer_options)
     return MarkdownWithMath(renderer=renderer).render(source)
@@ -451,6 +483,14 @@ MOST_INLINE = 1_000
 # characters of entities, 0.4 s). The release's cells render to 1.5 times their text and 60 tags at most.
 MOST_RENDERED = 3 * MOST_MARKDOWN
 MOST_RENDERED_TAGS = 1_500
+# The characters of pictures (each one's address, a data: URL written out whole) a cell and a page
+# may show, each reference counted: a reference is the whole picture again, however it names it
+# (the same attachment, another name for the same picture, a definition used again), and 450
+# references to an attachment of 4 MiB would be 2.4 GB for the renderer to write out, to be thrown
+# away. A cell past MOST_RENDERED is shown as its text anyway; the cleaner reads a page's pictures
+# in a tenth of a second.
+MOST_CELL_PICTURES = MOST_RENDERED
+MOST_PAGE_PICTURES = 1_000_000
 MATH_OPENERS = ("\\begin{", "\\(", "\\[", "$$")
 
 

@@ -17,6 +17,7 @@ claiming 500 points).
 from __future__ import annotations
 
 import base64
+import functools
 import html.parser
 import json
 import os
@@ -62,14 +63,28 @@ sys.modules["autograder.nbgrader_hook"] = fake"""
 MARK = "PLANTED"
 
 
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def _png(comment: bytes) -> bytes:
     """A real 2 x 2 PNG that carries `comment` in a text chunk."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
     rows = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
-            + chunk(b"tEXt", b"Comment\x00" + comment) + chunk(b"IDAT", zlib.compress(rows))
-            + chunk(b"IEND", b""))
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + _chunk(b"tEXt", b"Comment\x00" + comment) + _chunk(b"IDAT", zlib.compress(rows))
+            + _chunk(b"IEND", b""))
+
+
+def _noise(width: int, height: int) -> str:
+    """A real PNG of `width` x `height` pixels of noise, as a notebook holds it (base64): stored
+    uncompressed, some three bytes a pixel."""
+    import random
+
+    pixels = random.Random(width * height).randbytes(3 * width * height)
+    rows = b"".join(b"\x00" + pixels[row:row + 3 * width] for row in range(0, len(pixels), 3 * width))
+    png = (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+           + _chunk(b"IDAT", zlib.compress(rows, 0)) + _chunk(b"IEND", b""))
+    return base64.b64encode(png).decode()
 
 
 # After every later cell, the heatmap's and the checks' included, the kernel shows a bundle with a
@@ -717,6 +732,15 @@ ATTACHMENTS = [("see ![missing](attachment:nope.png)", None),
                ("see ![kept](attachment:k.png)", {"k.png": {"image/png": PICTURE, "text/html": "<b>x</b>"},
                                                   "unused.png": {"image/png": PICTURE}})]
 
+REFERENCES = 450
+ANSWER_IDS = {f"answer-{name}" for name, _ in ANSWERS}
+
+
+@functools.cache
+def large_picture() -> str:
+    """A PNG of 1024 x 1330 pixels of noise, some 3.9 MiB: the largest picture a page keeps is 4 MiB."""
+    return _noise(1024, 1330)
+
 
 # Student folders whose names the gradebook cannot hold (not UTF-8, as a folder planted in nbgrader's
 # shared exchange and collected can be) or that nbgrader's own logs would print raw: name -> how the
@@ -756,6 +780,13 @@ def odd_course(tmp_path_factory):
     document = json.loads(written.read_text())  # and one that is no bundle at all, which nbformat cannot write
     next(cell for cell in document["cells"] if "s.svg" in cell.get("attachments", {}))["attachments"]["n.png"] = "?"
     written.write_text(json.dumps(document))
+    # ivy: the reference, three written answers each carrying a picture of some 3.9 MiB it refers to
+    # REFERENCES times (16 MiB handed in, within the notebook's budget)
+    ivy = filled_notebook(released, reference_source())
+    for cell in [cell for cell in ivy.cells if cell.metadata.get("nbgrader", {}).get("grade_id") in ANSWER_IDS][:3]:
+        cell.source = "My answer. " + "![](attachment:p.png)" * REFERENCES
+        cell["attachments"] = {"p.png": {"image/png": large_picture()}}
+    submit_notebook(path, "ivy", ivy)
     # vic: the reference, in nbformat 3 (which nbgrader autograde converts, and folder mode grades)
     vic = submit_notebook(path, "vic", filled_notebook(released, reference_source()))
     vic.write_text(nbformat.writes(nbformat.convert(nbformat.read(vic, as_version=4), 3), version=3))
@@ -850,6 +881,27 @@ def test_pictures_a_markdown_cell_refers_to_but_cannot_show_never_stop_a_page(od
     assert sum(gradebook_scores(odd_course["path"])["mia"].values()) == MAX_SCORE
 
 
+def test_a_picture_referred_to_hundreds_of_times_is_written_out_only_within_the_pictures_budgets(odd_course,
+                                                                                                   tmp_path):
+    """Three written answers each carry a picture of some 3.9 MiB and refer to it 450 times: each
+    reference wrote the whole picture out again, some 7 GB and 80 s for each view of formgrader's
+    page or the feedback's, thrown away once rendered. Each reference is counted against the
+    pictures a cell and a page may show before it is written out: past them it is a note saying
+    so, and the answer around it is rendered."""
+    feedback = odd_course["feedback"]
+    assert feedback.returncode == 0 and "Traceback" not in feedback.stderr, feedback.stderr[-3000:]
+    note = "[picture left out: too large to show]"
+    pages = {"feedback": (_page(odd_course, "ivy"), _page(odd_course, "alice")),
+             "formgrader": (_formgrader_page(odd_course, "ivy", tmp_path),
+                            _formgrader_page(odd_course, "alice", tmp_path))}
+    for name, (page, honest) in pages.items():
+        assert page.count(f"<p>My answer. {note}") == 3 and page.count(note) == 3 * REFERENCES, name
+        assert "attachment:" not in page and large_picture()[1000:1100] not in page, name
+        assert page.count("data:image/png") == honest.count("data:image/png"), name  # the heatmap's alone
+        assert len(page) < len(honest) + 3 * REFERENCES * len(note), name
+    assert sum(gradebook_scores(odd_course["path"])["ivy"].values()) == MAX_SCORE
+
+
 def test_the_reader_s_view_keeps_only_pictures_a_page_can_show_wherever_the_notebook_comes_from():
     """nbgrader autograde's own notebook keeps the student's attachments as they were: the reader's
     view (which autograde and generate_feedback both run) keeps the same as the trusted rebuild,
@@ -871,6 +923,97 @@ def test_the_reader_s_view_keeps_only_pictures_a_page_can_show_wherever_the_note
     assert markdown({"cell": {"attachments": {"p.png": {}}}}, "![empty](attachment:p.png)").strip() == "<p>empty</p>"
     shown = markdown({"cell": notebook.cells[-1]}, notebook.cells[-1].source)
     assert re.findall(r'src="data:image/png;base64,[\w+/=]+"', shown) and "<b>" not in shown
+
+
+def _formgrader_render(notebook) -> str:
+    """What formgrader's exporter, in the course's configuration, makes of `notebook` (in this process)."""
+    from nbconvert import HTMLExporter
+    from traitlets.config import Config
+
+    from autograder.nbgrader_feedback import configure
+
+    config = Config()
+    configure(config)
+    page, _ = HTMLExporter(config=config).from_notebook_node(notebook, resources={"base_url": "", "index": 0,
+                                                                                  "total": 1})
+    return page
+
+
+def _markdown_notebook(cells: list[tuple[str, dict[str, str]]]):
+    """A notebook of markdown cells, each (its source, its attachments: name -> base64 PNG), as
+    the reader's view leaves it."""
+    from autograder.nbgrader_feedback import reader_view
+
+    notebook = nbformat.v4.new_notebook()
+    for source, attachments in cells:
+        cell = nbformat.v4.new_markdown_cell(source)
+        cell["attachments"] = {name: {"image/png": data} for name, data in attachments.items()}
+        notebook.cells.append(cell)
+    reader_view(notebook)
+    return notebook
+
+
+def test_each_reference_to_a_picture_counts_against_the_cell_s_pictures_however_it_names_it():
+    """A reference writes the whole picture out again, however it names it: the same attachment
+    again, another name for the same picture, a reference definition used again, a data: URL
+    defined once. Each counts against MOST_CELL_PICTURES before it is written out: a cell shows
+    as many as fit and a note for each of the rest, and is rendered."""
+    from autograder.nbgrader_feedback import MOST_CELL_PICTURES
+
+    picture = _noise(60, 60)  # some 15 000 characters
+    url = f"data:image/png;base64,{picture}"
+    fit = MOST_CELL_PICTURES // len(url)
+    many = fit + 2
+    cells = [("Again: " + "![a](attachment:p.png) " * many, {"p.png": picture}),
+             ("Other names: " + " ".join(f"![a](attachment:p{n}.png)" for n in range(many)),
+              {f"p{n}.png": picture for n in range(many)}),
+             ("Defined once: " + "![a][p] " * many + "\n\n[p]: attachment:p.png", {"p.png": picture}),
+             ("A data URL: " + "![a][d] " * many + f"\n\n[d]: {url}", {})]
+    page = _formgrader_render(_markdown_notebook(cells))
+    assert page.count(f'src="{url}"') == len(cells) * fit
+    assert page.count("a [picture left out: the cell's pictures are too large in all]") == len(cells) * (many - fit)
+    for source, _ in cells:
+        assert f"<p>{source.split(':')[0]}: <img" in page  # rendered, not shown as its text
+
+
+def test_pictures_past_a_page_s_budget_are_each_left_out_with_a_note():
+    """Each cell within its budget of pictures, but many of them: once the page has written out
+    MOST_PAGE_PICTURES characters of pictures, each further picture is a note."""
+    from autograder.nbgrader_feedback import MOST_CELL_PICTURES, MOST_PAGE_PICTURES
+
+    picture = _noise(60, 60)
+    url = f"data:image/png;base64,{picture}"
+    fit = MOST_CELL_PICTURES // len(url)
+    cells = MOST_PAGE_PICTURES // (fit * len(url)) + 2
+    page = _formgrader_render(_markdown_notebook([("Pictures: " + "![a](attachment:p.png) " * fit,
+                                                   {"p.png": picture})] * cells))
+    shown = MOST_PAGE_PICTURES // len(url)
+    assert page.count(f'src="{url}"') == shown
+    assert page.count("a [picture left out: the page's pictures are too large in all]") == cells * fit - shown
+
+
+def test_a_picture_a_cell_refers_to_once_is_shown_as_nbconvert_shows_it():
+    """The budgets of pictures leave an ordinary answer as it was: a picture of some 30 KB referred
+    to once, or a small one twice, is rendered as nbconvert's own markdown filter renders it, then
+    cleaned, and shown."""
+    from nbconvert import HTMLExporter
+
+    from autograder.nbgrader_feedback import MARKDOWN_CLEANER, CleanMarkdown, clean_png
+
+    sketch = _noise(100, 100)  # the largest a cell shows is some 45 KB (MOST_RENDERED)
+    small = base64.b64encode(_png(b"a picture")).decode()
+    notebook = _markdown_notebook([("A sketch of the weights: ![weights](attachment:w.png)", {"w.png": sketch}),
+                                   ("Before ![w](attachment:w.png) and after ![w](attachment:w.png).",
+                                    {"w.png": small})])
+    exporter = HTMLExporter()
+    markdown = CleanMarkdown(parent=exporter)
+    for cell in notebook.cells:
+        assert markdown({"cell": cell}, cell.source) == MARKDOWN_CLEANER.clean(exporter.markdown2html({"cell": cell},
+                                                                                                      cell.source))
+    page = _formgrader_render(notebook)
+    assert page.count(f'<img alt="weights" src="data:image/png;base64,{clean_png(sketch)}"') == 1
+    assert page.count(f'<img alt="w" src="data:image/png;base64,{clean_png(small)}"') == 2
+    assert "left out" not in page
 
 
 def test_no_folder_named_like_a_notebook_or_the_page_nbgrader_writes_is_copied(odd_course):
