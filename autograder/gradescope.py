@@ -182,15 +182,19 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
     Otherwise a lone .py or .ipynb file is graded whatever its name.
     """
     from .results import printable
-    from .submission import HELPERS, SUFFIXES, shown_name, untouched_starter, walk
+    from .submission import HELPERS, SUFFIXES, Cut, shown_name, untouched_starter, walk
 
     if not folder.is_dir():
         return None, "attention_head.py: nothing was submitted. Upload attention_head.py (or attention_head.ipynb)."
     # No symbolic link is followed: a linked folder is not looked into, and a linked file is a
     # candidate like any other, which reading then refuses (its target is never opened).
-    found = [(Path(entry.path), len(parts)) for entry, parts, problem in walk(folder)
-             if not problem and entry.name.endswith(SUFFIXES) and not entry.name.startswith((".", "test_"))
-             and entry.name not in HELPERS]
+    found, cut = [], ""
+    for entry, parts, problem in walk(folder):  # of an upload of thousands, only the first are looked at
+        if isinstance(problem, Cut):
+            cut = f" You submitted {problem}."
+        elif (not problem and entry.name.endswith(SUFFIXES) and not entry.name.startswith((".", "test_"))
+              and entry.name not in HELPERS):
+            found.append((Path(entry.path), len(parts)))
     candidates = [path for path, _ in sorted(found, key=lambda item: (item[1], str(item[0])))]
     modules, notebooks = ([path for path in candidates if path.name == "attention_head" + suffix]
                           for suffix in SUFFIXES)
@@ -211,10 +215,10 @@ def find_submission(folder: Path) -> tuple[Path | None, str]:
         return candidates[0], ""
     if not candidates:
         return None, ("attention_head.py: not among the files you submitted. Upload attention_head.py "
-                      "(or attention_head.ipynb), named exactly so.")
+                      "(or attention_head.ipynb), named exactly so." + cut)
     names = ", ".join(printable(shown_name(str(path.relative_to(folder))), one_line=True) for path in candidates[:6])
     return None, (f"attention_head.py: not among the files you submitted ({names}). Rename the one to "
-                  "grade attention_head.py (or attention_head.ipynb), or submit it alone.")
+                  "grade attention_head.py (or attention_head.ipynb), or submit it alone." + cut)
 
 
 def grade(root: Path, log=print) -> dict:

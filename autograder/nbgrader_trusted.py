@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import errno
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 from .nbgrader_course import COURSE_FILE, CONFIG_FILE, NOTEBOOK, CourseError, course_key, course_seed
 from .store import write_atomically
-from .submission import cell_grade_id
+from .submission import MOST_ENTRIES, cell_grade_id
 
 NOTEBOOK_ID = Path(NOTEBOOK).stem
 TOLERANCE = 0.005  # scores are kept to two decimals
@@ -198,8 +199,10 @@ def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], lis
                 os.path.islink(notebook.parent) or os.path.lexists(notebook))):
             found.append((notebook, entry.name))
         elif entry.is_dir(follow_symlinks=False) and notebook.parent.is_dir():
-            try:
-                others = sorted(name for name in os.listdir(notebook.parent) if name.endswith(".ipynb"))
+            try:  # named from the first entries of a folder the student filled, never read whole
+                with os.scandir(notebook.parent) as listing:
+                    others = sorted(other.name for other in itertools.islice(listing, MOST_ENTRIES)
+                                    if other.name.endswith(".ipynb"))
             except OSError:
                 others = []
             missing.append((entry.name, f"its {pattern.name} folder holds no {NOTEBOOK}"

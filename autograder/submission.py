@@ -27,13 +27,15 @@ sent the source, so it needs no view of the submissions folder.
 """
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Collection, Iterator
 
 SUFFIXES = (".py", ".ipynb")
 # Cells the grader does not run: the notebook's own checks and plots, and nbgrader's test cells.
@@ -589,7 +591,8 @@ class Found:
     items: list[tuple[Path, str]]
     """(path, name) of each submission, sorted by name; the name is relative to the folder."""
     skipped: list[tuple[str, str]]
-    """(name, reason) of each .py or .ipynb file found and not graded."""
+    """(name, reason) of each .py or .ipynb file found and not graded (`_Skipped`), and of each
+    folder whose rest was not looked at (`walk`)."""
 
 
 def discover(folder: Path) -> Found:
@@ -604,24 +607,56 @@ def discover(folder: Path) -> Found:
     and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
     symbolic link is followed: one named like a submission is graded as one (and found
     unreadable by `load`), any other is listed as skipped.
+
+    Of a student's folder at most MOST_ENTRIES entries are looked at, and outside the students'
+    folders at most MOST_ENTRIES_IN_ALL (`walk`); one line says where the rest was not. What is not graded is kept as
+    `Found.skipped` lists it, a few names and a count, so that whatever a student's folder holds, it
+    costs the grader a bounded time and memory, and costs the classmates nothing.
     """
-    candidates: list[tuple[Path, tuple[str, ...]]] = []
-    skipped: list[tuple[str, str]] = []
-    for entry, here, problem in walk(folder):
-        if problem:
-            skipped.append(("/".join(here), problem))
+    course = _course_root(folder)
+    items: list[tuple[Path, str]] = []
+    skipped = _Skipped(course)
+    # A student's folder is walked whole before the next, so its candidates are sorted out as soon as
+    # the walk is past it; those of the folder graded itself, and those directly in a course's
+    # submitted/ or autograded/ (which come among its students' folders), at the end.
+    student, candidates = None, []
+    apart: dict[str | None, list[tuple[Path, tuple[str, ...]]]] = {}
+    for entry, here, problem in walk(folder, lambda here: _own_folder(here, course)):
+        name = "/".join(here)
+        if isinstance(problem, Cut):
+            skipped.cut(name, problem)
+        elif problem:
+            skipped.add(name, problem)
         elif _is_link(entry) and not entry.name.endswith(SUFFIXES):
-            skipped.append(("/".join(here), "a symbolic link: not followed"))
+            skipped.add(name, "a symbolic link: not followed")
         elif entry.name.endswith(SUFFIXES):
-            candidates.append((Path(entry.path), here))
+            if course and len(here) == 1:
+                continue  # the course's own files (its nbgrader_config.py): no candidates
+            whose = _student(name, course)
+            if whose is None or course and whose in COURSE_FOLDERS:
+                apart.setdefault(whose, []).append((Path(entry.path), here))
+            elif (reason := _named_out(here, course)) is not None:
+                skipped.add(name, reason)  # never kept: a student's folder may hold thousands
+            else:
+                if whose != student:
+                    _sort_out(candidates, course, items, skipped)
+                    student, candidates = whose, []
+                candidates.append((Path(entry.path), here))
         elif entry.name.lower().endswith(SUFFIXES):
             suffix = "." + entry.name.rsplit(".", 1)[1]
-            skipped.append(("/".join(here), f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded"))
-    course = _course_root(folder, [parts for _, parts in candidates])
-    if course:
-        candidates = [(path, parts) for path, parts in candidates if len(parts) > 1]
+            skipped.add(name, f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded")
+    for candidates in [candidates, *apart.values()]:
+        _sort_out(candidates, course, items, skipped)
+    items.sort(key=lambda item: item[1].split("/"))  # the walk's order: by name, folder by folder
+    return Found(items, skipped.lines())
+
+
+def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],
+              skipped: _Skipped) -> None:
+    """Of the candidate files of one student's folder (or of those the folder graded holds itself),
+    add to `items` those to grade, and to `skipped` each other with why it is not graded."""
     names = {parts for _, parts in candidates}
-    reasons = {parts: _named_out(path, parts, course) for path, parts in candidates}
+    reasons = {parts: _named_out(parts, course) for _, parts in candidates}
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
     # (`_one_per_student`): whether a module is the starter is asked there alone, at a parse each,
     # however many copies a student's folder holds.
@@ -635,7 +670,7 @@ def discover(folder: Path) -> Found:
                 and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
                 and (len(parts) == 1 or first[_student("/".join(parts), course)][:-1] == parts[:-1])
                 and untouched_starter(path, "/".join(parts))}
-    items = []
+    graded = []
     for path, parts in candidates:
         name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
         if reasons[parts] is not None:
@@ -645,25 +680,28 @@ def discover(folder: Path) -> Found:
         elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names - starters:
             reason = f"{stem}.py beside it is graded instead"
         else:
-            items.append((path, name))
+            graded.append((path, name))
             continue
-        skipped.append((name, reason))
-    items, more = _one_per_student(items, course)
-    skipped += more
-    return Found(items, _bounded(sorted((shown_name(name), reason) for name, reason in skipped), course))
+        skipped.add(name, reason)
+    graded, more = _one_per_student(graded, course)
+    items += graded
+    for name, reason in more:
+        skipped.add(name, reason)
 
 
-def _named_out(path: Path, parts: tuple[str, ...], course: bool = False) -> str | None:
-    """Why a candidate file is not graded, from its name and place alone; None if it may be.
-    `course`: the folder graded is a course's root (`_course_root`)."""
-    name, stem = "/".join(parts), path.name.rsplit(".", 1)[0]
+def _named_out(parts: tuple[str, ...], course: bool = False) -> str | None:
+    """Why a candidate file is not graded, from its name and place alone (the parts of its path
+    below the folder graded); None if it may be. `course`: the folder graded is a course's root
+    (`_course_root`)."""
+    name, file = "/".join(parts), parts[-1]
+    stem = file.rsplit(".", 1)[0]
     if course and parts[0] not in COURSE_FOLDERS:
         return f"in a course's root only {' and '.join(f'{folder}/' for folder in COURSE_FOLDERS)} hold students' work"
     if shown_name(name) != name:
         return "a name that is not UTF-8: rename it to have it graded"
-    if path.name.startswith("."):
+    if file.startswith("."):
         return "a hidden file"
-    if path.name in HELPERS or path.name.startswith("test_"):
+    if file in HELPERS or file.startswith("test_"):
         return "a helper or test file of the released self-check, not a submission"
     if len(parts) > 1 and stem != "attention_head":
         return "in a student's folder only attention_head.py or attention_head.ipynb is graded"
@@ -674,20 +712,52 @@ MOST_SKIPPED_LISTED = 100
 """Files not graded listed one by one for each student's folder; the rest are counted in one line."""
 
 
-def _bounded(skipped: list[tuple[str, str]], course: bool = False) -> list[tuple[str, str]]:
-    """`skipped` (sorted by name) with at most MOST_SKIPPED_LISTED entries for each student's folder,
-    and a line that counts the others: a folder of thousands of files is a few lines of results."""
-    listed: dict[str | None, int] = {}
-    kept: list[tuple[str, str]] = []
-    for name, reason in skipped:
-        student = _student(name, course)
-        listed[student] = listed.get(student, 0) + 1
-        if student is None or listed[student] <= MOST_SKIPPED_LISTED:
-            kept.append((name, reason))
-    for student, count in sorted((s, c) for s, c in listed.items() if s is not None and c > MOST_SKIPPED_LISTED):
-        more = count - MOST_SKIPPED_LISTED
-        kept.append((f"{student}/…", f"{more} more file{'s' if more > 1 else ''} in this student's folder"))
-    return sorted(kept)
+class _Skipped:
+    """What a folder holds and is not graded, kept as `Found.skipped` lists it: of each student's
+    folder, the first MOST_SKIPPED_LISTED by name and a count of the rest, so that a folder of
+    thousands of files is a few lines of results, and never more in memory; every one the folder
+    graded holds itself. `course`: the folder graded is a course's root (`_course_root`)."""
+
+    def __init__(self, course: bool):
+        self.course = course
+        self.listed: dict[str | None, list[tuple[str, str]]] = {None: []}
+        self.counts: dict[str, int] = {}
+        self.cuts: dict[str, str] = {}
+
+    def add(self, name: str, reason: str) -> None:
+        name = shown_name(name)
+        student = _student(name, self.course)
+        if student is None:
+            self.listed[None].append((name, reason))
+            return
+        self.counts[student] = self.counts.get(student, 0) + 1
+        listed = self.listed.setdefault(student, [])
+        if len(listed) < MOST_SKIPPED_LISTED or (name, reason) < listed[-1]:
+            bisect.insort(listed, (name, reason))
+            del listed[MOST_SKIPPED_LISTED:]
+
+    def cut(self, folder: str, why: str) -> None:
+        """The walk did not look at the rest of `folder` ("" for the folder graded), and `why`."""
+        self.cuts[shown_name(folder)] = why
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(name, reason) of each file listed, then a line for each student's folder with more, and
+        for each folder whose rest was not looked at, sorted by name."""
+        counted = {}
+        for student, count in self.counts.items():
+            if count > MOST_SKIPPED_LISTED:
+                more = count - MOST_SKIPPED_LISTED
+                counted[f"{student}/…"] = f"{more} more file{'s' if more > 1 else ''} in this student's folder"
+        for folder, why in self.cuts.items():
+            name = f"{folder}/…" if folder else "…"
+            if name in counted:
+                counted[name] += f", which holds {why}"
+            elif not folder:
+                counted[name] = f"the folder graded holds {why}"
+            else:
+                whose = "this student's folder" if _student(f"{folder}/_", self.course) == folder else "this folder"
+                counted[name] = f"{whose} holds {why}"
+        return sorted([line for listed in self.listed.values() for line in listed] + list(counted.items()))
 
 
 COURSE_FOLDERS = ("submitted", "autograded")
@@ -706,23 +776,36 @@ _NOT_A_COURSE = (f"; the folder graded is not a course's root, which holds {', '
                  f"{COURSE_MARKS[-1]} beside submitted/ or autograded/, and no submission outside nbgrader's folders")
 
 
-def _course_root(folder: Path, found: list[tuple[str, ...]]) -> bool:
-    """Is the folder graded an nbgrader course's root, `found` being the parts of the paths of the
-    submissions below it? Told by the files only a course's root holds, never by a folder's name
-    alone (a student may name their own folder `submitted`), nor by such a file alone (a folder of
-    files handed in side by side may hold one named `nbgrader_config.py`): one of them beside
-    `submitted/` or `autograded/`, and no submission outside nbgrader's own folders."""
-    if not all(parts[0] in COURSE_MARKS if len(parts) == 1 else parts[0] in NBGRADER_FOLDERS for parts in found):
-        return False
+def _course_root(folder: Path) -> bool:
+    """Is the folder graded an nbgrader course's root? Told by the files only a course's root
+    holds, never by a folder's name alone (a student may name their own folder `submitted`), nor by
+    such a file alone (a folder of files handed in side by side may hold one named
+    `nbgrader_config.py`): one of them beside `submitted/` or `autograded/`, and no submission
+    outside nbgrader's own folders. Told before the folder is walked for its submissions, so that
+    the walk knows which folders are students' (`_own_folder`): the folders beside nbgrader's are
+    looked into first, each within a student's bound."""
     if not any(os.path.isdir(folder / name) and not os.path.islink(folder / name) for name in COURSE_FOLDERS):
         return False
     for mark in COURSE_MARKS:
         try:
             if stat.S_ISREG(os.lstat(folder / mark).st_mode):
-                return True
+                break
         except OSError:
             continue
-    return False
+    else:
+        return False
+    for entry, parts, problem in walk(folder, lambda here: len(here) == 1, skip=NBGRADER_FOLDERS):
+        if not problem and entry.name.endswith(SUFFIXES) and not (len(parts) == 1 and parts[0] in COURSE_MARKS):
+            return False
+    return True
+
+
+def _own_folder(here: tuple[str, ...], course: bool) -> bool:
+    """Is the folder at `here` below the folder graded one whose walk has a bound of its own
+    (MOST_ENTRIES)? A student's (`_student`): one level down, or, from a course's root
+    (`course`), one level down in each of nbgrader's folders (a student's in submitted/, an
+    assignment's in source/)."""
+    return len(here) == (2 if course and here[0] in NBGRADER_FOLDERS else 1)
 
 
 def _student(name: str, course: bool = False) -> str | None:
@@ -762,20 +845,58 @@ def _one_per_student(items: list[tuple[Path, str]], course: bool = False
 MAX_DEPTH = 32
 """Folders below the one graded that are looked into: nbgrader's layout needs three."""
 
+MOST_ENTRIES = 50_000
+"""Entries (files, folders and links) of one student's folder that are looked at, counted as each
+folder is listed: a student's work is a few files, and a whole project handed in with its data a few
+thousand. The rest is not looked at, nor read from its folder's listing, so a student's folder of a
+million files costs the grader what one of 50 000 does."""
 
-def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
+MOST_ENTRIES_IN_ALL = 1_000_000
+"""Entries looked at below the folder graded outside the students' own folders: the students' files
+and folders themselves (in a course's root, those of submitted/ and autograded/), which a course of
+a thousand students for a dozen assignments holds a few hundred thousand of. A student's folder
+draws on its own bound alone, never on this one: however many files a few students put in theirs,
+every classmate's folder is still looked at."""
+
+
+class Cut(str):
+    """Why the rest of a folder was not looked at: a walk's bound was reached. A str, told apart
+    from a walk's other reasons by its type."""
+
+
+class _Budget:
+    """What a walk may still look at: of a student's folder (`parts`), or outside the students'
+    folders (`parts` ())."""
+
+    def __init__(self, most: int, parts: tuple[str, ...]):
+        self.most, self.left, self.parts, self.told = most, most, parts, False
+
+
+def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None,
+         skip: Collection[str] = ()) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
     """Every file and link below `folder`, depth first in name order, as (entry, the parts of its
     path below `folder`, ""), and every folder that is not looked into as (entry, parts, why).
 
-    Hidden folders (Jupyter's checkpoints among them) and `__pycache__` are passed over silently;
-    a folder deeper than MAX_DEPTH, or one that cannot be listed, comes with its reason. No
-    symbolic link is followed, and the walk keeps its own stack: a submission's folder may be
-    nested thousands deep. That `folder` itself cannot be listed raises OSError.
+    Hidden folders (Jupyter's checkpoints among them), `__pycache__` and the folders directly in
+    `folder` named in `skip` are passed over silently; a folder deeper than MAX_DEPTH, or one that
+    cannot be listed, comes with its reason. No symbolic link is followed, and the walk keeps its
+    own stack: a submission's folder may be nested thousands deep. That `folder` itself cannot be
+    listed raises OSError.
+
+    Of a student's folder (`folder` itself, or each folder below it that `students`, given its
+    parts, says is one) at most MOST_ENTRIES entries are looked at, and of the rest at most
+    MOST_ENTRIES_IN_ALL; no folder's listing is read past what is left of its bound. Once a bound is reached, nothing
+    more of that student's folder (or of `folder`) is looked at, and the walk says so once, as (the
+    first entry left out, the parts of the student's folder, or () for the other bound, a Cut).
     """
+    whole = _Budget(MOST_ENTRIES_IN_ALL, ())
+    own = _Budget(MOST_ENTRIES, ()) if students is None else None
     with os.scandir(folder) as found:
-        stack = [((), iter(sorted(found, key=_by_name)))]
+        listed, left_out = _listing(found, own, whole)
+    stack = [((), iter(listed), own)]
+    yield from left_out
     while stack:
-        parts, entries = stack[-1]
+        parts, entries, own = stack[-1]
         entry = next(entries, None)
         if entry is None:
             stack.pop()
@@ -788,16 +909,43 @@ def walk(folder: Path) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
             continue
         if not folder:
             yield entry, here, ""
-        elif entry.name.startswith(".") or entry.name == "__pycache__":
+        elif entry.name.startswith(".") or entry.name == "__pycache__" or not parts and entry.name in skip:
             continue
         elif len(here) > MAX_DEPTH:
             yield entry, here, f"a folder more than {MAX_DEPTH} folders down: not looked into"
         else:
+            if students is not None and students(here):
+                own = _Budget(MOST_ENTRIES, here)
+            if own.told if own is not None else whole.told:
+                continue  # its bound reached, and said: nothing more of it is looked at
             try:
                 with os.scandir(entry.path) as found:
-                    stack.append((here, iter(sorted(found, key=_by_name))))
+                    listed, left_out = _listing(found, own, whole)
             except OSError as exc:
                 yield entry, here, f"a folder that cannot be read ({exc.strerror}): not looked into"
+                continue
+            stack.append((here, iter(listed), own))
+            yield from left_out
+
+
+def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget
+             ) -> tuple[list[os.DirEntry], list[tuple[os.DirEntry, tuple[str, ...], Cut]]]:
+    """A folder's entries, sorted by name: as many as its student's bound (`own`, if it is in a
+    student's folder) or else the bound of the rest (`whole`) has left, each counted against it;
+    and, if the folder holds more, the walk's word that the bound was reached (the first time it is)."""
+    bound = whole if own is None else own
+    most = bound.left
+    entries = list(itertools.islice(found, most + 1))
+    told = []
+    if len(entries) > most:  # no folder is listed past a bound once told: this is the first time
+        bound.told = True
+        told.append((entries[most], bound.parts, Cut(
+            f"more than {bound.most} files and folders: only the first {bound.most} were looked at, and "
+            "the rest were neither graded nor listed")))
+        del entries[most:]
+    bound.left -= len(entries)
+    entries.sort(key=_by_name)
+    return entries, told
 
 
 def _is_link(entry: os.DirEntry) -> bool:

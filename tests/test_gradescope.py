@@ -247,6 +247,21 @@ def test_a_missing_or_broken_submission_still_gets_a_valid_zero(bundle, tmp_path
     assert all(test["score"] == 0.0 and test["status"] == "failed" and test["tags"] == [] for test in results["tests"])
 
 
+def test_an_upload_of_more_files_than_are_looked_at_is_told_so(tmp_path, monkeypatch):
+    """Of an upload, only MOST_ENTRIES files and folders are looked at (lowered here): a student
+    whose attention_head.py lies past them is told that the rest was not looked at."""
+    from autograder import gradescope, submission
+
+    monkeypatch.setattr(submission, "MOST_ENTRIES", 5)
+    for number in range(10):
+        (tmp_path / f"notes{number}.txt").write_text("")
+    path, message = gradescope.find_submission(tmp_path)
+    assert path is None and message == (
+        "attention_head.py: not among the files you submitted. Upload attention_head.py (or attention_head.ipynb), "
+        "named exactly so. You submitted more than 5 files and folders: only the first 5 were looked at, and the "
+        "rest were neither graded nor listed.")
+
+
 def test_a_lone_unreadable_file_s_name_reaches_the_log_and_the_output_escaped(bundle, tmp_path):
     results, done = grade(bundle, tmp_path, {"x\x1b[2J\x1b[H\x1b[1;32mAll checks passed\r.ipynb": '{"cells": [ not'})
     shown = results["output"] + done.stdout

@@ -5,7 +5,8 @@ peak resident memory (VmHWM) and its own CPU time (utime + stime), never its wor
 Before, a notebook's JSON was parsed and believed whole: deep nesting, hundreds of thousands of
 values, 10^5 cells (converted by nbformat before any cell was counted) or one cell of tens of MB
 held the grader for many seconds and hundreds of MiB, and a submission returning 8 MiB uint8
-arrays took it to 492 MiB once the judge read them as float64.
+arrays took it to 492 MiB once the judge read them as float64. A student's folder of half a million
+empty files was listed, sorted and kept whole: 8 s and 440 MiB, growing with every file.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 from support import reference_source, require_sandbox
 
-from autograder.submission import MAX_BYTES, MAX_CELLS, MAX_ITEMS, MAX_NESTING, MAX_SOURCE
+from autograder.submission import (MAX_BYTES, MAX_CELLS, MAX_ITEMS, MAX_NESTING, MAX_SOURCE, MOST_ENTRIES,
+                                   MOST_ENTRIES_IN_ALL)
 
 SEED = 5
 MAX_RSS_MIB = 300
@@ -127,7 +129,9 @@ HOSTILE = {
 def test_the_budgets_are_what_the_readme_states():
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     for figure in (f"{MAX_BYTES >> 20} MiB", f"{MAX_SOURCE:,}".replace(",", " "), f"{MAX_CELLS:,}".replace(",", " "),
-                   f"{MAX_ITEMS:,}".replace(",", " "), f"{MAX_NESTING} levels"):
+                   f"{MAX_ITEMS:,}".replace(",", " "), f"{MAX_NESTING} levels",
+                   f"at most {MOST_ENTRIES:,} files and folders".replace(",", " "),
+                   f"at most {MOST_ENTRIES_IN_ALL:,} outside".replace(",", " ")):
         assert figure in readme, figure
 
 
@@ -165,6 +169,32 @@ def test_a_student_folder_of_thousands_of_files_is_listed_not_read(tmp_path):
     assert done.stderr.count("not graded: submitted/mallory/ps1/copy") == MOST_SKIPPED_LISTED
     assert f"not graded: submitted/mallory/…: {2000 - MOST_SKIPPED_LISTED} more files in this student's folder" \
         in done.stderr, done.stderr[-500:]
+    assert rss < MAX_RSS_MIB and cpu < MAX_CPU_S, (f"{rss:.0f} MiB", f"{cpu:.2f} s")
+
+
+def test_a_student_folder_of_more_files_than_the_grader_looks_at_costs_a_bounded_time_and_memory(tmp_path):
+    """Empty files by the tens of thousands in one student's folder, past the bound on what a
+    student's folder has looked at: that folder is walked only to the bound and said so in one line,
+    and the classmates beside it are graded as ever."""
+    from autograder.submission import MOST_ENTRIES, MOST_SKIPPED_LISTED
+
+    require_sandbox()
+    folder = tmp_path / "class"
+    (folder / "alice").mkdir(parents=True)
+    (folder / "alice" / "attention_head.py").write_text(reference_source())
+    (folder / "bob.py").write_text(reference_source())
+    (folder / "mallory").mkdir()
+    for number in range(MOST_ENTRIES + 10_000):
+        os.close(os.open(folder / "mallory" / f"f{number}.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    done, rss, cpu = measured(str(folder), "--format", "json", "--seed", str(SEED), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {result["submission"]: result["score"] for result in json.loads(done.stdout)} == \
+        {"alice/attention_head.py": 100.0, "bob.py": 100.0}
+    assert done.stderr.count("not graded: mallory/f") == MOST_SKIPPED_LISTED, done.stderr[-500:]
+    assert (f"not graded: mallory/…: {MOST_ENTRIES - MOST_SKIPPED_LISTED} more files in this student's folder, "
+            f"which holds more than {MOST_ENTRIES} files and folders: only the first {MOST_ENTRIES} were looked "
+            "at, and the rest were neither graded nor listed\n") in done.stderr, done.stderr[-500:]
+    print(f"{rss:.0f} MiB, {cpu:.2f} s")
     assert rss < MAX_RSS_MIB and cpu < MAX_CPU_S, (f"{rss:.0f} MiB", f"{cpu:.2f} s")
 
 

@@ -494,6 +494,60 @@ def test_a_student_folder_of_thousands_of_files_costs_a_few_parses_and_a_few_lin
     assert found.skipped[-1][1] == f"{more} more files in this student's folder"
 
 
+def test_a_walk_past_a_student_s_bound_or_the_bound_in_all_says_so_and_costs_no_classmate_a_grade(tmp_path,
+                                                                                                      monkeypatch):
+    """Of a student's folder only MOST_ENTRIES files and folders are looked at, and only
+    MOST_ENTRIES_IN_ALL outside the students' folders: past a bound, one line says so, in a class's
+    folder as in a course's, and whatever came before it is found as ever; a student's folder
+    at its bound is walked whole, and no student's folder draws on the other bound. (Both bounds lowered here; test_intake runs qkv-grade on a
+    student's folder past the real one.)"""
+    import os
+
+    from autograder import submission
+
+    def fill(folder: Path, count: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for number in range(count):
+            os.close(os.open(folder / f"f{number:03d}.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+
+    monkeypatch.setattr(submission, "MOST_ENTRIES", 40)
+    class_, course = tmp_path / "class", tmp_path / "course"
+    for place in (class_ / "ann", class_ / "mal" / "ps1", class_ / "nia", course / "submitted" / "bob" / "ps1",
+                  course / "submitted" / "mal" / "ps1"):
+        place.mkdir(parents=True)
+        (place / "attention_head.py").write_text(reference_source())
+    (class_ / "zed.py").write_text(reference_source())
+    (course / "nbgrader_config.py").write_text("c = get_config()\n")
+    fill(class_ / "mal" / "zz", 100)  # after ps1/ by name: mal's submission is looked at first
+    fill(course / "submitted" / "mal" / "zz", 100)
+    fill(class_ / "nia", 39)  # with her submission, 40: her bound exactly
+    cut = "more than 40 files and folders: only the first 40 were looked at, and the rest were neither graded nor listed"
+
+    found = submission.discover(class_)
+    assert [name for _, name in found.items] == ["ann/attention_head.py", "mal/ps1/attention_head.py",
+                                                 "nia/attention_head.py", "zed.py"]
+    listed = dict(found.skipped)
+    assert listed.pop("mal/…") == f"this student's folder holds {cut}"
+    assert len(listed) == 37 + 39 and all(name.startswith(("mal/zz/f", "nia/f")) for name in listed), listed
+    found = submission.discover(course)
+    assert [name for _, name in found.items] == ["submitted/bob/ps1/attention_head.py",
+                                                 "submitted/mal/ps1/attention_head.py"]
+    assert dict(found.skipped)["submitted/mal/…"] == f"this student's folder holds {cut}"
+
+    # a student's folder draws on its own bound alone: however full mal's, nia's and zed's are looked at
+    monkeypatch.setattr(submission, "MOST_ENTRIES_IN_ALL", 4)  # the folder graded's own four entries
+    found = submission.discover(class_)
+    assert [name for _, name in found.items] == ["ann/attention_head.py", "mal/ps1/attention_head.py",
+                                                 "nia/attention_head.py", "zed.py"]
+    assert not any(name == "…" for name, _ in found.skipped)
+    # past the bound of what lies outside the students' folders: three of the folder graded's four entries
+    monkeypatch.setattr(submission, "MOST_ENTRIES_IN_ALL", 3)
+    found = submission.discover(class_)
+    assert len(found.items) == 3
+    assert found.skipped[-1] == ("…", "the folder graded holds more than 3 files and folders: only the first 3 "
+                                      "were looked at, and the rest were neither graded nor listed")
+
+
 def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
     """A drop folder is a course's root only where it holds a course's files (nbgrader_config.py,
     gradebook.db, qkv_course.json) beside submitted/ or autograded/, and no submission outside
