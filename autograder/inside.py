@@ -801,13 +801,19 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     # A module runs as one piece; a notebook cell by cell, as Jupyter does: an error or an exit in
     # one cell ends that cell only, and the next cell still runs.
     notebook = filename.endswith(".ipynb")
-    if compiled is None and job.get("send_code"):
-        # Compiled before any of it runs, and sent to the worker as this child's first frame: a
+    if compiled is None and job.get("send_code") and not notebook:
+        # A module is compiled whole before any of it runs, as Python compiles a file (a notebook's
+        # cells are compiled one at a time as they run: an earlier cell may turn a warning into an
+        # error, or raise the recursion limit). Sent to the worker as this child's first frame, a
         # later child of the same source (a step called again, a fresh start after a call that did
         # not finish) loads it instead of compiling it again. Written before the submission's code
         # runs, it is the compiler's own output: nothing the submission does can come before it.
+        # This child runs the code as loaded too: loading rebuilds a set's constant, whose order
+        # may then differ from the compiled one's, and every child of a source must run alike.
         compiled = _precompiled(job["cells"], filename, notebook, captured)
-        deliver(pack({"ev": "code"}, b"" if compiled is None else _dumped(compiled)))
+        data = b"" if compiled is None else _dumped(compiled)
+        deliver(pack({"ev": "code"}, data))
+        compiled = _codes(data, len(job["cells"])) if data else None
     stopped = []  # the notebook's cells that stopped with an error, as Jupyter would show them
     held, bound = {}, {}  # a notebook's graded names: what each is bound to, and the cells that bound it anew
     try:
@@ -1189,7 +1195,8 @@ def _spend(used, count):
 
 MOST_CODES = 8
 MOST_CODE_BYTES = 8 << 20
-"""What a worker keeps of its children's compiled sources: those of the last few submissions it ran."""
+"""What a worker keeps of its children's compiled sources, each with the source it is kept for: those
+of the last few submissions it ran."""
 
 
 class Worker:
@@ -1273,7 +1280,7 @@ class Worker:
         if codes is not None:  # compiled by an earlier child: sent after the source, kept the longest
             self.codes[key] = codes
             meta["codes"] = len(job["cells"])
-        else:
+        elif not job["filename"].endswith(".ipynb"):  # a module's (see _child_main)
             meta["send_code"] = True
         pid, read_end, calls_out, source_out, self.bell = self.forks.spawn(meta)
         try:
@@ -1287,7 +1294,7 @@ class Worker:
                 pass  # the child is gone: its read end tells the rest
             os.close(source_out)
             return self.supervise(job, start, tag, used, pid, read_end, calls_out, scratch,
-                                  None if codes is not None else key)
+                                  key if meta.get("send_code") else None)
         finally:
             os.close(read_end)
             if self.bell is not None:
@@ -1372,9 +1379,10 @@ class Worker:
     def keep_code(self, key, codes):
         """Keep what a child compiled from the source `key` (file name, cells), for the next child of it."""
         self.codes[key] = codes
-        held = sum(len(kept) for kept in self.codes.values())
-        while len(self.codes) > MOST_CODES or held > MOST_CODE_BYTES:
-            held -= len(self.codes.pop(next(iter(self.codes))))
+        held = sum(len(cells) + len(kept) for (_, cells), kept in self.codes.items())
+        while self.codes and (len(self.codes) > MOST_CODES or held > MOST_CODE_BYTES):  # the oldest first
+            oldest = next(iter(self.codes))
+            held -= len(oldest[1]) + len(self.codes.pop(oldest))
 
     def supervise(self, job, start, tag, used, pid, read_end, calls_out, scratch, code_for=None):
         """`code_for`: the source (`Worker.codes`' key) whose compiled code the child sends first."""

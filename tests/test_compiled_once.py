@@ -83,3 +83,38 @@ def test_a_module_that_warns_as_it_compiles_is_graded_the_same_after_a_hanging_c
     result = grade_json(path, "--seed", "5", "--timeout", "0.3")
     steps = steps_by_id(result)
     assert steps["ex4_shapes"]["status"] == "timeout" and steps["ex5_intervention"]["status"] == "passed"
+
+
+def test_byte_identical_modules_are_graded_alike_whichever_child_compiled_them(tmp_path):
+    """Loading compiled code rebuilds a set's constant, whose order may differ from the compiled
+    one's ({32, 0, 8, 64, 16} starts with 32 as compiled, 0 as loaded). Every child runs the code
+    as loaded, the first one too: two students' identical files, the second loading what the
+    first's child compiled, get the same grade."""
+    source = reference_source() + (
+        "\n\n_FIRST = next(iter({32, 0, 8, 64, 16}))\n_facts = head_facts\n\n\n"
+        "def head_facts(t, d_k, d_v):\n    return _facts(t, d_k, d_v) if _FIRST == 32 else None\n")
+    for student in ("alice", "bob"):
+        (tmp_path / "twins" / student).mkdir(parents=True)
+        (tmp_path / "twins" / student / "attention_head.py").write_text(source)
+    results = grade_json(tmp_path / "twins", "--seed", "5", "--jobs", "1", "--out", str(tmp_path / "out"))
+    views = [[(step["id"], step["score"], step["diagnoses"]) for step in result["steps"]] for result in results]
+    assert len(views) == 2 and views[0] == views[1], views
+
+
+def test_a_notebook_cell_is_compiled_only_when_the_cells_before_it_have_run(tmp_path):
+    """A cell may turn warnings into errors for the cells after it, as Jupyter runs them: the cell
+    whose escape sequence then fails to compile stops, and defines nothing."""
+    path = _notebook(tmp_path, "import warnings\nwarnings.simplefilter('error')",
+                     reference_source() + "\n_pattern = '\\d+'\n")
+    result = grade_json(path, "--seed", "5")
+    assert result["score"] == 0.0 and all(step["status"] != "passed" for step in result["steps"])
+    assert "SyntaxError" in steps_by_id(result)["qkv"]["feedback"], steps_by_id(result)["qkv"]["feedback"]
+
+
+def test_what_a_worker_keeps_is_bounded_with_the_sources_it_is_kept_for():
+    worker = inside.Worker.__new__(inside.Worker)
+    worker.codes = {}
+    for number in range(40):
+        worker.keep_code(("attention_head.py", bytes([number]) * (1 << 20)), b"code")
+    assert sum(len(cells) + len(code) for (_, cells), code in worker.codes.items()) <= inside.MOST_CODE_BYTES
+    assert len(worker.codes) <= inside.MOST_CODES and ("attention_head.py", bytes([39]) * (1 << 20)) in worker.codes
