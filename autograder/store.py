@@ -128,6 +128,9 @@ def own_folder(folder: Path, what: str) -> None:
     if info.st_mode & 0o022:
         raise NotYours(f"{folder}: others may write in the {what} (mode {stat.S_IMODE(info.st_mode):o}), and so "
                        f"change what is written there; make it yours alone (chmod go-w) or name another")
+    if _access_list(folder):
+        raise NotYours(f"{folder}: the {what} has an access control list (`getfacl` shows it), which may let others "
+                       f"write there; remove it (setfacl -b) or name another")
 
 
 def _changeable_above(folder: Path) -> str | None:
@@ -153,7 +156,18 @@ def _changeable_above(folder: Path) -> str | None:
             continue
         if mode & 0o002 or (mode & 0o020 and not _private_group(info.st_gid)):
             return f"others may write in {above} (mode {mode:o})"
+        if _access_list(above):  # its group bits are then the list's mask: named users may write
+            return f"{above} has an access control list (`getfacl` shows it), which may let others write in it"
     return None
+
+
+def _access_list(path) -> bool:
+    """Does `path` carry a POSIX access control list beyond its mode (named users or groups)?"""
+    try:
+        os.getxattr(path, "system.posix_acl_access")
+    except (OSError, AttributeError):  # none, or none this file system or system keeps
+        return False
+    return True
 
 
 def _private_group(gid: int) -> bool:

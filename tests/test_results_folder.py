@@ -467,6 +467,40 @@ def test_a_results_or_report_folder_inside_a_folder_others_may_write_is_refused_
     assert done.returncode == 0, done.stderr
 
 
+def test_a_folder_whose_access_control_list_lets_others_write_is_refused(tmp_path):
+    """A named user's entry in a folder's access control list shows in its mode only as the group
+    bits (the list's mask): a folder above the results folder, or the results folder itself (made
+    inside a folder whose default list it inherits), that someone else may write through such an
+    entry is refused like one whose mode says so."""
+    import os
+
+    from autograder.cli import EXIT_UNWRITTEN
+
+    def acl(path, tag, name="system.posix_acl_access"):  # user::rwx user:65534:rwx group::r-x mask::rwx other::r-x
+        entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, 65534), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+                   (0x20, 5, 0xFFFFFFFF)]
+        data = (2).to_bytes(4, "little") + b"".join(t.to_bytes(2, "little") + p.to_bytes(2, "little")
+                                                    + i.to_bytes(4, "little") for t, p, i in entries)
+        try:
+            os.setxattr(path, name, data)
+        except OSError as exc:
+            pytest.skip(f"this file system keeps no access control lists here: {exc}")
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "a.py").write_text(reference_source())
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    acl(shared, "access")
+    done = qkv_grade(str(folder), "--out", str(shared / "results"), "--seed", "3", *FAST)
+    assert done.returncode == EXIT_UNWRITTEN and f"{shared} has an access control list" in done.stderr, done.stderr
+    inherits = tmp_path / "inherits"
+    inherits.mkdir(mode=0o755)
+    acl(inherits, "default", "system.posix_acl_default")
+    done = qkv_grade(str(folder), "--out", str(inherits / "results"), "--seed", "3", *FAST)
+    assert done.returncode == EXIT_UNWRITTEN and "has an access control list" in done.stderr, done.stderr
+
+
 def test_a_student_folder_of_thousands_of_files_costs_a_few_parses_and_a_few_lines(tmp_path, monkeypatch):
     """Whether a module is the untouched starter (a parse each) is asked only in the folder of a
     student's that can be graded; the files not graded are listed up to a bound, then counted."""
