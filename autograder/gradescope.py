@@ -18,6 +18,7 @@ QKV_AUTOGRADER_PYTHON chooses the interpreter run_autograder uses instead of set
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -152,9 +153,15 @@ def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visi
     requirements = ("# Exactly the versions the grader was tested with when this bundle was built\n"
                     f"# (Python {config['built_with_python']}); setup.sh installs them into a venv.\n"
                     + "\n".join(pins) + "\n")
+    from .store import changeable_above, write_atomically
+
+    above = changeable_above(target)  # the bundle holds the grading key; uploaded, it grades the class
+    if above is not None:
+        raise BundleError(f"{target}: {above}, so they could read the bundle's key, or put their own bundle in its "
+                          f"place for you to upload; write it inside folders only you (or root) can change")
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    with zipfile.ZipFile(partial, "w") as archive:
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as archive:
         built = "%d.%d" % sys.version_info[:2]
         _add(archive, "setup.sh", SETUP_SH.replace("@PYTHON_MIN@", minimum).replace("@PYTHON_BUILT@", built).encode(),
              executable=True)
@@ -164,7 +171,7 @@ def build(target: Path, seed: int, timeout: float = 1.0, visibility: str = "visi
         _add(archive, CONFIG, (json.dumps(config, indent=2) + "\n").encode())
         for name, path in _source_files():
             _add(archive, name, path.read_bytes())
-    os.replace(partial, target)
+    write_atomically(target, packed.getvalue(), mode=0o600)  # a link at `target` is replaced, never written through
     return config
 
 

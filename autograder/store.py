@@ -102,18 +102,18 @@ class NotYours(Exception):
 def own_folder(folder: Path, what: str) -> None:
     """Make `folder` (readable by its owner alone when made here), or check the one there: a real
     folder, not a link, owned by this user and written by no one else, inside folders no one else
-    can change (`_changeable_above`). Everything qkv-grade writes
+    can change (`changeable_above`). Everything qkv-grade writes
     below it goes by its path; in a folder a classmate may write (a shared drop folder graded in
     place, /tmp), they could swap a run folder for a link to another, plant a run to resume, or
     pin `latest`, with this user's rights. Raises NotYours, or OSError when it cannot be made."""
-    above = _changeable_above(folder)  # before anything is made there, and again once it is
+    above = changeable_above(folder)  # before anything is made there, and again once it is
     if above is None and not os.path.lexists(folder):
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
             folder.mkdir(mode=0o700)
         except FileExistsError:
             pass  # made meanwhile: checked below like any other
-    above = above or _changeable_above(folder)
+    above = above or changeable_above(folder)
     if above is not None:
         raise NotYours(f"{folder}: {above}, so they could move the {what} away and put a link to a folder of "
                        f"their choosing in its place while qkv-grade writes; name a {what} inside folders "
@@ -133,7 +133,7 @@ def own_folder(folder: Path, what: str) -> None:
                        f"write there; remove it (setfacl -b) or name another")
 
 
-def _changeable_above(folder: Path) -> str | None:
+def changeable_above(folder: Path) -> str | None:
     """Why a folder above `folder` lets someone else rename what it holds, or None. Every folder on
     the way to it, as named and as its links resolve, must belong to this user or to root, and be
     written by no one else, or carry the sticky bit (as /tmp does: there only an entry's owner may

@@ -84,6 +84,32 @@ def by_step(results: dict) -> dict[str, dict]:
 # ------------------------------------------------------------------ the bundle -------------------
 
 
+def test_the_bundle_is_its_owner_s_alone_and_never_written_where_others_may_change_it(bundle, tmp_path):
+    """The bundle holds the grading key, and the instructor uploads whatever lies at its name: it
+    is readable by its owner alone, a link planted at its name is replaced rather than written
+    through, and a folder others may write is refused before anything is written."""
+    import os
+    import stat
+
+    assert stat.S_IMODE(bundle.stat().st_mode) == 0o600
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the instructor's\n")
+    (mine / "autograder.zip").symlink_to(victim)
+    (mine / "autograder.zip.part").symlink_to(victim)
+    done = qkv_grade("--gradescope-bundle", str(mine / "autograder.zip"), "--seed", str(SEED))
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "the instructor's\n" and zipfile.is_zipfile(mine / "autograder.zip")
+    assert not (mine / "autograder.zip").is_symlink()
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    done = qkv_grade("--gradescope-bundle", str(drop / "autograder.zip"), "--seed", str(SEED))
+    assert done.returncode != 0 and f"others may write in {drop}" in done.stderr, done.stderr
+    assert os.listdir(drop) == []
+
+
 def test_the_bundle_has_gradescopes_layout_and_carries_only_the_grader(bundle):
     with zipfile.ZipFile(bundle) as archive:
         modes = {info.filename: (info.external_attr >> 16) & 0o777 for info in archive.infolist()}
