@@ -123,20 +123,35 @@ def test_a_wrong_answer_beside_a_crash_is_shown_too(tmp_path):
 
 
 def test_the_value_rows_a_wrong_shift_reached_are_named(tmp_path):
-    """A slice that stops one row short (`v[min(rows):max(rows)]`) matches no modelled mistake: the
-    rows its shift reached are solved for from the answer and named, where that is exact."""
+    """A shift that reaches other rows than those listed, in no way a model reads `rows` (every
+    listed row but the first; the listed rows and the one after the last): the rows its shift
+    reached are solved for from the answer and named, where that is exact."""
     require_sandbox()
     path = tmp_path / "slice.py"
     source = reference_source()
-    path.write_text(source.replace("v_new[list(rows)] += shift", "v_new[min(rows):max(rows)] += shift"))
+    path.write_text(source.replace("v_new[list(rows)] += shift", "v_new[list(rows)[1:]] += shift"))
     feedback = _steps(path)["ex3_value_shift"]["feedback"]
     assert ("On the chapter's example, your output is exactly the one with the shift added to no value row, "
             "where the call asks for rows [0]") in feedback, feedback
     path.write_text(source.replace("moved = a[:, list(rows)].sum(axis=-1)",
-                                   "moved = a[:, min(rows):max(rows) + 1].sum(axis=-1)"))
+                                   "moved = a[:, sorted(set(rows) | {max(rows) + 1} - {len(a)})].sum(axis=-1) "
+                                   "if rows else a[:, []].sum(axis=-1)"))
     feedback = _steps(path)["ex3_value_shift"]["feedback"]
     assert re.search(r"your change is exactly the one that shifting value rows \[(\d+, )+\d+\] makes, "
-                     r"where the call asks for rows \[(\d+, )+\d+\]", feedback), feedback
+                     r"where the call asks for rows \[(\d+, )*\d+\]", feedback), feedback
+
+
+def test_the_listed_rows_read_as_a_span_are_named(tmp_path):
+    """A slice from the lowest listed row to the highest (`v[min(rows):max(rows)]`, one row short,
+    or with `+ 1`) is a way of reading `rows` the models know."""
+    require_sandbox()
+    path = tmp_path / "slice.py"
+    source = reference_source()
+    path.write_text(source.replace("v_new[list(rows)] += shift", "v_new[min(rows):max(rows)] += shift"))
+    assert _steps(path)["ex3_value_shift"]["diagnoses"] == ["derived-shifted_output-rows-read-span_minmax"]
+    path.write_text(source.replace("moved = a[:, list(rows)].sum(axis=-1)",
+                                   "moved = a[:, min(rows):max(rows) + 1].sum(axis=-1)"))
+    assert _steps(path)["ex3_value_shift"]["diagnoses"] == ["derived-output_change-rows-read-span_minmax_through"]
 
 
 def test_a_batch_whose_examples_are_joined_not_stacked_is_told_so(tmp_path):
