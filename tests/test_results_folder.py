@@ -394,6 +394,17 @@ def test_latest_never_points_at_a_run_someone_else_put_in_the_results_folder(tmp
     assert (out / "latest").readlink() == Path(max((r for r in runs(out) if r != planted), key=lambda r: r.name).name)
 
 
+def _one_student_and_a_folder_anyone_may_write(tmp_path):
+    """A class of one correct submission, and a shared drop folder (mode 777, not sticky)."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "a.py").write_text(reference_source())
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    return folder, shared
+
+
 def test_a_results_or_report_folder_others_may_write_is_refused_and_a_link_in_it_never_written_through(tmp_path):
     """In a folder a classmate may write they could swap the run folder for a link, plant a run to
     resume or pin `latest`: qkv-grade names the problem and writes nothing there. A link planted
@@ -404,12 +415,7 @@ def test_a_results_or_report_folder_others_may_write_is_refused_and_a_link_in_it
 
     from autograder.cli import EXIT_UNWRITTEN
 
-    folder = tmp_path / "class"
-    folder.mkdir()
-    (folder / "a.py").write_text(reference_source())
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
+    folder, shared = _one_student_and_a_folder_anyone_may_write(tmp_path)
     done = qkv_grade(str(folder), "--out", str(shared), "--seed", "3", *FAST)
     assert done.returncode == EXIT_UNWRITTEN and "others may write in the results folder" in done.stderr, done.stderr
     assert list(shared.iterdir()) == []
@@ -443,12 +449,7 @@ def test_a_results_or_report_folder_inside_a_folder_others_may_write_is_refused_
     may rename it, is not."""
     from autograder.cli import EXIT_UNWRITTEN
 
-    folder = tmp_path / "class"
-    folder.mkdir()
-    (folder / "a.py").write_text(reference_source())
-    drop = tmp_path / "drop"
-    drop.mkdir()
-    drop.chmod(0o777)
+    folder, drop = _one_student_and_a_folder_anyone_may_write(tmp_path)
     out = drop / "out"
     out.mkdir(mode=0o700)
     (tmp_path / "via").symlink_to(out)
