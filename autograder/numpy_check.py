@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .store import write_atomically
+from .store import changeable_above, write_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "part-iv" / "attention.json"
@@ -197,6 +197,9 @@ def main(argv=None) -> int:
         data = load_data(args.data)
         comparisons = run_checks(data)
         record = trace(comparisons, data, args.data)
+        above = changeable_above(args.trace)
+        if above is not None:  # someone else could swap its folder for a link to one of yours
+            raise CheckError(f"cannot write trace {args.trace}: {above}; pass --trace a path in a folder of your own")
         try:
             args.trace.parent.mkdir(parents=True, exist_ok=True)
             # replaced whole, never written through a link that stands at its name

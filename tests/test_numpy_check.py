@@ -144,3 +144,18 @@ def test_the_trace_replaces_a_link_at_its_name_never_writes_through_it(tmp_path)
     assert victim.read_text() == "untouched\n"
     trace = tmp_path / "runs" / "numpy-run.json"
     assert not trace.is_symlink() and json.loads(trace.read_text())["ok"] is True
+
+
+def test_the_trace_is_never_written_in_a_folder_others_may_change(tmp_path):
+    """In a folder anyone may write, someone could put a link at `runs` to a folder of yours: the
+    check says where the trace cannot go, in one line, and writes nothing there."""
+    shared = tmp_path / "assignment"
+    shared.mkdir()
+    shared.chmod(0o777)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (shared / "runs").symlink_to(mine)
+    done = subprocess.run([sys.executable, "-m", "autograder.numpy_check"], cwd=shared, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and f"others may write in {shared} (mode 777)" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and list(mine.iterdir()) == []
