@@ -171,6 +171,12 @@ def write_course(course: Path, assignment: str = DEFAULT_ASSIGNMENT, seed: int |
     if not ASSIGNMENT_NAME.match(assignment):
         raise CourseError(f"{assignment!r} is not a usable assignment name "
                           f"(letters, digits, '_', '.' and '-')")
+    from .store import course_problem
+
+    problem = course_problem(course, CONFIG_FILE)
+    if problem is not None:
+        raise CourseError(f"{problem}: someone else could change the course's {CONFIG_FILE}, which nbgrader "
+                          f"runs as Python, or its key; make it yours (chown, chmod o-w) or name another folder")
     folder = course / "source" / assignment
     if folder.exists() and not force:
         raise CourseError(f"{folder} already exists; pass --force to regenerate it")

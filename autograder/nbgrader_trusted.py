@@ -112,6 +112,12 @@ def course_directory(course: Path):
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
+    from .store import course_problem
+
+    problem = course_problem(course, CONFIG_FILE)  # its nbgrader_config.py is about to run, as Python
+    if problem is not None:
+        raise TrustedError(f"{problem}: someone else could change the course's {CONFIG_FILE}, which nbgrader "
+                           f"runs as Python, or where its grades are written; make it yours (chown, chmod o-w)")
     try:
         config = PyFileConfigLoader(CONFIG_FILE, path=str(course)).load_config()
     except ConfigFileNotFound:

@@ -161,6 +161,31 @@ def changeable_above(folder: Path) -> str | None:
     return None
 
 
+def course_problem(course: Path, config: str) -> str | None:
+    """Why an nbgrader course's folder cannot be trusted, or None. nbgrader runs the course's
+    `config` file as Python, with the rights of whoever grades, and the grades and feedback are
+    written below the folder: the folder and that file must belong to this user or to root and be
+    written by no one beyond its group (a course's staff may share one), and no folder on the way
+    may be written by anyone without the sticky bit."""
+    for path, what in ((course, "the course's folder"), (course / config, config)):
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if info.st_uid not in (os.geteuid(), 0):
+            return f"{path}: {what} belongs to another user (uid {info.st_uid})"
+        if info.st_mode & 0o002:
+            return f"{path}: anyone may write in {what} (mode {stat.S_IMODE(info.st_mode):o})"
+    for above in dict.fromkeys([*Path(os.path.abspath(course)).parents, *Path(os.path.realpath(course)).parents]):
+        try:
+            mode = stat.S_IMODE(os.stat(above).st_mode)
+        except OSError:
+            continue
+        if mode & 0o002 and not mode & stat.S_ISVTX:
+            return f"{course}: anyone may write in {above} (mode {mode:o}), above the course's folder"
+    return None
+
+
 def _access_list(path) -> bool:
     """Does `path` carry a POSIX access control list beyond its mode (named users or groups)?"""
     try:

@@ -1126,3 +1126,32 @@ def test_emphasis_marks_past_a_page_s_budget_are_shown_as_text_and_each_answer_r
     kept = MOST_PAGE_INLINE // MOST_INLINE
     assert fenced[:10] == [False] * kept + [True] * (10 - kept)
     assert fenced[10:] == [False] * len(ANSWER_TITLES) + [True]
+
+
+def test_a_course_folder_someone_else_may_change_is_refused_before_its_config_runs(tmp_path):
+    """nbgrader runs the course's nbgrader_config.py as Python, with the grader's rights (root, it
+    may be), and writes grades and feedback below the course's folder: a course folder anyone may
+    write in, or one that belongs to another user (a student's, made in a drop folder), is refused
+    by qkv-course and by `qkv-grade --nbgrader` before that file runs."""
+    from autograder.nbgrader_course import write_course
+
+    marker = tmp_path / "ran"
+    course = tmp_path / "course"
+    write_course(course)
+    (course / "nbgrader_config.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n" + (course / "nbgrader_config.py").read_text())
+    course.chmod(0o777)
+    done = subprocess.run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and f"anyone may write in the course's folder (mode 777)" in done.stderr, done.stderr
+    assert not marker.exists()
+    done = subprocess.run([sys.executable, "-m", "autograder.nbgrader_course", str(course)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "anyone may write in the course's folder" in done.stderr, done.stderr
+    course.chmod(0o700)
+    if os.geteuid() == 0:
+        os.chown(course, 65534, 65534)
+        done = subprocess.run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and "belongs to another user (uid 65534)" in done.stderr, done.stderr
+        assert not marker.exists()
