@@ -139,16 +139,7 @@ def changeable_above(folder: Path) -> str | None:
     written by no one else, or carry the sticky bit (as /tmp does: there only an entry's owner may
     rename it). A folder writable by its group passes where that group is this user's own, with no
     other member (a private group, as many systems give each user)."""
-    named, real = Path(os.path.abspath(folder)), Path(os.path.realpath(folder))
-    seen = set()
-    for above in [*named.parents, *real.parents]:
-        if above in seen:
-            continue
-        seen.add(above)
-        try:
-            info = os.stat(above)
-        except OSError:
-            continue
+    for above, info in _folders_above(folder):
         mode = stat.S_IMODE(info.st_mode)
         if info.st_uid not in (os.geteuid(), 0):
             return f"{above} belongs to another user (uid {info.st_uid})"
@@ -159,6 +150,16 @@ def changeable_above(folder: Path) -> str | None:
         if _access_list(above):  # its group bits are then the list's mask: named users may write
             return f"{above} has an access control list (`getfacl` shows it), which may let others write in it"
     return None
+
+
+def _folders_above(path: Path):
+    """(folder, its stat) of each folder on the way to `path` that exists, as named and as its links
+    resolve, each once."""
+    for above in dict.fromkeys([*Path(os.path.abspath(path)).parents, *Path(os.path.realpath(path)).parents]):
+        try:
+            yield above, os.stat(above)
+        except OSError:
+            continue
 
 
 def course_problem(course: Path, config: str) -> str | None:
@@ -176,11 +177,8 @@ def course_problem(course: Path, config: str) -> str | None:
             return f"{path}: {what} belongs to another user (uid {info.st_uid})"
         if info.st_mode & 0o002:
             return f"{path}: anyone may write in {what} (mode {stat.S_IMODE(info.st_mode):o})"
-    for above in dict.fromkeys([*Path(os.path.abspath(course)).parents, *Path(os.path.realpath(course)).parents]):
-        try:
-            mode = stat.S_IMODE(os.stat(above).st_mode)
-        except OSError:
-            continue
+    for above, info in _folders_above(course):
+        mode = stat.S_IMODE(info.st_mode)
         if mode & 0o002 and not mode & stat.S_ISVTX:
             return f"{course}: anyone may write in {above} (mode {mode:o}), above the course's folder"
     return None
