@@ -180,9 +180,9 @@ HTML_MARKS = "<>&\"'`"
 
 
 def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
-    """(notebook path, student id) for every submission, sorted by student; and (student id,
-    why) for every student who handed the assignment in and is not graded: their assignment
-    folder holds no notebook of that name, or their id is one nbgrader cannot take (`odd_name`).
+    """(notebook path, student id) for every submission, sorted by student (an assignment folder
+    without the notebook too: see `unsubmitted`); and (student id, why) for every student who
+    handed the assignment in and is not graded: their id is one nbgrader cannot take (`odd_name`).
 
     No symbolic link is followed: a student folder, assignment folder or notebook that is a link
     is still that student's submission, which reading then finds unreadable.
@@ -201,19 +201,30 @@ def submissions(coursedir, assignment: str) -> tuple[list[tuple[Path, str]], lis
         handed_in = entry.is_symlink() or entry.is_dir(follow_symlinks=False) and os.path.lexists(notebook.parent)
         if handed_in and (odd := odd_name(entry.name)):
             missing.append((entry.name, f"the folder's name {odd}: rename the folder to grade it"))
-        elif entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and (
-                os.path.islink(notebook.parent) or os.path.lexists(notebook))):
+        elif handed_in:
+            # the latest thing handed in is what is graded, notebook or not: an assignment "folder"
+            # that is a file, or one without the notebook, is graded as nothing (`unsubmitted`
+            # says why), and the earlier submission's grade and autograded notebook go
             found.append((notebook, entry.name))
-        elif entry.is_dir(follow_symlinks=False) and notebook.parent.is_dir():
-            try:  # named from the first entries of a folder the student filled, never read whole
-                with os.scandir(notebook.parent) as listing:
-                    others = sorted(other.name for other in itertools.islice(listing, MOST_ENTRIES)
-                                    if other.name.endswith(".ipynb"))
-            except OSError:
-                others = []
-            missing.append((entry.name, f"its {pattern.name} folder holds no {NOTEBOOK}"
-                            + (f" (only {', '.join(others[:3])}: rename the one to grade)" if others else "")))
     return found, missing
+
+
+def unsubmitted(notebook: Path) -> str | None:
+    """Why an assignment's handed-in folder holds no notebook to grade: it is no folder, or it
+    holds none of that name; None where there is one (or a link, which reading then refuses)."""
+    folder = notebook.parent
+    if os.path.islink(folder.parent) or os.path.islink(folder) or os.path.lexists(notebook):
+        return None
+    if not folder.is_dir():
+        return f"its {folder.name} is not a folder"
+    try:  # named from the first entries of a folder the student filled, never read whole
+        with os.scandir(folder) as listing:
+            others = sorted(other.name for other in itertools.islice(listing, MOST_ENTRIES)
+                            if other.name.endswith(".ipynb"))
+    except OSError:
+        others = []
+    return (f"its {folder.name} folder holds no {NOTEBOOK}"
+            + (f" (only {', '.join(others[:3])}: rename the one to grade)" if others else ""))
 
 
 # --- grading ------------------------------------------------------------------------------------
@@ -401,12 +412,27 @@ def _source_marks(notebook, config) -> str:
         ("ClearSolutions", "begin_solution_delimeter", "BEGIN SOLUTION"),
         ("ClearHiddenTests", "begin_test_delimeter", "BEGIN HIDDEN TESTS"),
         ("ClearMarkScheme", "begin_mark_scheme_delimeter", "BEGIN MARK SCHEME"))]
-    pattern = re.compile(r"^\W*(%s)\W*$" % "|".join(re.escape(str(mark)) for mark in marks), re.MULTILINE)
+    marks = {str(mark): str(mark) for mark in marks}
     for cell in notebook.cells:
-        found = pattern.search(cell.get("source", "") if isinstance(cell.get("source"), str) else "")
-        if found:
-            return found.group(1)
+        source = cell.get("source", "") if isinstance(cell.get("source"), str) else ""
+        if not any(mark in source for mark in marks):
+            continue
+        for line in source.split("\n"):  # a line at a time, in time linear in its length: never a
+            found = marks.get(_inner(line))  # pattern that runs on past a line's end over the next ones
+            if found:
+                return found
     return ""
+
+
+def _inner(line: str) -> str:
+    """`line` without the characters other than letters, digits and `_` at either end (what `\\W*`
+    takes there), found in one pass from each end."""
+    start, end = 0, len(line)
+    while start < end and not (line[start].isalnum() or line[start] == "_"):
+        start += 1
+    while end > start and not (line[end - 1].isalnum() or line[end - 1] == "_"):
+        end -= 1
+    return line[start:end]
 
 
 def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, str], kept: dict):
@@ -420,6 +446,9 @@ def _as_autograde_runs(coursedir, config, assignment: str, students: dict[Path, 
     from .submission import Submission, SubmissionError, load, notebook_cells, shown_name
 
     def loader(path: Path, name: str) -> Submission:
+        why = unsubmitted(path)
+        if why:
+            raise SubmissionError(f"{shown_name(name)}: {why}")
         load(path, name)  # the budgets, before nbformat and nbgrader read a byte of it
         student = students[path]
         try:

@@ -657,6 +657,7 @@ def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, item
     add to `items` those to grade, and to `skipped` each other with why it is not graded."""
     names = {parts for _, parts in candidates}
     reasons = {parts: _named_out(parts, course) for _, parts in candidates}
+    reasons.update(_foreign(candidates, reasons, course))
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
     # (`_one_per_student`): whether a module is the starter is asked there alone, at a parse each,
     # however many copies a student's folder holds.
@@ -677,7 +678,9 @@ def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, item
             reason = reasons[parts]
         elif parts in starters:
             reason = f"the starter module, untouched: {stem}.ipynb beside it is graded instead"
-        elif path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names - starters:
+        elif (path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names - starters
+              and _owner(path) == _owner(path.with_name(stem + ".py"))):
+            # (a module another account put beside it, in a folder the class may write, displaces nothing)
             reason = f"{stem}.py beside it is graded instead"
         else:
             graded.append((path, name))
@@ -687,6 +690,38 @@ def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, item
     items += graded
     for name, reason in more:
         skipped.add(name, reason)
+
+
+def _foreign(candidates: list[tuple[Path, tuple[str, ...]]], reasons: dict, course: bool) -> dict:
+    """The candidates in a student's folder made by another account than the folder's owner, where
+    others in it are the owner's, each with why it is not graded: in a folder the class may write
+    (sticky, so that no one removes another's file), a classmate's notebook beside the student's
+    module, or a file one folder above it, would be graded in the student's name."""
+    by_student: dict[str, list] = {}
+    for path, parts in candidates:
+        student = _student("/".join(parts), course)
+        if student is not None and reasons[parts] is None:
+            by_student.setdefault(student, []).append((path, parts, _owner(path)))
+    found = {}
+    for student, files in by_student.items():
+        if len({owner for _, _, owner in files}) < 2:
+            continue
+        path, parts, _ = files[0]
+        folder = _owner(path.parents[len(parts) - len(student.split("/")) - 1])
+        if not any(owner == folder for _, _, owner in files):
+            continue  # (a folder the instructor made, each student writing in their own: no owner tells)
+        for path, parts, owner in files:
+            if owner != folder:
+                found[parts] = "made by another account than its student folder's owner, whose own file is graded"
+    return found
+
+
+def _owner(path: Path) -> int | None:
+    """The account a file belongs to (its link's own, never what it names); None where unknown."""
+    try:
+        return path.lstat().st_uid
+    except OSError:
+        return None
 
 
 def _named_out(parts: tuple[str, ...], course: bool = False) -> str | None:

@@ -8,6 +8,9 @@ notebook; sol a copy of that source notebook itself; victor an `ipykernel_launch
 kernel started in his autograded folder would import first, and a note only he may read; trudy a
 folder named `timestamp.txt` and another named `submission_secret.txt`; oscar a timestamp of a
 terminal's escape codes; bulk 1 200 one-letter markdown cells, each a share of formgrader's render.
+And mallory, another account, puts in a later folder in alice's name holding the unfilled notebook;
+fay a named pipe beside her notebook; shut a folder of mode 555; linda a link in her own name to
+alice's folder; and an entry named without a time.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import pytest
 from support import ASSIGNMENT, NOTEBOOK, build_course, filled_notebook, gradebook_scores, reference_source
 
 ESCAPES = "\x1b]2;OWNED\x07\x1b[31;1mFAKE LINE\x1b[0m"
+MALLORY = 54_321  # an account of no one running the tests
 LAUNCHER = "open(__file__ + '.ran', 'w').close()\nfrom ipykernel import kernelapp as app\napp.launch_new_instance()\n"
 
 
@@ -63,7 +67,15 @@ def exchange(tmp_path_factory):
         return renamed
 
     reference = filled_notebook(released, reference_source())
-    submit("alice", reference)
+    alice = submit("alice", reference)
+    if os.geteuid() == 0:  # mallory, another account, hands in the unfilled notebook as alice, later
+        later = "2099-01-01 00:00:00.000000 UTC"
+        forged = inbound / f"alice+{ASSIGNMENT}+{later}+forged"
+        shutil.copytree(alice, forged)
+        shutil.copy(released, forged / NOTEBOOK)
+        (forged / "timestamp.txt").write_text(later)
+        for path in [forged, *forged.rglob("*")]:
+            os.chown(path, MALLORY, MALLORY, follow_symlinks=False)
     eve = submit("eve", reference)
     (eve / NOTEBOOK).unlink()
     (eve / NOTEBOOK).symlink_to(course / "source" / ASSIGNMENT / NOTEBOOK)
@@ -77,6 +89,15 @@ def exchange(tmp_path_factory):
         (trudy / name / "x.txt").write_text("x")
     oscar = submit("oscar", reference)
     (oscar / "timestamp.txt").write_text(ESCAPES)
+    fay = submit("fay", reference)  # a named pipe beside her notebook: opened, it would wait forever
+    os.mkfifo(fay / "pipe")
+    shut = submit("shut", reference)  # a folder its copy, as handed in, would keep shut to changes
+    (shut / "notes").mkdir()
+    (shut / "notes" / "a.txt").write_text("x")
+    (shut / "notes").chmod(0o555)
+    # an entry that is a link, in one's own name, to a classmate's folder; a name with no time in it
+    (inbound / f"linda+{ASSIGNMENT}+2099-01-01 00:00:00.000000 UTC+link").symlink_to(alice)
+    (inbound / f"nameless+{ASSIGNMENT}+not a time+x").mkdir()
     bulk = filled_notebook(released, reference_source())
     bulk.cells += [nbformat.v4.new_markdown_cell("x") for _ in range(1_200)]
     submit("bulk", bulk)
@@ -102,11 +123,32 @@ def test_the_exchange_is_collected_graded_and_released_for_everyone_else(exchang
     for name in ("collect", "trusted", "feedback", "release"):
         assert exchange[name].returncode == 0, (name, exchange[name].stderr[-3000:])
     scores = gradebook_scores(exchange["course"])
-    for student in ("alice", "victor", "trudy", "oscar"):
+    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut"):
         assert sum(value or 0 for value in scores[student].values()) == sum(
             value or 0 for value in scores["alice"].values()) > 0, student
     released = list((exchange["shared"] / exchange["course"].name / "feedback").glob("*.html"))
-    assert len(released) == 4, released  # alice, victor, trudy and oscar: the others have no page
+    assert len(released) == 6, released  # alice, victor, trudy, oscar, fay and shut: the others have no page
+
+
+def test_an_entry_that_is_no_folder_or_has_no_time_is_one_line_and_everyone_else_is_collected(exchange):
+    collected, course = exchange["collect"], exchange["course"]
+    assert "+link': not collected: it is not a folder" in collected.stderr, collected.stderr[-3000:]
+    assert "+not a time+x': not a submission's name" in collected.stderr, collected.stderr[-3000:]
+    assert not (course / "submitted" / "linda").exists() and not (course / "submitted" / "nameless").exists()
+    assert not (course / "submitted" / "fay" / ASSIGNMENT / "pipe").exists()  # not copied: a pipe is no file
+    notes = course / "submitted" / "shut" / ASSIGNMENT / "notes"  # the instructor's own to remove again
+    assert notes.stat().st_mode & 0o700 == 0o700 and (notes / "a.txt").read_text() == "x"
+
+
+def test_a_submission_made_by_another_account_in_a_student_s_name_is_not_collected(exchange):
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another account needs root")
+    collected = exchange["collect"]
+    assert "not collected: it claims to be submitted by 'alice' but was made by 'user id 54321'" in collected.stderr, \
+        collected.stderr[-3000:]
+    scores = gradebook_scores(exchange["course"])  # her own notebook, the reference: what the others score
+    assert sum(value or 0 for value in scores["alice"].values()) == sum(
+        value or 0 for value in scores["victor"].values()) > 0
 
 
 def test_a_link_in_the_exchange_is_collected_as_a_link_and_graded_as_nothing(exchange):

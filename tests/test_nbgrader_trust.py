@@ -422,6 +422,29 @@ def test_hidden_tests_are_cut_from_a_cell_line_by_line_as_the_pattern_would_and_
     assert without_hidden(unclosed) == unclosed
 
 
+def test_the_source_notebook_s_marks_are_found_line_by_line_as_the_pattern_would_and_in_linear_time():
+    import random
+
+    import nbformat
+
+    from autograder.nbgrader_trusted import _source_marks
+
+    config = {"ClearSolutions": {}, "ClearHiddenTests": {}, "ClearMarkScheme": {}}
+    # what the check means, on texts it reads quickly: a mark alone on a line but for non-word characters
+    pattern = re.compile(r"^\W*(BEGIN SOLUTION|BEGIN HIDDEN TESTS|BEGIN MARK SCHEME)\W*$", re.MULTILINE)
+    pieces = ["#", " ", "\t", "\n", "-", "x", "_", "é", "BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN  SOLUTION"]
+    pick = random.Random(5)
+    for _ in range(5000):
+        text = "".join(pick.choice(pieces) for _ in range(pick.randint(0, 9)))
+        found = pattern.search(text)
+        cell = nbformat.v4.new_markdown_cell(text)
+        assert _source_marks(nbformat.v4.new_notebook(cells=[cell]), config) == (found.group(1) if found else ""), text
+    # a written answer of a million blank lines, then a million marks: hours for the pattern, which
+    # holds the interpreter lock meanwhile and so stops every grading thread
+    answer = nbformat.v4.new_markdown_cell("My answer." + "\n" * 1_000_000 + "#" * 1_000_000 + "BEGIN SOLUTION x")
+    assert _source_marks(nbformat.v4.new_notebook(cells=[answer]), config) == ""
+
+
 def test_markdown_whose_maths_would_take_minutes_to_render_is_shown_as_text():
     from autograder.nbgrader_feedback import CleanMarkdown
 

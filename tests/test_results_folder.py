@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -642,3 +643,38 @@ def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
         "autograded/bob/ps1/attention_head.py", "submitted/bob/ps1/attention_head.py"]
     for folder in ("source", "release"):
         assert f"not graded: {folder}/ps1/attention_head.py: in a course's root only submitted/" in done.stderr
+
+
+def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_path):
+    """In a drop folder the class may write (sticky, so no one removes another's file), mallory puts
+    `ada.py` beside ada's `ada.ipynb`: the module beside a notebook is graded in its place only where
+    both are the same account's. In a student's folder, the owner's file is graded, never another's."""
+    from autograder import submission
+
+    class_ = tmp_path / "drop"
+    class_.mkdir()
+    (class_ / "ada.ipynb").write_text("{}")
+    (class_ / "ada.py").write_text("import numpy as np\n")
+    found = submission.discover(class_)  # one account's two files: the module is the work
+    assert [name for _, name in found.items] == ["ada.py"]
+    assert dict(found.skipped) == {"ada.ipynb": "ada.py beside it is graded instead"}
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another account needs root")
+    os.chown(class_ / "ada.py", 54_321, 54_321)
+    found = submission.discover(class_)
+    assert sorted(name for _, name in found.items) == ["ada.ipynb", "ada.py"]
+    assert not found.skipped
+    # in a student's folder, a file of another account's beside the owner's, or one folder above it,
+    # is not graded in the student's name
+    (class_ / "ada.py").unlink()
+    (class_ / "ada.ipynb").unlink()
+    (class_ / "bo" / "ps1").mkdir(parents=True)
+    (class_ / "bo" / "ps1" / "attention_head.py").write_text("import numpy as np\n")
+    for planted in (class_ / "bo" / "ps1" / "attention_head.ipynb", class_ / "bo" / "attention_head.py"):
+        planted.write_text("{}")
+        os.chown(planted, 54_321, 54_321)
+    found = submission.discover(class_)
+    assert [name for _, name in found.items] == ["bo/ps1/attention_head.py"]
+    assert dict(found.skipped) == dict.fromkeys(
+        ["bo/attention_head.py", "bo/ps1/attention_head.ipynb"],
+        "made by another account than its student folder's owner, whose own file is graded")
