@@ -65,6 +65,7 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
     batch called example by example is compared with."""
     by_id = {result.id: result for result in steps}
     provisional = own.provisional if own is not None else {}
+    unpassed = []  # (plan index, names replaced) of the steps that failed again
     for number, names in sorted(asked):
         step = STEPS[number]
         result = by_id[step.id]
@@ -87,6 +88,7 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
                 by_id[step.id] = _carried_per_example(step, result, by_id)
             continue
         if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
+            unpassed.append((number, names))  # its grade stands
             continue
         replaced = [used for used in _may_use(step) if by_id[used].status != "passed"
                     and set(BY_ID[used].functions) & set(names)]
@@ -108,8 +110,61 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         by_id[step.id] = StepResult(step.id, step.points, step.points, result.status, text, codes,
                                     result.passed, result.total, list(result.case_passed),
                                     carried_from=judge.carried_source(sources, codes, by_id))
+    # where a step called again shows a mistake of its own, that is told too: once every step's
+    # credit is settled, so that what it adds decides nothing of what was carried from where
+    settled = dict(by_id)
+    for number, names in unpassed:
+        step = STEPS[number]
+        first = own.outcomes[number] if own is not None and number < len(own.outcomes) else []
+        if any(outcome is not None and outcome.raised and judge.raised_in(outcome.raised.get("where")) in names
+               for outcome in first):  # its first run stopped in a function it builds on, before its own lines
+            by_id[step.id] = _told_own(step, by_id[step.id], names, again.outcomes[number], cases, expected,
+                                       settled)
     _through_carried(by_id, steps)
     return [by_id[result.id] for result in steps]
+
+
+# What the runner or the look of the values says, rather than a model of the step's own code.
+_GENERIC = frozenset({"crashed", "hard-coded", "wrong-shape", "non-finite", "timeout", "exit-called", "wrong-type",
+                      "not-implemented", "slightly-off"})
+
+
+def _told_own(step: Step, result: StepResult, names: list[str], outcomes: list[Outcome | None],
+              cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]],
+              by_id: dict[str, StepResult]) -> StepResult:
+    """`result`, with what the step's call made again, on the chapter's functions in place of the
+    failing ones it builds on, shows of its own code: a mistake a model names there, which the
+    earlier steps' failures hid on its first run (an exercise that raised where the student's
+    projection did). As `result` where the calls made again name nothing more."""
+    if names == [PER_EXAMPLE] or not all(code in _GENERIC for code in result.diagnoses):
+        return result  # (a model of its own already named on its first run is what it is told)
+    per_case, position = [], 0
+    for case in cases[step.id]:
+        per_case.append(list(outcomes[position:position + len(case.calls)]))
+        position += len(case.calls)
+    # the steps whose functions were replaced stand as the chapter's: passed, nothing to carry
+    earlier = {sid: (dataclasses.replace(done, status="passed", diagnoses=[], carried_from=None)
+                     if set(BY_ID[sid].functions) & set(names) else done) for sid, done in by_id.items()}
+    try:
+        own = judge.grade_step(step, cases[step.id], expected[step.id], per_case, earlier)
+    except Exception:  # what the first run said stands
+        return result
+    named = [code for code in own.diagnoses if code not in _GENERIC and code not in result.diagnoses]
+    lines = own.feedback.splitlines()
+    # its own account of the calls made again: what it was called with, what came back, and why
+    end = next((i for i, line in enumerate(lines) if line.startswith("The task:")), len(lines))
+    body = lines[1:end]
+    if not body or own.status == "passed":
+        return result
+    shown = feedback.listed([f"`{name}`" for name in names])
+    wrong = list(dict.fromkeys(case.calls[index].fn for case, index, outcome, want in
+                               _each_call(cases[step.id], expected[step.id], outcomes)
+                               if outcome is None or not judge._judge_call(case, index, outcome, want).ok))
+    text = (result.feedback + f"\nCalled again with the chapter's {shown} in place of yours, your "
+            f"{feedback.listed([f'`{fn}`' for fn in wrong])} {'is' if len(wrong) == 1 else 'are'} still wrong on "
+            f"{own.total - own.passed} of {own.total} cases: a mistake of {'its' if len(wrong) == 1 else 'their'} "
+            "own.\n" + "\n".join(body))
+    return dataclasses.replace(result, feedback=text, diagnoses=list(result.diagnoses) + named)
 
 
 def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> None:
@@ -185,18 +240,27 @@ def _same_function(step: Step) -> str | None:
 def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: list[Outcome | None],
                         each: list[Outcome | None]) -> bool:
     """Did every batch call, made again once per example, return for each example what the batch
-    call returned for it (within the grading tolerance)? A call that raised, ran out of time or
+    call returned for it (within the grading tolerance), or raise the very exception the batch call
+    raised, from the same line? A call that raised only one of the two times, ran out of time or
     returned another kind of value either time shows nothing; nor does a head that gives one and the
     same result for different examples on every call (zeros, or the example's own values read from
     outside): a batch axis it never reads is not carried through."""
-    position, varied = 0, False
+    position, varied, raised_alike = 0, False, False
     for case, wanted in zip(cases, expected):
         for index, call in enumerate(case.calls):
             whole = batch[position] if position < len(batch) else None
             alone = each[position] if position < len(each) else None
             position += 1
-            if whole is None or alone is None or whole.raised or alone.raised or whole.fault or alone.fault:
+            if whole is None or alone is None or whole.fault or alone.fault:
                 return False
+            if whole.raised or alone.raised:
+                # the very exception, from the same line, on the batch and on its examples alone:
+                # the head fails on one sequence as it fails on the batch
+                if not (whole.raised and alone.raised and all(whole.raised.get(key) == alone.raised.get(key)
+                                                              for key in ("type", "message", "where"))):
+                    return False
+                raised_alike = True
+                continue
             examples = call.args[0]
             if not isinstance(alone.value, tuple) or len(alone.value) != len(examples):
                 return False
@@ -212,7 +276,7 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                 if not judge.allclose(np.stack(pieces), part, judge.RTOL, judge.ATOL, equal_nan=True, keep=False):
                     return False
                 varied = varied or any(not np.array_equal(piece, pieces[0], equal_nan=True) for piece in pieces[1:])
-    return varied and position == len(batch) == len(each)
+    return (varied or raised_alike) and position == len(batch) == len(each)
 
 
 def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:

@@ -171,6 +171,8 @@ OPS: dict[str, tuple[Callable, str]] = {
                   "{0}[{1}, :].sum(axis=0)"),
     "ndim2": (lambda a, p: np.asarray(a[0]).ndim == 2, "{0}.ndim == 2"),
     "ndim_at_least_2": (lambda a, p: np.asarray(a[0]).ndim >= 2, "{0}.ndim >= 2"),
+    # a square test for the 2-D one: raises, as `a.shape[1]` does, on a 1-D array
+    "square": (lambda a, p: np.asarray(a[0]).shape[0] == np.asarray(a[0]).shape[1], "{0}.shape[0] == {0}.shape[1]"),
     "guard": (lambda a, p: _guard(a[0]), "return False unless {0}"),
     "rowsum": (lambda a, p: np.asarray(a[0], dtype=float).sum(axis=p["axis"]), "{0}.sum(axis={axis})"),
     "close": (lambda a, p: _close(a[0], p["tol"]), "all(|{0} - 1| <= {tol})"),
@@ -194,6 +196,14 @@ OPS: dict[str, tuple[Callable, str]] = {
     "one": (lambda a, p: a[0], "{0}"),
     "facts": (lambda a, p: dict(zip(("divisor", "score_shape", "output_shape", "softmax_axis"), a)), "{{…}}"),
     "exp2": (lambda a, p: np.exp2(a[0]), "2 ** {0}"),
+    "exp10": (lambda a, p: np.power(10.0, a[0]), "10 ** {0}"),
+    # a transpose written as a reshape: the same numbers, flowed into the transposed shape in order
+    "reshape_t": (lambda a, p: np.reshape(a[0], np.shape(a[0])[:-2] + (np.shape(a[0])[-1], np.shape(a[0])[-2])),
+                  "{0}.reshape(… {0}.shape[-1], {0}.shape[-2])"),
+    # a result transposed on the way and put back with a reshape rather than a transpose
+    "reflow": (lambda a, p: np.reshape(_swap(a[0]), np.shape(a[0])), "{0}ᵀ.reshape({0}.shape)"),
+    # the columns normalized as well, after the line (each column divided by its total)
+    "sumcols": (lambda a, p: a[0] / np.sum(a[0], axis=-2, keepdims=True), "{0} / {0}.sum(axis=-2, keepdims=True)"),
     "isqrt": (lambda a, p: np.floor(np.sqrt(a[0])), "floor(√{0})"),
     "subrows": (lambda a, p: _addrows(a[0], -np.asarray(a[1]), a[2]), "{0} with {1} subtracted from {0}[{2}]"),
     "selmean": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.mean), "{0}[:, {1}].mean(axis={axis})"),
@@ -293,6 +303,9 @@ OPS: dict[str, tuple[Callable, str]] = {
                "np.where(np.eye(T, dtype=bool), -np.inf, {0})"),
     # scores made symmetric, as if query i and key j ought to score each other alike
     "sym": (lambda a, p: (a[0] + _swap(a[0])) / 2, "({0} + {0}ᵀ) / 2"),
+    # one triangle of the scores computed, and mirrored into the other, as if they were symmetric
+    "mirror_lower": (lambda a, p: np.tril(a[0]) + _swap(np.tril(a[0], -1)), "np.tril({0}) + np.tril({0}, -1)ᵀ"),
+    "mirror_upper": (lambda a, p: np.triu(a[0]) + _swap(np.triu(a[0], 1)), "np.triu({0}) + np.triu({0}, 1)ᵀ"),
 }
 
 
@@ -311,7 +324,7 @@ SWAPS: dict[str, tuple[str, ...]] = {
     "matmul": ("mul", "dot"), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
     "sqrt": ("square", "same", "log", "isqrt"), "exp": ("log", "same", "square", "exp2"), "max": ("min", "mean", "sum"),
     "sum": ("mean", "max"), "lastdim": ("firstdim", "size"), "zeros": ("ones",), "selsum": ("rowselsum", "selmean", "selmax"),
-    "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2",), "nonneg": ("positive", "nonneg_any"),
+    "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2", "square"), "nonneg": ("positive", "nonneg_any"),
     "close": ("close_first", "close_any", "close_below", "close_rel"),
 }
 # The exercises' own: a related quantity in place of the asked one, a test phrased or bounded otherwise.
@@ -324,7 +337,7 @@ SWAPS["outer"] = ("mul",)
 SWAPS["avg"] = ("median", "total", "largest", "lastrow", "firstrow")
 # Further relatives of an operator, kept apart so that the lists above stay as they were.
 MORE_SWAPS: dict[str, tuple[str, ...]] = {"matmul": ("rowdot", "colsum_scale"), "sqrt": ("half", "zero_power"),
-                                          "sub": ("div",), "exp": ("expm1",)}
+                                          "sub": ("div",), "exp": ("expm1", "exp10"), "T": ("reshape_t",)}
 # Relatives of one stage's operator alone, by the stage's name: a similarity other than the dot
 # product, for the scores.
 STAGE_SWAPS: dict[str, tuple[str, ...]] = {"d": ("negdist",)}
@@ -339,7 +352,7 @@ CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
-MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_")
+MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow")
 # Operators a unary stage may be moved outside of: `√(d / d_k)` for `d / √d_k`.
 OUTWARD = {"sqrt", "exp", "log", "square"}
 REDUCTIONS = {"max": "max", "min": "min", "sum": "sum", "mean": "mean"}
@@ -453,6 +466,12 @@ PROGRAMS: dict[str, tuple[tuple[tuple[str, str], ...], list[Stage]]] = {
 _UNIFORM = [_st("t", "firstdim", ("k",)), _st("d_k", "lastdim", ("k",)), _st("d_v", "lastdim", ("v",)),
             _st("a", "uniform", ("t", "t"))]
 FORMS: dict[str, dict[str, list[Stage]]] = {
+    "softmax_rows": {
+        # the log-sum-exp form: a = exp(s - lse), lse = m + log(sum(exp(s - m)))
+        "lse": [_st("m", "max", ("s",), axis=-1), _st("shifted", "sub", ("s", "m")), _st("e", "exp", ("shifted",)),
+                _st("z", "sum", ("e",), axis=-1), _st("lz", "log", ("z",)), _st("lsum", "add", ("m", "lz")),
+                _st("sl", "sub", ("s", "lsum")), _st("a", "exp", ("sl",)), _st("return", "one", ("a",))],
+    },
     "zero_query_mixture": {
         # the closed form: equal weights 1/T, mixed or averaged
         "uniform": _UNIFORM + [_st("o", "matmul", ("a", "v")), _st("return", "tuple", ("a", "o"))],
@@ -486,6 +505,7 @@ WORDS = {
     "o_old": "the output before the shift", "before": "the head's result before", "after": "the head's result after",
     "o_b": "output_before", "a_b": "weights_before", "o_a": "output_after", "a_a": "weights_after",
     "w_v_new": "the new W_V", "v_a": "the new values", "softmax_axis": "the softmax axis",
+    "lz": "the log of the row totals", "lsum": "the log-sum-exp", "sl": "the scores less the log-sum-exp",
     "w_d": "the change of W_V", "v_d": "the change of the values", "o_d": "the change of the output",
 }
 SECTIONS = {"q": "§15.1", "k": "§15.1", "v": "§15.1", "k_t": "§15.2", "d": "§15.2", "d_k": "§15.3", "r": "§15.3",
@@ -498,7 +518,7 @@ OP_WORDS = {
     "firstdim": "the first axis's length", "size": "the count of all its numbers",
     "axes_count": "the number of its axes (`.ndim`)",
     "dot": "`np.dot`, which on a batch pairs every example with every other", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
-    "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
+    "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D", "square": "a square test",
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
     "close_first": "the first row's sum only", "close_any": "any row summing to one",
     "close_below": "the sums compared without their absolute value", "close_rel": "np.allclose's default tolerance",
@@ -512,7 +532,7 @@ OP_WORDS = {
     "selmax": "a maximum", "selmean": "a mean", "selmin": "a minimum", "selmedian": "a median",
     "setrows": "the listed rows set to the shift", "ndim2": "exactly 2-D", "nonneg": "a non-negativity test",
     "close": "the row-sum test", "addrows": "the shift added to the listed rows",
-    "sqrt": "a square root", "isqrt": "a square root rounded down", "exp2": "a power of two",
+    "sqrt": "a square root", "isqrt": "a square root rounded down", "exp2": "a power of two", "exp10": "a power of ten", "reshape_t": "a reshape to the transposed shape",
     "lastdim": "the last axis's length", "subrows": "the shift subtracted from the listed rows",
     "pair": "the pair of sizes", "pair_rev": "the pair of sizes in reverse order",
 }
@@ -606,11 +626,18 @@ def _example_sizes() -> dict[str, int]:
     return {"t": example["X"].shape[0], "d_k": example["W_Q"].shape[1], "d_v": example["W_V"].shape[1]}
 
 
+# The kinds of edit tried in a form where not every kind is (a form that adds stages to the
+# reference's own, whose other edits mostly give the same numbers as the reference's edits).
+FORM_KINDS = {("softmax_rows", "lse"): {"skip", "partial_skip", "twice", "op", "axis", "axes", "keepdims"}}
+
+
 def _edits(fn: str) -> list[Edit]:
     """Every edit of `fn`'s program, then of each other form it is commonly written in."""
     found = _edits_of(fn, PROGRAMS[fn][1], "")
     for form, stages in FORMS.get(fn, {}).items():
-        found += _edits_of(fn, stages, form)
+        kinds = FORM_KINDS.get((fn, form))
+        found += [edit for edit in _edits_of(fn, stages, form)
+                  if kinds is None or edit.code.split(f"-{form}-", 1)[1].split("-")[0] in kinds]
     return found
 
 
@@ -1080,7 +1107,11 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                     ("sym", f"{scores} {_were(name)} averaged with {its} transpose, as if query i and key j had to "
                             f"score each other alike",
                      f"Find where `{fn}` computes {scores}: score i, j is query i's dot product with key j, and need "
-                     f"not equal score j, i.")):
+                     f"not equal score j, i."),
+                    *((f"mirror_{half}", f"only the {half} triangle of {scores} was computed and mirrored into the "
+                                         f"other, as if {'they were' if name in _PLURAL else 'it was'} symmetric",
+                       f"Find where `{fn}` computes {scores}: score i, j is query i's dot product with key j, and need "
+                       f"not equal score j, i; compute every entry.") for half in ("lower", "upper"))):
                 add(i, before + [first, (name, extra, (name + "'",), {})] + after,
                     f"{name} = {OPS[extra][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
                     words, f"insert:{extra}", look=look)
@@ -1440,7 +1471,9 @@ def preference(code: str) -> float:
     operand named outright before an operand changed on its way in, an extra stage or a skip; an
     edit of both branches of `rows is None` before one of a single branch."""
     label = code.split("-", 3)[-1]
-    if "-op-" in code or "-read-" in code or any(kind in label for kind in ("unpack", "slot", "value-", "nan_blind",
+    if "-to-clip" in code:  # a bound nothing in the chapter suggests: told only where nothing plainer gives the values
+        rank = 3.5
+    elif "-op-" in code or "-read-" in code or any(kind in label for kind in ("unpack", "slot", "value-", "nan_blind",
                                                                             "per_row", "narrow", "exchange")) \
             or code.split("-")[2:4] in (["return", "add"], ["return", "drop"]):
         rank = 0.0
@@ -1673,10 +1706,26 @@ def stage_of(code: str) -> str:
 _SWAPPED_TO = re.compile(r"-op-[^-]+-to-(.+?)(?:-[\d.]+)?$")
 
 
+_PARTIAL_SKIP = re.compile(r"-partial_skip-([^-]+)-")
+
+
+def _form_of(code: str) -> str:
+    parts = code.split("-")
+    return parts[3] if len(parts) > 3 and parts[3] in FORMS.get(parts[1], {}) else ""
+
+
 def same_line_alike(code: str, other: str) -> bool:
     """Do two single edits change one line in ways that, giving the same values, are one mistake
     told alike: the line skipped or its result replaced, one operator with another bound? Not two
-    different operators put in the same place (`any` for `all`, and the first row alone)."""
+    different operators put in the same place (`any` for `all`, and the first row alone). A line
+    left out of one path (`partial_skip`) is one mistake wherever along that path it is told, and
+    the same as an edit of that line itself where the two give the same values: in the log-sum-exp
+    form the shifted scores feed the row totals alone."""
+    skipped = [_PARTIAL_SKIP.search(c) for c in (code, other)]
+    if any(skipped) and _form_of(code) == _form_of(other):
+        lines = [m.group(1) if m else stage_of(c) for m, c in zip(skipped, (code, other))]
+        if lines[0] == lines[1]:
+            return True
     if stage_of(code) != stage_of(other):
         return False
     mine, theirs = _SWAPPED_TO.search(code), _SWAPPED_TO.search(other)

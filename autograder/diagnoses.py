@@ -56,6 +56,10 @@ CODES: dict[str, Diagnosis] = dict([
        "slice assignment on an argument."),
     _d("low-precision", "your numbers have the right structure but float32-sized errors (about 1e-7).",
        "Keep every array in float64: no `astype(np.float32)` or `dtype=np.float32` anywhere on the way.", "§15.6"),
+    _d("half-precision", "your numbers have the right structure but float16-sized errors (about 1e-3): "
+       "somewhere on the way an array was held in half precision, whose numbers carry about three digits.",
+       "Keep every array in float64: no `astype(np.float16)`, `dtype=np.float16` or `np.half` anywhere on the way.",
+       "§15.6"),
     _d("slightly-off", "your numbers are near the expected ones (within about one part in 10 000) but not "
        "equal to them: something on the way moves them a little, such as a small constant (an epsilon) added "
        "to a divisor, a total or every term (each exponential, say), a constant typed in rounded (1.414 for √2), a value rounded part-way, or an "
@@ -195,6 +199,14 @@ CODES: dict[str, Diagnosis] = dict([
     _d("causal-mask", "you masked the later positions (a causal mask), which this head does not ask for: "
        "every receiving position attends to every key.",
        "Remove the mask (`np.tril`, `np.triu`, `-np.inf` entries) before the softmax.", "§15.2"),
+    _d("causal-mask-diagonal", "you masked each position's own key as well as the later ones (the diagonal "
+       "too): a causal mask, which this head does not ask for, and one that leaves the first position no key "
+       "to attend to.",
+       "Remove the mask (`np.tril`, `np.triu`, `-np.inf` or `-1e9` entries) before the softmax: every receiving "
+       "position attends to every key, its own included.", "§15.2"),
+    _d("reversed-mask", "you masked the earlier positions (the lower triangle kept out), a mask this head does "
+       "not ask for: every receiving position attends to every key.",
+       "Remove the mask (`np.tril`, `np.triu`, `-np.inf` or `-1e9` entries) before the softmax.", "§15.2"),
     _d("scores-as-weights", "you returned the scores as the weights; the weights are the softmax of the "
        "scaled scores, the same matrix your output is mixed with.",
        "Return `a = softmax_rows(s)` beside the output, not `s` or `d`.", "§15.4"),
@@ -204,6 +216,11 @@ CODES: dict[str, Diagnosis] = dict([
     _d("elementwise-product", "you multiplied elementwise (`*`) where the step needs a matrix product "
        "(`@`), which sums over the shared axis.",
        "Use `@` (or `np.matmul`) for the product.", "§15.1"),
+    _d("fused-split-wrongly", "you projected with the three matrices joined side by side and split the result "
+       "in the wrong places (in three equal parts, or at d_v where d_k belongs): that gives q, k and v only where "
+       "d_k = d_v, as in the chapter's example; elsewhere the parts have the wrong widths, or the split raises.",
+       "Split at the widths themselves (`np.split(qkv, [d_k, 2 * d_k], axis=-1)`), or compute `x @ w_q`, "
+       "`x @ w_k` and `x @ w_v` one by one.", "§15.1"),
     _d("no-projection", "you attended over the input itself: queries, keys and values are three "
        "projections of x, by W_Q, W_K and W_V.",
        "Compute q, k and v from x with the three matrices before attending.", "§15.1"),

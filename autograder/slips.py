@@ -87,6 +87,25 @@ def _causal(s):
     return np.where(np.tril(np.ones((s.shape[-2], t), dtype=bool)), s, -np.inf)
 
 
+def _split_at(cuts):
+    """The fused product `x @ [W_Q | W_K | W_V]` split at two widths, each d_k or d_v (`cuts`: 0 for
+    d_k, 2 for d_v, the first cut and the width after it), where the right cuts are d_k and 2·d_k."""
+    def project(x, w):
+        widths = [np.shape(w[0])[-1], None, np.shape(w[2])[-1]]
+        first, then = widths[cuts[0]], widths[cuts[1]]
+        return tuple(np.split(x @ np.concatenate(w, axis=-1), [first, first + then], axis=-1))
+    return project
+
+
+def _masked(keep, fill):
+    """A mask that keeps the scores where `keep(rows, columns)` (np.tril or np.triu with an offset)
+    and puts `fill` elsewhere: -inf, or a large negative number as `masked_fill(mask, -1e9)` does,
+    which leaves a row masked whole uniform where -inf leaves it NaN."""
+    def mask(s):
+        return np.where(keep(np.ones(s.shape[-2:], dtype=bool)), s, fill)
+    return mask
+
+
 def _one_hot(a):
     return (a == a.max(axis=-1, keepdims=True)).astype(float)
 
@@ -198,12 +217,21 @@ SLIPS: tuple[Slip, ...] = (
     Slip("swapped-roles", "project", _roles()),
     Slip("no-projection", "project", (lambda x, w: (x, x, x),)),
     Slip("elementwise-product", "project", (lambda x, w: (x * w[0], x * w[1], x * w[2]),)),
+    # one fused product split in three equal parts, or at a width taken for another: right only where d_k = d_v
+    Slip("fused-split-wrongly", "project", (lambda x, w: tuple(np.split(x @ np.concatenate(w, axis=-1), 3, axis=-1)),
+                                            lambda x, w: tuple(np.array_split(x @ np.concatenate(w, axis=-1), 3,
+                                                                              axis=-1)),
+                                            *(_split_at(cuts) for cuts in ((0, 2), (2, 2), (2, 0))))),
     # §15.2. Each `.T` mistake twice: on a batch `.T` reverses all three axes.
     Slip("keys-not-transposed", "compare", (lambda q, k: k @ _t(q), lambda q, k: k @ q.T, lambda q, k: q @ k,
                                             lambda q, k: np.dot(q, k))),
     Slip("scores-prescaled", "compare", (lambda q, k: q @ _t(k) / np.sqrt(q.shape[-1]),)),
     Slip("elementwise-product", "compare", (lambda q, k: q * k,)),
     Slip("causal-mask", "mask", (_causal,)),
+    Slip("causal-mask-diagonal", "mask", (_masked(lambda m: np.tril(m, -1), -np.inf),
+                                          _masked(lambda m: np.tril(m, -1), -1e9))),
+    Slip("reversed-mask", "mask", (_masked(np.triu, -np.inf), _masked(lambda m: np.triu(m, 1), -np.inf),
+                                   _masked(lambda m: np.triu(m, 1), -1e9))),
     # §15.3: the divisor
     Slip("no-scaling", "divisor", (lambda d, sizes: (d, 1.0),)),
     Slip("scaled-by-d_k", "divisor", (lambda d, sizes: (d / sizes["d_k"], 1.0),)),

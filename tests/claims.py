@@ -39,7 +39,8 @@ from inprocess import Graded
 
 # Codes read from the look of the values or from the runner, not from a model.
 PROBES = {"not-implemented", "wrong-shape", "non-finite", "hard-coded", "mutates-input", "timeout", "exit-called",
-          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision", "slightly-off"}
+          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision", "slightly-off",
+          "half-precision"}
 
 
 def _calls(graded, step_id):
@@ -328,6 +329,24 @@ def _check_low_precision(graded, step_id, result):
                        if isinstance(part, np.ndarray)), f"{step_id}: low-precision said of errors beyond float32"
 
 
+def _check_half_precision(graded, step_id, result):
+    """float16-sized errors: every wrong value lies near the reference's, and one of them holds only
+    numbers a float16 holds (or an earlier step it builds on is half precise)."""
+    if "half-precision" not in result.diagnoses or result.carried_from:
+        return
+    halves = False
+    for call, kind, value in _failing(graded, step_id):
+        assert kind == "value", f"{step_id}: half-precision said where a call raised or returned another type"
+        want = _reference(call.fn, call)
+        for n, part in want.items():
+            if isinstance(part, np.ndarray):
+                got = np.asarray(value[n], dtype=float)
+                assert np.allclose(got, part, rtol=4e-3, atol=2e-3), f"{step_id}: half-precision said of errors beyond float16"
+                halves = halves or bool(np.array_equal(got.astype(np.float16).astype(float), got))
+    earlier = {used for used in BY_ID[step_id].uses if "half-precision" in graded.steps[used].diagnoses}
+    assert halves or earlier, f"{step_id}: half-precision said of numbers no float16 holds"
+
+
 def _check_slightly_off(graded, step_id, result):
     """Near every expected number: every wrong value lies within 1e-4 of the reference's, no call raised."""
     if "slightly-off" not in result.diagnoses or result.carried_from:
@@ -549,6 +568,7 @@ def check(graded: Graded) -> None:
         _check_nonfinite(graded, step.id, result)
         _check_low_precision(graded, step.id, result)
         _check_slightly_off(graded, step.id, result)
+        _check_half_precision(graded, step.id, result)
         _check_batch_allowed(graded, step.id, result)
         _check_carried(graded, result)
         _check_weight_claims(graded, step.id, result)

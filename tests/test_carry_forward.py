@@ -206,6 +206,18 @@ SUBMISSIONS.update({
                                     "    from scipy.special import softmax  # noqa: F401\n    return attention(q, k, v)\n")]),
     # a head that returns zeros of the right shapes: each example alone gives what the batch gave
     # for it, yet nothing shows the batch axis carried through
+    # the head mixes the example's own values, read from outside: it raises where T is not the
+    # example's 3, on a batch and on each of its examples alike, and is wrong where it runs
+    "head_mixes_the_example_s_values": variant([("    return attention(q, k, v)\n",
+                                                 "    return attention(q, k, V_EXAMPLE)\n")],
+                                               "\nV_EXAMPLE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])\n"),
+    # the projections joined and split in three equal parts (right only where d_k = d_v), and
+    # exercise 5 multiplying the old output by the new W_V: its own mistake shows once called again
+    "qkv_fused_ex5_output_times_new": variant([
+        ("    q = x @ w_q", "    q, k, v = np.split(x @ np.concatenate([w_q, w_k, w_v], axis=-1), 3, axis=-1)\n    q = q"),
+        ("    k = x @ w_k", "    k = k"), ("    v = x @ w_v", "    v = v"),
+        ("    output_after, weights_after = self_attention_head(x, w_q, w_k, w_v_new)\n",
+         "    output_after, weights_after = output_before @ w_v_new, weights_before\n")]),
     "head_of_zeros": variant([("    return attention(q, k, v)\n",
                                "    o, a = attention(q, k, v)\n    return np.zeros_like(o), np.zeros_like(a)\n")]),
     # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
@@ -631,6 +643,28 @@ def test_steps_built_on_unwritten_ones_are_graded_alike_whatever_the_placeholder
     assert "not written yet" in _steps(stub)["attention"]["feedback"], _steps(stub)["attention"]["feedback"]
     for sid in ("qkv", "scores", "scale", "softmax", "mix"):
         assert _steps(stub)[sid]["score"] == _steps(empty)[sid]["score"] == 0.0, sid
+
+
+def test_a_batch_that_raises_and_returns_as_the_head_does_on_each_example_alone_costs_nothing_more(carried):
+    """The head mixes values read from outside: on a batch, and on each of its examples alone, it
+    raises the very same exception from the same line, or returns the same numbers. One mistake,
+    the head's: the batch keeps its points, carried from the head."""
+    steps = _steps(carried["head_mixes_the_example_s_values"])
+    assert "batch" not in _lost(carried["head_mixes_the_example_s_values"]), steps["batch"]["feedback"]
+    assert steps["batch"]["carried_from"] == "head"
+
+
+def test_a_step_called_again_tells_the_mistake_of_its_own_its_first_run_hid(carried, on_its_own):
+    """Exercise 5 raised inside the fused projection on its first run. Called again with the
+    chapter's projection and head in place, it still fails, now in its own line: that is told,
+    and its grade is what it earns on its own cases."""
+    steps = _steps(carried["qkv_fused_ex5_output_times_new"])
+    text = steps["ex5_intervention"]["feedback"]
+    assert ("Called again with the chapter's `project_qkv` and `self_attention_head` in place of yours, your "
+            "`value_intervention` is still wrong on") in text, text
+    assert "in `value_intervention`" in text.split("is still wrong on", 1)[1], text
+    assert steps["ex5_intervention"]["carried_from"] is None
+    assert steps["ex5_intervention"]["score"] == _steps(on_its_own["qkv_fused_ex5_output_times_new"])["ex5_intervention"]["score"]
 
 
 def test_a_batch_that_raises_only_as_the_head_raises_keeps_its_points_on_those_exceptions(carried, on_its_own):

@@ -185,3 +185,44 @@ def test_pairs_stacked_into_one_array_are_told_as_pairs_per_example(tmp_path):
     assert "wrong-type" in batch["diagnoses"], batch
     assert "Where it returned, you returned one (o, a) pair per example of the batch, each of them right" \
         in batch["feedback"], batch["feedback"]
+
+
+def test_an_output_made_in_another_array_s_shape_is_told_in_the_docstring_s_sizes(tmp_path):
+    """Each example computed right, and written into an array made like the input: the batch's
+    outputs are d_in wide where d_v is asked, or numpy refuses the write. That is told in the
+    docstring's sizes, and not as a batch axis mixed up; in `mix`, an output made like the weights."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("self_attention_head", (
+        "    if x.ndim == 3:\n"
+        "        o, a = np.empty_like(x), np.empty(x.shape[:2] + (x.shape[1],))\n"
+        "        for i in range(len(x)):\n"
+        "            o[i], a[i] = self_attention_head(x[i], w_q, w_k, w_v)\n"
+        "        return o, a\n"
+        "    return attention(*project_qkv(x, w_q, w_k, w_v))")))
+    batch = _steps(path)["batch"]
+    assert "batch-axes-mixed" not in batch["diagnoses"] and batch["score"] < batch["max_score"], batch["feedback"]
+    assert ("the last axis of your `o` has as many entries as d_in (the input's width), where it should have d_v "
+            "(the value width)") in batch["feedback"], batch["feedback"]
+    path.write_text(_replaced("mix", (
+        "    o = np.zeros_like(a)\n"
+        "    for i in range(a.shape[0]):\n"
+        "        for j in range(a.shape[1]):\n"
+        "            o[i] += a[i, j] * v[j]\n"
+        "    return o")))
+    mix = _steps(path)["mix"]
+    assert "as many entries as T (the positions), where it should have d_v" in mix["feedback"], mix["feedback"]
+
+
+def test_a_batch_whose_last_example_was_never_written_is_told_so(tmp_path):
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("self_attention_head", (
+        "    if x.ndim == 3:\n"
+        "        o = np.empty(x.shape[:2] + (w_v.shape[-1],))\n"
+        "        a = np.empty(x.shape[:2] + (x.shape[1],))\n"
+        "        for i in range(len(x) - 1):\n"
+        "            o[i], a[i] = self_attention_head(x[i], w_q, w_k, w_v)\n"
+        "        return o, a\n"
+        "    return attention(*project_qkv(x, w_q, w_k, w_v))")))
+    batch = _steps(path)["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"], batch["feedback"]
+    assert "every example's right numbers but the last example's" in batch["feedback"], batch["feedback"]

@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh20.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -53,7 +53,13 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # loops that index the wrong side, and exercises taking a shortcut that leaves the weights out; the
 # eighteenth (the seventeenth is a folder of notebooks, tests/submissions/fresh17/) with operands
 # swapped for another array in scope, integer casts, precedence, in-place writes, renormalised
-# weights, batch loops one short, predicates loosened or tightened, and rows sliced one short.
+# weights, batch loops one short, predicates loosened or tightened, and rows sliced one short; the
+# nineteenth with PyTorch habits (a weight laid out as nn.Linear's, a fused projection split in three,
+# a causal mask with the diagonal, half precision), log-sum-exp written wrongly, output arrays made
+# in another array's shape and filled in a loop, and exercises answering a neighbouring question; the
+# twentieth with other textbooks' scores and softmaxes (additive scores, other bases, a temperature,
+# columns normalized after rows), lists and loops, np.matrix, a reshape for a transpose, batches
+# left partly unfilled, and exercises answering a neighbouring question.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -62,4 +68,5 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh12.json", "twelfth-"), **_read("fresh13.json", "thirteenth-"),
                            **_read("fresh14.json", "fourteenth-"),
                            **_read("fresh15.json", "fifteenth-"), **_read("fresh16.json", "sixteenth-"),
-                           **_read("fresh18.json", "eighteenth-")}
+                           **_read("fresh18.json", "eighteenth-"), **_read("fresh19.json", "nineteenth-"),
+                           **_read("fresh20.json", "twentieth-")}

@@ -32,6 +32,9 @@ MISTAKES: dict[str, Submission] = {
     "qkv_elementwise": Submission(((Q_LINE, "    q = x * w_q\n"), (K_LINE, "    k = x * w_k\n"),
                                    (V_LINE, "    v = x * w_v\n")), _on(QKV_ON, "elementwise-product")),
     "qkv_values_from_keys": _one(V_LINE, "    v = x @ w_k\n", QKV_ON, "swapped-roles"),
+    "qkv_fused_and_split_in_three": Submission(
+        ((Q_LINE, "    qkv = x @ np.concatenate([w_q, w_k, w_v], axis=-1)  # one fused product\n"),
+         (K_LINE, "    q, k, v = np.split(qkv, 3, axis=-1)\n"), (V_LINE, "")), _on(QKV_ON, "fused-split-wrongly")),
     "qkv_rounded": _one(QKV_RETURN, "    return np.round(q, 4), np.round(k, 4), np.round(v, 4)\n", QKV_ON,
                         "rounded-result"),
     "head_without_projection": _one(HEAD_RETURN, "    return attention(x, x, x)\n", HEAD_ON, "no-projection"),
@@ -46,6 +49,21 @@ MISTAKES: dict[str, Submission] = {
         "    s = scale(scores(q, k), d_k)\n"
         "    s = np.where(np.tril(np.ones(s.shape[-2:])) == 1, s, -np.inf)  # no peeking ahead\n"
         "    a = softmax_rows(s)\n", ATTENTION_ON, "causal-mask"),
+    # torch's habit: masked_fill of the upper triangle, the diagonal included, with -1e9
+    "attention_mask_with_the_diagonal": _one(
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
+        "    s = scale(scores(q, k), d_k)\n"
+        "    future = np.triu(np.ones(s.shape[-2:]), k=0).astype(bool)\n"
+        "    a = softmax_rows(np.where(future, -1e9, s))\n", ATTENTION_ON, "causal-mask-diagonal"),
+    "attention_mask_reversed": _one(
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
+        "    s = scale(scores(q, k), d_k)\n"
+        "    s = np.where(np.triu(np.ones(s.shape[-2:])) == 1, s, -np.inf)\n"
+        "    a = softmax_rows(s)\n", ATTENTION_ON, "reversed-mask"),
+    "attention_in_half_precision": _one(
+        "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
+        "    a = softmax_rows(scale(scores(q, k), d_k).astype(np.float16))  # as autocast would\n",
+        ATTENTION_ON, "half-precision"),
     # -- §15.3: the divisor ------------------------------------------------------------------
     "scale_floor_division": _one(SCALE_LINE, "s = d // np.sqrt(d_k)", SCALE_ON, "integer-division"),
     "scale_by_len": _one(SCALE_LINE, "s = d / np.sqrt(len(d))", SCALE_ON, "scaled-by-positions"),
