@@ -622,14 +622,20 @@ def _note_bindings(namespace, number, held, bound, absent):
             bound.setdefault(name, []).append(number)
 
 
+def _plain_functions(namespace):
+    """(name, function) of each graded name of `namespace` bound to a function defined in Python."""
+    function_type = type(_plain_functions)
+    for name in GRADED_FUNCTIONS:
+        function = namespace.get(name)
+        if type(function) is function_type:
+            yield name, function
+
+
 def defaulted_parameters(namespace):
     """For each graded function of `namespace` that has parameters with defaults other than None,
     their names (at most 8, each one the protocol carries): read from its code and defaults alone."""
-    function_type, found = type(defaulted_parameters), {}
-    for name in GRADED_FUNCTIONS:
-        function = namespace.get(name)
-        if type(function) is not function_type:
-            continue
+    found = {}
+    for name, function in _plain_functions(namespace):
         code = function.__code__
         positional = code.co_varnames[:code.co_argcount]
         defaults = function.__defaults__
@@ -640,6 +646,38 @@ def defaulted_parameters(namespace):
         if type(kwonly) is dict:
             names += [key for key in code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
                       if kwonly.get(key, None) is not None]
+        names = [key for key in names if protocol.is_name(key)][:8]
+        if names:
+            found[name] = names
+    return found
+
+
+_STORE_FAST = __import__("opcode").opmap["STORE_FAST"]
+
+
+def unset_parameters(namespace):
+    """For each graded function of `namespace`, its parameters whose default is None and that its
+    own code assigns (`if temperature is None: temperature = ...`): what every call of the graders
+    leaves unset, and the body then fills in. At most 8 names a function, read from its bytecode."""
+    found = {}
+    for name, function in _plain_functions(namespace):
+        code = function.__code__
+        stored, raw, extended = set(), code.co_code, 0
+        for at in range(0, len(raw) - 1, 2):
+            op, arg = raw[at], raw[at + 1] | extended
+            extended = arg << 8 if op == __import__("opcode").opmap["EXTENDED_ARG"] else 0
+            if op == _STORE_FAST:
+                stored.add(arg)
+        positional = code.co_varnames[:code.co_argcount]
+        defaults = function.__defaults__ if type(function.__defaults__) is tuple else ()
+        first = len(positional) - len(defaults)
+        names = [key for index, key in enumerate(positional)
+                 if index >= first and defaults[index - first] is None and index in stored]
+        kwonly = function.__kwdefaults__ if type(function.__kwdefaults__) is dict else {}
+        names += [key for index, key in enumerate(code.co_varnames[code.co_argcount:
+                                                                   code.co_argcount + code.co_kwonlyargcount],
+                                                  start=code.co_argcount)
+                  if key in kwonly and kwonly[key] is None and index in stored]
         names = [key for key in names if protocol.is_name(key)][:8]
         if names:
             found[name] = names
@@ -864,7 +902,8 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         imported["stopped"] = stopped
     outside = {}
     if job.get("replace") is None:  # a first run's: the grader reads them of no run called again
-        for key, read in (("outside", names_read_outside), ("defaults", defaulted_parameters)):
+        for key, read in (("outside", names_read_outside), ("defaults", defaulted_parameters),
+                          ("unset", unset_parameters)):
             try:
                 found = read(dict(module.__dict__))
             except BaseException:  # a value whose own code raises when looked at: nothing said of it
@@ -1151,7 +1190,7 @@ def _check_child_frame(obj, blob, expected, used):
     if expected is None:
         if event != "imported" or type(obj.get("ok")) is not bool:
             raise protocol.ProtocolError("something other than the module's import result")
-        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside", "bound", "defaults")
+        protocol.only(obj, "ev", "ok", "error", "answers", "out", "stopped", "outside", "bound", "defaults", "unset")
         clean = {"ev": "imported", "ok": obj["ok"], "out": text or ""}
         if obj["ok"]:
             clean["answers"] = protocol.answers(obj.get("answers", {}))
@@ -1161,8 +1200,9 @@ def _check_child_frame(obj, blob, expected, used):
                 clean["outside"] = protocol.outside(obj["outside"])
             if "bound" in obj:
                 clean["bound"] = protocol.bound(obj["bound"])
-            if "defaults" in obj:
-                clean["defaults"] = protocol.outside(obj["defaults"])
+            for key in ("defaults", "unset"):
+                if key in obj:
+                    clean[key] = protocol.outside(obj[key])
         else:
             clean["error"] = protocol.raised(obj.get("error"))
         return clean, b""

@@ -1639,7 +1639,7 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     # call: a model that happens to give that constant, `d_k = q.ndim` for the example's 2, may be
     # named beside it, but the parameter is what the student wrote)
     read_outside = _joined(_read_outside(step, told.outside, told.bound) if set(codes) <= _UNEXPLAINED else "",
-                           _defaults_never_passed(step, told.defaults))
+                           _defaults_never_passed(step, told.defaults, told.unset))
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes:
         # no sum or index of its own is what the shape look would guess at
@@ -2275,19 +2275,24 @@ def _only_in_skipped_cells(flat: list[_CallVerdict], skipped: dict[str, int]) ->
                      f"your own." for name in names if name in skipped)
 
 
-def _defaults_never_passed(step: Step, defaults: dict[str, list[str]]) -> str:
+def _defaults_never_passed(step: Step, defaults: dict[str, list[str]], unset: dict[str, list[str]] | None = None) -> str:
     """The parameters of the step's functions that the contract does not have, whose defaults every
-    call of the graders' therefore uses (a `d_k` set from the example's `Q` when the def ran, say)."""
+    call of the graders' therefore uses (a `d_k` set from the example's `Q` when the def ran, say),
+    or that every call leaves None for the body to fill in (`temperature = np.sqrt(T)`)."""
     sentences = []
     for fn in step.functions:
-        extra = [name for name in defaults.get(fn, ()) if name not in inspect_names(fn)]
-        if extra:
-            shown = feedback.listed([f"`{name}`" for name in extra])
-            sentences.append(f"Your `{fn}` takes {shown}, which the graders never pass (its arguments are "
-                             f"{', '.join(inspect_names(fn))}): every call uses "
-                             f"{'their defaults' if len(extra) > 1 else 'its default'}, fixed when the `def` ran "
-                             f"(one taken from the example's values, such as `Q.shape[-1]`, is the example's on "
-                             f"every case).")
+        for filled, names in ((True, (unset or {}).get(fn, ())), (False, defaults.get(fn, ()))):
+            extra = [name for name in names if name not in inspect_names(fn)]
+            if not extra:
+                continue
+            many = len(extra) > 1
+            uses = (f"leaves {'them' if many else 'it'} None, and runs with what your code puts in "
+                    f"{'their' if many else 'its'} place: check that what it puts there is what the step asks for."
+                    if filled else
+                    f"uses {'their defaults' if many else 'its default'}, fixed when the `def` ran (one taken from "
+                    f"the example's values, such as `Q.shape[-1]`, is the example's on every case).")
+            sentences.append(f"Your `{fn}` takes {feedback.listed([f'`{name}`' for name in extra])}, which the "
+                             f"graders never pass (its arguments are {', '.join(inspect_names(fn))}): every call {uses}")
     return "\n".join(sentences)
 
 

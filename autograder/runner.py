@@ -87,6 +87,8 @@ class Run:
     """Per graded function a notebook binds in two cells or more, those cells' numbers, in order."""
     defaults: dict[str, list[str]] = field(default_factory=dict)
     """Per graded function, the names of its parameters that have defaults."""
+    unset: dict[str, list[str]] = field(default_factory=dict)
+    """Per graded function, its parameters whose default is None and that its own code assigns."""
     skipped: dict[str, int] = field(default_factory=dict)
     """Set by the grader from the notebook itself: names defined only in cells it does not run."""
     discarded: dict[str, int] = field(default_factory=dict)
@@ -484,6 +486,7 @@ class Worker:
                     run.outside = protocol.outside(obj.get("outside", {}))
                     run.bound = protocol.bound(obj.get("bound", {}))
                     run.defaults = protocol.outside(obj.get("defaults", {}))
+                    run.unset = protocol.outside(obj.get("unset", {}))
             return used
         step = protocol.index(obj, "step", optional=True)
         call = protocol.index(obj, "call", optional=True)

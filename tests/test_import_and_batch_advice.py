@@ -226,3 +226,21 @@ def test_a_batch_whose_last_example_was_never_written_is_told_so(tmp_path):
     batch = _steps(path)["batch"]
     assert batch["diagnoses"] == ["batch-axes-mixed"], batch["feedback"]
     assert "every example's right numbers but the last example's" in batch["feedback"], batch["feedback"]
+
+
+def test_a_parameter_left_none_for_the_body_to_fill_in_is_told(tmp_path):
+    """`softmax_rows(s, temperature=None)`, whose body sets the temperature to √T when none is
+    passed: the graders never pass one, so every call divides the scores by √T once more."""
+    path = tmp_path / "attention_head.py"
+    source = _replaced("softmax_rows", (
+        "    if temperature is None:\n"
+        "        temperature = np.sqrt(s.shape[-1])\n"
+        "    z = s / temperature\n"
+        "    e = np.exp(z - z.max(axis=-1, keepdims=True))\n"
+        "    return e / e.sum(axis=-1, keepdims=True)"))
+    path.write_text(source.replace("def softmax_rows(s):", "def softmax_rows(s, temperature=None):", 1))
+    softmax = _steps(path)["softmax"]
+    assert softmax["status"] in ("partial", "failed"), softmax["feedback"]
+    assert ("Your `softmax_rows` takes `temperature`, which the graders never pass (its arguments are s): every "
+            "call leaves it None, and runs with what your code puts in its place") in softmax["feedback"], \
+        softmax["feedback"]

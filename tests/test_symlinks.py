@@ -122,8 +122,10 @@ def test_links_in_an_nbgrader_course_score_nothing_and_are_never_copied_nor_deep
     assert scores["ann"] == scores["bea"] == 100
     assert scores["mal"] == 0 and scores["zoe"] == 0
     lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
-    assert f"not graded: its {ASSIGNMENT} folder holds no {NOTEBOOK}" in lines["emp"]
-    assert "(only attention_head-Copy1.ipynb: rename the one to grade)" in lines["ren"]
+    # handed in without the notebook: graded as nothing, with the reason (an earlier grade goes)
+    assert lines["emp"].split()[1:3] == ["0", "/"] and lines["ren"].split()[1:3] == ["0", "/"], done.stdout
+    assert f"its {ASSIGNMENT} folder holds no {NOTEBOOK}" in lines["emp:"], done.stdout
+    assert "(only attention_head-Copy1.ipynb: rename the one to grade)" in lines["ren:"], done.stdout
     # and nbgrader export lists them, with 0, rather than leaving them out of grades.csv
     export = subprocess.run([sys.executable, "-m", "nbgrader", "export"], cwd=course, env=env,
                             capture_output=True, text=True, timeout=300)
