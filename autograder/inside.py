@@ -545,16 +545,20 @@ _EXTENDED_ARG = __import__("opcode").opmap["EXTENDED_ARG"]
 _GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0  # 3.11 keeps a flag in the lowest bit
 
 
-def _names_used(code, ops, shift=0):
-    """The names of `code.co_names` that its instructions among `ops` use, read from its bytecode
-    (each argument shifted right by `shift`, where the interpreter keeps a flag in its lowest bits)."""
-    found, raw, extended = set(), code.co_code, 0
+def _op_args(code, ops):
+    """The arguments of `code`'s instructions among `ops`, read from its bytecode."""
+    raw, extended = code.co_code, 0
     for at in range(0, len(raw) - 1, 2):
         op, arg = raw[at], raw[at + 1] | extended
         extended = arg << 8 if op == _EXTENDED_ARG else 0
-        if op in ops and (arg >> shift) < len(code.co_names):
-            found.add(code.co_names[arg >> shift])
-    return found
+        if op in ops:
+            yield arg
+
+
+def _names_used(code, ops, shift=0):
+    """The names of `code.co_names` that its instructions among `ops` use, read from its bytecode
+    (each argument shifted right by `shift`, where the interpreter keeps a flag in its lowest bits)."""
+    return {code.co_names[arg >> shift] for arg in _op_args(code, ops) if (arg >> shift) < len(code.co_names)}
 
 
 def _globals_loaded(code, depth=0):
@@ -662,12 +666,7 @@ def unset_parameters(namespace):
     found = {}
     for name, function in _plain_functions(namespace):
         code = function.__code__
-        stored, raw, extended = set(), code.co_code, 0
-        for at in range(0, len(raw) - 1, 2):
-            op, arg = raw[at], raw[at + 1] | extended
-            extended = arg << 8 if op == __import__("opcode").opmap["EXTENDED_ARG"] else 0
-            if op == _STORE_FAST:
-                stored.add(arg)
+        stored = set(_op_args(code, (_STORE_FAST,)))
         positional = code.co_varnames[:code.co_argcount]
         defaults = function.__defaults__ if type(function.__defaults__) is tuple else ()
         first = len(positional) - len(defaults)
