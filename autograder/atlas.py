@@ -160,6 +160,10 @@ class Table:
         n = derived_numbers(used_fn).get(which, -1) if kind == "derived" else which
         return block[0] + n if 0 <= n < block[1] else -1
 
+    def size(self, block: tuple) -> int:
+        """How many entries one block holds (0 where the table has no such block)."""
+        return self._blocks.get(block, (0, 0))[1]
+
     def remaining(self, block: tuple, mask) -> set | None:
         """The numbers, within `block`, of the entries `mask` (from `excluded`) leaves; None when
         the table has no such block."""

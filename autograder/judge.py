@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import operator
 import re
 import threading
 from contextlib import contextmanager
@@ -244,7 +245,7 @@ _VALUE_BYTES = 400  # a value's dict and its key in _SHARED_VALUES, beside its a
 def held() -> int:
     """The bytes the caches hold, as counted (see above)."""
     entries = sum(len(cache) for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _TOLERANCES,
-                                           _EFFECTS, _DIFFERS, _CARRIED))
+                                           _EFFECTS, _DIFFERS, _CARRIED, _EXPLAINED))
     return _HELD[0] + entries * _ENTRY_BYTES
 
 
@@ -282,7 +283,7 @@ def _step_running():
 def forget() -> None:
     """Empty the class-wide caches of model values (each is filled again as it is needed)."""
     for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS,
-                  _DIFFERS, _PRUNED, _RAISING, _CARRIED):
+                  _DIFFERS, _PRUNED, _RAISING, _CARRIED, _EXPLAINED):
         cache.clear()
     _HELD[0] = 0
     atlas.forget()
@@ -692,16 +693,21 @@ def _own(fn: str, depth: int):
             yield _Candidate(codes, model, False, key=(fn, depth, n))
 
 
-def _after_pairs(accepted: list, fn: str):
+def _after_pairs(accepted: list, fn: str, screen: "_Screen"):
     """The derived edits of `fn`, once the pairs of slips weighed before them have been: only where
     one of those pairs was accepted (else the search reaches the edits in their own turn)."""
     if accepted:
-        yield from _derived(fn)
+        yield from _derived(fn, screen)
 
 
-def _derived(fn: str):
-    """The step's models derived by general edits of the reference's stages (derived.py)."""
-    for code, model in derived.models(fn):
+def _derived(fn: str, screen: "_Screen | None" = None):
+    """The step's models derived by general edits of the reference's stages (derived.py), but those
+    the screen rules out, all at once (without a key looked up for each)."""
+    models = derived.models(fn)
+    left = screen.remaining(fn, ("derived",)) if screen is not None else None
+    numbers = range(len(models)) if left is None else left + list(range(screen.size(fn, ("derived",)), len(models)))
+    for n in numbers:
+        code, model = models[n]
         yield _Candidate((code,), model, False, key=(fn, "derived", code))
 
 
@@ -880,6 +886,10 @@ class _Screen:
             if kept is not None:
                 left = kept if left is None else left & kept
         return None if left is None else sorted(left)
+
+    def size(self, fn: str, block: tuple) -> int:
+        """How many of `fn`'s models the screen's tables hold in one block (see `remaining`)."""
+        return min((table.size(block) for table, _ in self.parts if table.fn == fn), default=0)
 
     def shows(self, key: tuple) -> bool | None:
         """Does the model change the (first) call's value, or raise there? None: unknown."""
@@ -1184,9 +1194,76 @@ def _same_model_values(one: _Candidate, other: _Candidate, calls: list) -> bool:
     return True
 
 
+# What the search found for a step, by everything it reads: the calls and the reference's values
+# (the class's own objects, held in the entry so their ids stay theirs), the student's verdicts by
+# their contents, and the earlier steps' diagnoses it carries. Students who make the same mistake
+# return the very same numbers, so a class searches once for each distinct mistake it shows.
+# -> (calls, expected, codes, covered, alternatives).
+_EXPLAINED: dict[tuple, tuple] = {}
+
+
+def _content(value, budget: list):
+    """A value the student returned, as a key of equal contents (the bytes, shape and dtype of an
+    array), or None when it holds something a key cannot stand for (objects, or too much)."""
+    if isinstance(value, np.ndarray):
+        budget[0] -= value.nbytes
+        if value.dtype.hasobject or budget[0] < 0:
+            raise _Unkeyable
+        return value.shape, value.dtype.str, value.tobytes()
+    if value is None or isinstance(value, (bool, int, float, complex, str, np.generic)):
+        shown = repr(value)
+        budget[0] -= len(shown)
+        if budget[0] < 0:
+            raise _Unkeyable
+        return type(value).__name__, shown
+    if isinstance(value, dict):
+        return ("dict",) + tuple((_content(name, budget), _content(part, budget)) for name, part in value.items())
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(_content(part, budget) for part in value)
+    raise _Unkeyable
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+_MOST_KEY_BYTES = 1 << 16
+
+
+def _explained_key(calls: list, verdicts: list[_CallVerdict], expected: list[dict], failing_uses: list[str],
+                   earlier: dict[str, StepResult], own: bool) -> tuple[tuple | None, int]:
+    """(the key of `_EXPLAINED`, the bytes of the contents it holds), or (None, 0) where the
+    verdicts hold what no key can stand for."""
+    budget = [_MOST_KEY_BYTES]
+    try:
+        seen = tuple((v.kind, tuple(v.codes), v.raised, v.raised_message, v.raised_in, v.nonfinite, v.shape,
+                      _content(v.actual, budget), _content(v.loose, budget), _content(v.raw, budget))
+                     for v in verdicts)
+    except (_Unkeyable, RecursionError):
+        return None, 0
+    return (tuple(map(id, calls)), tuple(map(id, expected)), seen, own,
+            tuple((used, tuple(earlier[used].diagnoses)) for used in failing_uses)), _MOST_KEY_BYTES - budget[0]
+
+
 def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
                   failing_uses: list[str], earlier: dict[str, StepResult],
                   own: bool = True) -> tuple[list[str], set, list]:
+    """What `_search` finds, searched once per class for each distinct set of verdicts."""
+    key, size = _explained_key(calls, verdicts, expected, failing_uses, earlier, own)
+    entry = _EXPLAINED.get(key) if key is not None else None
+    if entry is None or not (all(map(operator.is_, entry[0], calls)) and all(map(operator.is_, entry[1], expected))):
+        codes, covered, alternatives = _search(calls, verdicts, expected, failing_uses, earlier, own)
+        if key is None:
+            return codes, covered, alternatives
+        entry = (tuple(calls), tuple(expected), tuple(codes), frozenset(covered), tuple(alternatives))
+        _EXPLAINED[key] = entry  # one assignment: grading threads share this cache
+        _HELD[0] += size + _ENTRY_BYTES * (1 + len(verdicts))  # unlocked: see _shared
+    return list(entry[2]), set(entry[3]), list(entry[4])
+
+
+def _search(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
+            failing_uses: list[str], earlier: dict[str, StepResult],
+            own: bool = True) -> tuple[list[str], set, list]:
     """The misconception codes that account for the step's failing calls, which calls they cover,
     and the groups of codes between which the evidence cannot choose.
 
@@ -1242,7 +1319,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
             elif depth == 2:
                 candidates = _screened(fn, indexes, calls, verdicts, expected, set(), screen) if own else []
             elif depth == 3:
-                candidates = _derived(fn) if own else []
+                candidates = _derived(fn, screen) if own else []
             else:
                 candidates = _derived_pairs(fn, indexes, calls, verdicts, expected, screen,
                                             lambda pair: _passes_where_stopped(pair, stopped, fn_calls, fn_verdicts,
@@ -1254,7 +1331,7 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
                 # of the chapter's slips that come to the same (`q.size` read for d_k is not a
                 # prescaled score divided by √T as well): where a pair reproduces them, the edits are
                 # weighed as well, and one that does stands in the pairs' place.
-                candidates = itertools.chain(candidates, _after_pairs(accepted, fn))
+                candidates = itertools.chain(candidates, _after_pairs(accepted, fn, screen))
             for candidate in candidates:
                 if not candidate.carried and any(c.carried for c in accepted):
                     break  # an earlier diagnosis explains every failure: no model of its own can outrank it
