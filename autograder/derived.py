@@ -158,6 +158,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     "mean": (lambda a, p: np.mean(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.mean(axis={axis})"),
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
     "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
+    # the second axis's length, counted from the front: the last of a [T, d] array, T on a batch
+    "dim1": (lambda a, p: a[0].shape[1], "{0}.shape[1]"),
     "size": (lambda a, p: a[0].size, "{0}.size"),
     "axes_count": (lambda a, p: np.ndim(a[0]), "{0}.ndim"),
     "dot": (lambda a, p: np.dot(a[0], a[1]), "np.dot({0}, {1})"),
@@ -306,6 +308,11 @@ OPS: dict[str, tuple[Callable, str]] = {
     # one triangle of the scores computed, and mirrored into the other, as if they were symmetric
     "mirror_lower": (lambda a, p: np.tril(a[0]) + _swap(np.tril(a[0], -1)), "np.tril({0}) + np.tril({0}, -1)ᵀ"),
     "mirror_upper": (lambda a, p: np.triu(a[0]) + _swap(np.triu(a[0], 1)), "np.triu({0}) + np.triu({0}, 1)ᵀ"),
+    # one triangle of the scores computed and the other left at zero, as a loop over j <= i leaves it
+    "tril": (lambda a, p: np.tril(a[0]), "np.tril({0})"),
+    "triu": (lambda a, p: np.triu(a[0]), "np.triu({0})"),
+    # a running total down the positions: an accumulator kept from one row to the next, never reset
+    "cumrows": (lambda a, p: np.cumsum(a[0], axis=-2), "np.cumsum({0}, axis=-2)"),
 }
 
 
@@ -330,7 +337,7 @@ SWAPS: dict[str, tuple[str, ...]] = {
 # The exercises' own: a related quantity in place of the asked one, a test phrased or bounded otherwise.
 SWAPS["close"] += ("close_mean", "close_total", "no_far")
 SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
-SWAPS["lastdim"] += ("axes_count",)
+SWAPS["lastdim"] += ("axes_count", "dim1")
 SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
 SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
@@ -353,6 +360,8 @@ INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
 MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow")
+# Stages inserted after a line that computes an array (of rows), beyond those.
+ARRAY_INSERTS = ("cumrows",)
 # Operators a unary stage may be moved outside of: `√(d / d_k)` for `d / √d_k`.
 OUTWARD = {"sqrt", "exp", "log", "square"}
 REDUCTIONS = {"max": "max", "min": "min", "sum": "sum", "mean": "mean"}
@@ -516,6 +525,7 @@ OP_WORDS = {
     "add": "an addition", "sub": "a subtraction", "square": "a square", "same": "nothing", "log": "a logarithm",
     "exp": "an exponential", "min": "a minimum", "mean": "a mean", "sum": "a sum", "max": "a maximum",
     "firstdim": "the first axis's length", "size": "the count of all its numbers",
+    "dim1": "the second axis's length, counted from the front",
     "axes_count": "the number of its axes (`.ndim`)",
     "dot": "`np.dot`, which on a batch pairs every example with every other", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
     "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D", "square": "a square test",
@@ -1073,7 +1083,8 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                         f"size:{arg}:{source}:{size}")
         if kinds.get(name) not in ("array", "scalar"):
             continue
-        for extra in MORE_INSERTS:  # a cast, a normalization or a logarithm after the line
+        # a cast, a normalization, a logarithm or a running total after the line
+        for extra in MORE_INSERTS + (ARRAY_INSERTS if kinds.get(name) == "array" else ()):
             first = (name + "'", op, args, params)
             new = (name, extra, (name + "'",), {})
             shown = OPS[extra][1].format(f"({_line(stage).split(' = ', 1)[1]})")
@@ -1111,7 +1122,14 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                     *((f"mirror_{half}", f"only the {half} triangle of {scores} was computed and mirrored into the "
                                          f"other, as if {'they were' if name in _PLURAL else 'it was'} symmetric",
                        f"Find where `{fn}` computes {scores}: score i, j is query i's dot product with key j, and need "
-                       f"not equal score j, i; compute every entry.") for half in ("lower", "upper"))):
+                       f"not equal score j, i; compute every entry.") for half in ("lower", "upper")),
+                    *((f"tri{half[0]}", f"only the {half} triangle of {scores} was computed, the entries "
+                                        f"{'above' if half == 'lower' else 'below'} the diagonal left at 0, as a loop "
+                                        f"over the keys j {'<=' if half == 'lower' else '>='} i (or `np.tri{half[0]}`) "
+                                        f"leaves them",
+                       f"Find where `{fn}` computes {scores}: every query is compared with every key, those "
+                       f"{'after' if half == 'lower' else 'before'} it too; self-attention as the chapter builds it "
+                       f"masks nothing.") for half in ("lower", "upper"))):
                 add(i, before + [first, (name, extra, (name + "'",), {})] + after,
                     f"{name} = {OPS[extra][1].format('(' + _line(stage).split(' = ', 1)[1] + ')')}",
                     words, f"insert:{extra}", look=look)

@@ -1968,7 +1968,7 @@ def _examples_merged(verdicts: list[_CallVerdict], wants: list[dict]) -> bool:
     return True
 
 
-_BATCH_ONLY_EDITS = ("-op-matmul-to-dot",)
+_BATCH_ONLY_EDITS = ("-op-matmul-to-dot", "-op-lastdim-to-dim1")
 """Derived edits of the head that give one sequence the chapter's numbers and a batch others."""
 
 
@@ -2058,6 +2058,14 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 f"were written into arrays made beforehand and the {unfilled} never was, as a loop over "
                 f"`{'range(B - 1)' if unfilled == 'last' else 'range(1, B)'}` leaves it (`np.empty` holds whatever "
                 f"was in memory). Loop over `range(B)`, or stack the results.")
+        kept = None if missing else _one_example_kept([flat[i] for i in wrong], [wants[i] for i in wrong])
+        if kept and "batch-axes-mixed" in found.codes:
+            found.looks["batch-axes-mixed"] = (
+                f"Your results hold the {kept} example of the batch alone, right: as a loop over the examples "
+                + ("leaves them where its results are kept after it ends, from its last pass (an append, or an "
+                   "assignment, outside the loop's body)" if kept == "last" else
+                   "leaves them where it returns from inside its first pass")
+                + ". Keep every example's output and weights, and stack them: o [B, T, d_v], a [B, T, T].")
         if missing and "batch-axes-mixed" in found.codes:
             short = "range(B - 1)" if missing == "last" else "range(1, B)"
             found.looks["batch-axes-mixed"] = (
@@ -2545,15 +2553,57 @@ def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
 
 
 def _raised_off_the_example(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong: list[int]) -> str:
-    """Where to look when the example runs and the hidden cases raise: the two calls' shapes side by side."""
+    """Where to look when the example runs and the hidden cases raise: the two calls' shapes side by
+    side, and the two sizes the exception set against each other, where its message tells them."""
     example = next(case.calls[0] for case in cases if case.public)
-    failed = next(call for c in hidden_wrong for call, v in zip(cases[c].calls, verdicts[c]) if v.kind == "raised")
-    return (f"It ran on the chapter's example, {example.shown(inspect_names(example.fn))}, and raised on hidden "
+    raised = [(call, v) for c in hidden_wrong for call, v in zip(cases[c].calls, verdicts[c]) if v.kind == "raised"]
+    crossed = next(((call, found) for call, v in raised
+                    for found in [_sizes_crossed(call, v.raised_message, example)] if found), None)
+    failed = crossed[0] if crossed else raised[0][0]
+    text = (f"It ran on the chapter's example, {example.shown(inspect_names(example.fn))}, and raised on hidden "
             f"cases of other sizes, such as {failed.shown(inspect_names(failed.fn))}: some line holds for the "
-            f"example's sizes and not for these. Look for an array built in the shape of another whose size equals it only there, "
-            f"one width taken for another, a stack or reshape that needs two sizes equal, a size written as a "
-            f"number, or something kept from the example's call (a global, a cache); then call your function "
-            f"with the failing shapes and read the error.")
+            f"example's sizes and not for these.")
+    if crossed:
+        (one, first), (other, second), same = crossed[1]
+        return (text + f" There numpy's error sets a size of {first}, the call's {_SIZE_WORDS[one]}, against one "
+                f"of {second}, its {_SIZE_WORDS[other]}: some line takes the one for the other, which the "
+                f"chapter's example cannot show, where both are {same}. Check which width each array you "
+                f"build or multiply should have.")
+    return (text + " Look for an array built in the shape of another whose size equals it only there, "
+            "one width taken for another, a stack or reshape that needs two sizes equal, a size written as a "
+            "number, or something kept from the example's call (a global, a cache); then call your function "
+            "with the failing shapes and read the error.")
+
+
+_CORE = re.compile(r"\(size (\d+) is different from (\d+)\)")
+_TWO_SHAPES = re.compile(r"operands could not be broadcast together with shapes \(([\d, ]*)\) \(([\d, ]*)\)\s*$")
+
+
+def _sizes_crossed(call, message: str, example) -> tuple | None:
+    """((name, size), (name, size), their common size on the example) for the two sizes an
+    exception's message sets against each other (a matrix product's inner sizes, or two axes that
+    do not broadcast), where each is exactly one of the docstring's sizes on `call`, the two
+    differ, and the chapter's example holds them alike; None otherwise."""
+    found = _CORE.search(message or "")
+    if found:
+        pair = int(found.group(1)), int(found.group(2))
+    else:
+        found = _TWO_SHAPES.search(message or "")
+        if not found:
+            return None
+        clashing = [(one, other) for one, other in zip(reversed(_dims(found.group(1))), reversed(_dims(found.group(2))))
+                    if one != other and 1 not in (one, other)]
+        if len(clashing) != 1:
+            return None
+        pair = clashing[0]
+    sizes, on_example = _sizes_of(call), _sizes_of(example)
+    names = [[name for name, size in sizes.items() if size == wanted] for wanted in pair]
+    if any(len(found) != 1 for found in names) or names[0] == names[1]:
+        return None
+    one, other = names[0][0], names[1][0]
+    if on_example.get(one) is None or on_example.get(one) != on_example.get(other):
+        return None
+    return (one, pair[0]), (other, pair[1]), on_example[one]
 
 
 def _example_unfilled(verdicts: list[_CallVerdict], wants: list[dict]) -> str | None:
@@ -2596,6 +2646,26 @@ def _examples_left_out(verdicts: list[_CallVerdict], wants: list[dict], indexes:
             if not ends:
                 return None
             which = ends if not which else which & ends
+            if not which:
+                return None
+    return "last" if "last" in which else "first" if which else None
+
+
+def _one_example_kept(verdicts: list[_CallVerdict], wants: list[dict]) -> str | None:
+    """"first" or "last" when every wrong batch result holds that one example's right numbers alone
+    (with its batch axis of one, or without it), the same one on every call; else None."""
+    which = {"first", "last"}
+    for verdict, want_all in zip(verdicts, wants):
+        if verdict.kind != "mismatch" or not verdict.actual:
+            return None
+        for name, want in want_all.items():
+            got = verdict.actual.get(name)
+            if not (isinstance(got, np.ndarray) and isinstance(want, np.ndarray) and want.ndim >= 2
+                    and want.shape[0] >= 2 and got.shape in (want.shape[1:], (1,) + want.shape[1:])):
+                return None
+            got = got.reshape(want.shape[1:])
+            which &= {end for end, kept in (("first", want[0]), ("last", want[-1]))
+                      if allclose(got, kept, RTOL, ATOL, keep=False)}
             if not which:
                 return None
     return "last" if "last" in which else "first" if which else None

@@ -244,3 +244,51 @@ def test_a_parameter_left_none_for_the_body_to_fill_in_is_told(tmp_path):
     assert ("Your `softmax_rows` takes `temperature`, which the graders never pass (its arguments are s): every "
             "call leaves it None, and runs with what your code puts in its place") in softmax["feedback"], \
         softmax["feedback"]
+
+
+def test_a_batch_loop_that_keeps_its_last_example_alone_is_told_so(tmp_path):
+    """The append outside the loop's body: only the last pass's results are stacked."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("self_attention_head", (
+        "    if x.ndim == 3:\n"
+        "        outs, weights = [], []\n"
+        "        for example in x:\n"
+        "            o, a = self_attention_head(example, w_q, w_k, w_v)\n"
+        "        outs.append(o)\n"
+        "        weights.append(a)\n"
+        "        return np.stack(outs), np.stack(weights)\n"
+        "    return attention(*project_qkv(x, w_q, w_k, w_v))")))
+    batch = _steps(path)["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"], batch["feedback"]
+    assert "Your results hold the last example of the batch alone, right" in batch["feedback"], batch["feedback"]
+
+
+def test_d_k_counted_from_the_front_is_named_on_the_batch(tmp_path):
+    """`q.shape[1]` is d_k on one sequence and T on a batch: the line itself is named."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("attention", (
+        "    a = softmax_rows(scale(scores(q, k), q.shape[1]))\n"
+        "    return mix(a, v), a")))
+    batch = _steps(path)["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed", "derived-self_attention_head-d_k-op-lastdim-to-dim1"], \
+        batch["feedback"]
+    assert "`d_k = q.shape[1]` in place of `d_k = q.shape[-1]`" in batch["feedback"], batch["feedback"]
+
+
+def test_two_sizes_an_exception_sets_against_each_other_are_named(tmp_path):
+    """A zero query built d_v wide: the example cannot show it (d_k = d_v = 2); the hidden cases
+    raise, and numpy's message sets d_v against d_k, which the advice says in the docstring's words."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("zero_query_mixture", (
+        "    q = np.zeros(v.shape[-1])\n"
+        "    weights = softmax_rows((k @ q)[None, :] / np.sqrt(k.shape[-1]))[0]\n"
+        "    return weights, weights @ v")))
+    step = _steps(path)["ex1_zero_query"]
+    assert "hard-coded" in step["diagnoses"], step["feedback"]
+    said = re.search(r"There numpy's error sets a size of (\d+), the call's (\w+) \([^)]*\), against one of (\d+), "
+                     r"its (\w+) \([^)]*\): some line takes the one for the other, which the chapter's example "
+                     r"cannot show, where both are 2\.", step["feedback"])
+    assert said and {said[2], said[4]} == {"d_k", "d_v"}, step["feedback"]
+    shown = re.search(r"such as zero_query_mixture\(k \[(\d+), (\d+)\], v \[(\d+), (\d+)\]\)", step["feedback"])
+    sizes = {"d_k": shown[2], "d_v": shown[4]}
+    assert sizes[said[2]] == said[1] and sizes[said[4]] == said[3], step["feedback"]

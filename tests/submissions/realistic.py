@@ -237,6 +237,11 @@ MISTAKES: dict[str, Submission] = {
     # -- exercise 5 --------------------------------------------------------------------------
     "intervention_keeps_old_w_v": _one("self_attention_head(x, w_q, w_k, w_v_new)",
                                        "self_attention_head(x, w_q, w_k, w_v)", "ex5_intervention", "intervention-not-applied"),
+    # -- stages nobody listed: a triangle left at zero, a running total ------------------------
+    "scores_lower_triangle_loop": _one("    d = q @ k_t  #", "    d = np.tril(q @ k_t)  #", SCORES_ON,
+                                       "derived-scores-d-insert-tril"),
+    "mix_accumulator_never_reset": _one("    o = a @ v  #", "    o = np.cumsum(a @ v, axis=-2)  #", MIX_ON,
+                                        "derived-mix-o-insert-cumrows"),
 }
 
 # Mistakes the grader does not name on some step (an empty code list there): the coverage script
