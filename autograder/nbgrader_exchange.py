@@ -13,6 +13,7 @@ nbgrader's own collect.
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import shutil
 import stat
@@ -46,10 +47,16 @@ class LinkSafeCollect(ExchangeCollect):
       off nbgrader's warning: where every student's files belong to one account, no owner tells them
       apart;
     - the folder is opened once, without following a link, its owner read from what was opened, and
-      copied from there: an entry swapped between the test and the copy is not what is copied;
+      copied from there, each file and folder in it opened from the descriptor of the folder that
+      holds it, never through a link: an entry swapped for a link between the listing and the copy
+      (to a classmate's submitted notebook, say) is left out, not followed;
     - named pipes, sockets and devices are not copied; every folder and file copied is left
       readable and writable by the instructor (a folder handed in as mode 055 could not be removed
       by the next `collect --update`);
+    - the time a submission's name gives (and its timestamp.txt) is the student's to write: where it
+      is more than CLOCK_SLACK from when the folder's files last changed (their ctime, which the
+      kernel keeps), the submission is taken as made then, for which is the latest, for
+      `--before-duedate` and in the timestamp.txt collected, with an error naming it;
     - each submission is copied beside the student's `submitted/` folder first, which it replaces
       only once whole: one that cannot be copied (too large, say) leaves the earlier one as it was,
       with an error naming it, and the next student is collected as ever.
@@ -58,12 +65,20 @@ class LinkSafeCollect(ExchangeCollect):
 
     def _path_to_record(self, path):
         try:
-            return super()._path_to_record(path)
+            record = super()._path_to_record(path)
         except Exception as error:  # no time in the name, or no name at all: that entry alone
             filename = os.path.basename(path)
             self.log.error("%r: not a submission's name (%s): not collected", filename, _plain(error))
             return {"username": "\0" + filename, "filename": filename, "timestamp": datetime.datetime.min,
                     "refused": "not a submission's name"}
+        changed = _last_changed(path)
+        if changed is not None and abs(record["timestamp"] - changed) > CLOCK_SLACK:
+            # the time is the student's own text: the folder's name (and timestamp.txt), which
+            # anyone can write; when its files last changed is the kernel's (their ctime)
+            self.log.error("%r: its name says it was submitted at %s, but its files last changed at %s: "
+                           "collected as submitted then", record["filename"], record["timestamp"], changed)
+            record.update(claimed=record["timestamp"], timestamp=changed)
+        return record
 
     def _refused(self, record, status=None) -> str | None:
         """Why a submission's entry is not collected (it is no folder, or another account made it),
@@ -138,8 +153,17 @@ class LinkSafeCollect(ExchangeCollect):
             why = self._refused(record, os.fstat(descriptor))
             if why is not None:  # swapped since it was listed
                 raise RuntimeError(why)
-            opened = f"/proc/self/fd/{descriptor}"
-            self.do_copy(opened if os.path.isdir(opened) else source, staging)
+            copied = self._copy_opened(descriptor, staging)
+            changed = _utc(max(copied, os.fstat(descriptor).st_ctime))
+            if changed - record["timestamp"] > CLOCK_SLACK:  # what was copied changed later still
+                if record.get("claimed") is None:
+                    self.log.error("%r: its name says it was submitted at %s, but what was copied of it last "
+                                   "changed at %s: collected as submitted then", record["filename"],
+                                   record["timestamp"], changed)
+                    record["claimed"] = record["timestamp"]
+                record["timestamp"] = changed
+            if record.get("claimed") is not None:  # the time the collect verified, as nbgrader submit writes it
+                _write_timestamp(staging, record["timestamp"])
         except BaseException:
             if os.path.lexists(staging):
                 _remove(staging)
@@ -151,31 +175,178 @@ class LinkSafeCollect(ExchangeCollect):
         os.rename(staging, dest)
 
     def do_copy(self, src, dest, log=None):
-        size = self.get_size(src)  # nbgrader's own count, which skips links
-        if size > 1000 * self.coursedir.max_dir_size:
-            raise RuntimeError(f"its folder is too large: {size} bytes, where at most "
-                               f"{1000 * self.coursedir.max_dir_size} are collected")
+        descriptor = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            self._copy_opened(descriptor, dest)
+        finally:
+            os.close(descriptor)
+
+    def _copy_opened(self, folder: int, dest: str) -> float:
+        """Copy the opened folder `folder` to `dest`, every entry in it reached from the descriptor
+        of the folder holding it and opened without following a link: a file or folder the student
+        swaps for a link (to a classmate's submitted notebook, say) while it is copied is refused
+        by the open, never followed. At most nbgrader's `max_dir_size` is copied, counted as it is
+        read. Returns the newest ctime of what was copied."""
         patterns = ignore_patterns(exclude=self.coursedir.ignore, include=self.coursedir.include,
                                    max_file_size=self.coursedir.max_file_size, log=self.log)
-
-        def ignored(folder, names):  # nbgrader's patterns, and whatever is no folder, file or link
-            skipped = set(patterns(folder, names))
-            for name in names:
-                try:
-                    mode = os.lstat(os.path.join(folder, name)).st_mode
-                except OSError:
-                    skipped.add(name)
-                    continue
-                if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-                    skipped.add(name)
-            return skipped
-
-        shutil.copytree(src, dest, symlinks=True, ignore=ignored)
+        budget = _Budget(1000 * self.coursedir.max_dir_size)
+        _copy_folder(folder, dest, patterns, budget, lambda name, error: self.log.warning(
+            "%r: not copied (%s)", name, _plain(error)))
         # every folder and file copied: the instructor's to read, change and remove (never a link's
         # target), and the course group's too where the course is shared, as nbgrader does
         shared = self.coursedir.groupshared
         _open_up(dest, (0o2770, 0o2777) if shared else (0o700, 0o7777), (0o660, 0o777) if shared else (0o600, 0o7777),
                  lambda path: self.log.warning("Could not update permissions of %r", path))
+        return budget.newest
+
+
+# How far the time a submission's name gives may be from when its files last changed. `nbgrader
+# submit` names the folder for the moment it starts, then copies the files and writes timestamp.txt:
+# a second or so apart on one machine, more where the exchange is a network file system whose
+# server's clock runs apart from the submitting machine's.
+CLOCK_SLACK = datetime.timedelta(minutes=2)
+
+
+def _last_changed(path: str) -> datetime.datetime | None:
+    """When anything in the folder at `path` last changed (the newest ctime of the folder and of
+    what it holds, links not followed), looked at as far as the copy would copy it (MOST_ENTRIES,
+    MOST_DEPTH: a folder holding more is not collected at all), as nbgrader's naive UTC times are;
+    None where the folder cannot be read. The copy looks again at what it copies (`_Budget.newest`)."""
+    newest, todo, looked = None, [(path, 0)], 0
+    while todo and looked <= MOST_ENTRIES:
+        folder, depth = todo.pop()
+        try:
+            status = os.lstat(folder)
+            if not stat.S_ISDIR(status.st_mode):
+                return None  # (a link, say, which the collect refuses anyway: never followed)
+            newest = max(newest or 0, status.st_ctime)
+            with os.scandir(folder) as listing:
+                for entry in itertools.islice(listing, MOST_ENTRIES + 1 - looked):
+                    looked += 1
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_ctime)
+                    if entry.is_dir(follow_symlinks=False) and depth < MOST_DEPTH:
+                        todo.append((entry.path, depth + 1))
+        except OSError:
+            if folder == path:
+                return None
+    return _utc(newest)
+
+
+def _utc(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(tzinfo=None)
+
+
+def _write_timestamp(folder: str, when: datetime.datetime) -> None:
+    path = os.path.join(folder, "timestamp.txt")
+    if os.path.lexists(path):
+        os.unlink(path)
+    with open(path, "x", encoding="utf-8") as file:
+        file.write(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+
+
+class TooLarge(RuntimeError):
+    pass
+
+
+MOST_ENTRIES = 50_000
+"""Files, folders and links of one submission that are collected, counted as they are copied (as
+qkv-grade looks at no more of a student's folder): empty files cost no bytes, and three hundred
+thousand of them took a minute of every collect and as many of the course's inodes."""
+MOST_DEPTH = 32
+"""Folders below a submission's own that are copied (qkv-grade looks no deeper either)."""
+
+
+class _Budget:
+    """What one submission's copy may still take: bytes (nbgrader's max_dir_size) and entries."""
+
+    def __init__(self, size: int):
+        self.bytes, self.entries = size, MOST_ENTRIES
+        self.newest = 0.0
+        """The newest ctime of what was copied, as it was opened."""
+
+    def saw(self, status: os.stat_result) -> None:
+        self.newest = max(self.newest, status.st_ctime)
+
+    def take(self, size: int = 0) -> None:
+        self.bytes -= size
+        if self.bytes < 0:
+            raise TooLarge("its folder is too large: more than nbgrader's max_dir_size is collected")
+
+    def count(self) -> None:
+        self.entries -= 1
+        if self.entries < 0:
+            raise TooLarge(f"its folder holds more than {MOST_ENTRIES} files and folders")
+
+
+def _copy_folder(folder: int, dest: str, patterns, budget: _Budget, skipped, depth: int = 0) -> None:
+    """The entries of the opened folder `folder` copied into a new folder `dest`: folders and regular
+    files, each opened by name from `folder` with O_NOFOLLOW (and a file with O_NONBLOCK, its type
+    checked on what was opened: a named pipe swapped in is never read), links kept as links, nbgrader's
+    patterns applied; anything else, or an entry gone or swapped meanwhile, is left out
+    (`skipped(name, error)`). A file keeps its mode but the set-id and sticky bits and the
+    group's and others' write bits: the copy is the instructor's."""
+    os.mkdir(dest, 0o700)
+    names = []
+    for name in os.listdir(folder):  # (the listing itself counts: a folder of a million names is refused)
+        budget.count()
+        names.append(name)
+    names.sort()
+    ignored = set(patterns(f"/proc/self/fd/{folder}", names))
+    for name in names:
+        if name in ignored:
+            continue
+        target = os.path.join(dest, name)
+        try:
+            status = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            budget.saw(status)
+            if stat.S_ISLNK(status.st_mode):
+                os.symlink(os.readlink(name, dir_fd=folder), target)
+            elif stat.S_ISDIR(status.st_mode):
+                if depth >= MOST_DEPTH:
+                    raise TooLarge(f"its folders are nested more than {MOST_DEPTH} deep")
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+                try:
+                    _copy_folder(inner, target, patterns, budget, skipped, depth + 1)
+                    inner_status = os.fstat(inner)
+                    budget.saw(inner_status)
+                    _keep_times(inner_status, target)
+                finally:
+                    os.close(inner)
+            elif stat.S_ISREG(status.st_mode):
+                _copy_file(folder, name, target, budget)
+        except TooLarge:
+            raise
+        except OSError as error:
+            skipped(name, error)
+
+
+def _copy_file(folder: int, name: str, target: str, budget: _Budget) -> None:
+    source = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    try:
+        status = os.fstat(source)
+        budget.saw(status)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(f"no longer a file: a {'folder' if stat.S_ISDIR(status.st_mode) else 'special file'}")
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                chunk = os.read(source, 1 << 20)
+                if not chunk:
+                    break
+                budget.take(len(chunk))
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+        finally:
+            os.close(out)
+        _keep_times(status, target)
+    finally:
+        os.close(source)
+
+
+def _keep_times(status: os.stat_result, target: str) -> None:
+    os.chmod(target, stat.S_IMODE(status.st_mode) & 0o755)
+    os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
 
 
 def _plain(error: BaseException) -> str:

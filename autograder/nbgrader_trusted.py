@@ -401,6 +401,9 @@ def _sanitized(path: Path, coursedir, config, assignment: str, student: str):
     resources = _resources(coursedir, assignment, student)
     for step in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
         notebook, resources = step(config=config, log=_quiet_log()).preprocess(notebook, resources)
+    for cell in notebook.cells:  # a task cell whose grade id the source does not know, which OverwriteCells took away
+        if "nbgrader" in cell.metadata and not _named_cell(cell.metadata["nbgrader"]):
+            del cell.metadata["nbgrader"]
     return notebook
 
 
@@ -499,7 +502,16 @@ def _kept_metadata(metadata) -> dict:
                 if key in _CELL_METADATA and isinstance(value, _CELL_METADATA[key])}
     if "tags" in metadata:
         metadata["tags"] = [tag for tag in metadata["tags"] if isinstance(tag, str) and _TAG.fullmatch(tag)]
+    if "nbgrader" in metadata and not _named_cell(metadata["nbgrader"]):
+        del metadata["nbgrader"]  # nbgrader's later steps read every such cell's grade id
     return metadata
+
+
+def _named_cell(nbgrader: dict) -> bool:
+    """Does a cell's nbgrader metadata name a cell by a grade id? nbgrader's autograde, feedback
+    and formgrader read `grade_id` of every cell marked a grade, solution or task cell, and fail
+    for the whole class on one that has none."""
+    return isinstance(nbgrader.get("grade_id"), str) and bool(_CELL_ID.fullmatch(nbgrader["grade_id"]))
 
 
 MOST_CELLS = 1_000

@@ -963,15 +963,50 @@ def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None
             yield from left_out
 
 
+MOST_PASSED_OVER = 20 * MOST_ENTRIES_IN_ALL
+"""Entries of a folder outside the students' own that are read past, uncounted, because they can be
+nothing graded (see `_listing`); past these, its listing is not read further."""
+
+
+def _may_matter(entry: os.DirEntry) -> bool:
+    """Can a walk do anything with an entry: a folder, a link, or a file named as a submission is
+    (in any case: `.PY` is told to be renamed)? Anything else is passed over by `discover`."""
+    try:
+        return entry.name.lower().endswith(SUFFIXES) or entry.is_dir(follow_symlinks=False) or entry.is_symlink()
+    except OSError:
+        return True
+
+
 def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget
              ) -> tuple[list[os.DirEntry], list[tuple[os.DirEntry, tuple[str, ...], Cut]]]:
     """A folder's entries, sorted by name: as many as its student's bound (`own`, if it is in a
     student's folder) or else the bound of the rest (`whole`) has left, each counted against it;
-    and, if the folder holds more, the walk's word that the bound was reached (the first time it is)."""
+    and, if the folder holds more, the walk's word that the bound was reached (the first time it is).
+
+    Outside the students' folders, where the bound is the whole class's (a shared drop folder whose
+    entries are the classmates' own files and folders), entries that can be nothing graded are read
+    past without being counted (up to MOST_PASSED_OVER): a classmate's million empty files there
+    would otherwise use the bound up and leave others' submissions, in the file system's order, out."""
     bound = whole if own is None else own
     most = bound.left
-    entries = list(itertools.islice(found, most + 1))
     told = []
+    if own is not None:
+        entries = list(itertools.islice(found, most + 1))
+    else:
+        entries, passed = [], 0
+        for entry in found:
+            if _may_matter(entry):
+                entries.append(entry)
+                if len(entries) > most:
+                    break
+            else:
+                passed += 1
+                if passed > MOST_PASSED_OVER:  # the rest of this listing is not read: said once
+                    bound.told = True
+                    told.append((entry, bound.parts, Cut(
+                        f"more than {MOST_PASSED_OVER} files that are no submission: the rest of this "
+                        "folder's listing was not read, and what it holds was neither graded nor listed")))
+                    break
     if len(entries) > most:  # no folder is listed past a bound once told: this is the first time
         bound.told = True
         told.append((entries[most], bound.parts, Cut(

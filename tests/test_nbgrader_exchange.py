@@ -24,10 +24,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.nbgrader_exchange import MOST_ENTRIES
 from support import ASSIGNMENT, NOTEBOOK, build_course, filled_notebook, gradebook_scores, reference_source
 
 ESCAPES = "\x1b]2;OWNED\x07\x1b[31;1mFAKE LINE\x1b[0m"
 MALLORY = 54_321  # an account of no one running the tests
+BACKDATED, POSTDATED = "2024-01-04 23:00:00.000000 UTC", "2099-01-01 00:00:00.000000 UTC"
 LAUNCHER = "open(__file__ + '.ran', 'w').close()\nfrom ipykernel import kernelapp as app\napp.launch_new_instance()\n"
 
 
@@ -101,6 +103,20 @@ def exchange(tmp_path_factory):
     bulk = filled_notebook(released, reference_source())
     bulk.cells += [nbformat.v4.new_markdown_cell("x") for _ in range(1_200)]
     submit("bulk", bulk)
+    moe = submit("moe", reference)  # a program of his made set-user-id, and a notebook anyone may write
+    (moe / "tool").write_text("#!/bin/sh\nid\n")
+    (moe / "tool").chmod(0o4777)
+    (moe / NOTEBOOK).chmod(0o666)
+    flo = submit("flo", reference)  # a folder of more empty files than qkv-grade looks at: no bytes at all
+    (flo / "n").mkdir()
+    for number in range(MOST_ENTRIES + 1):
+        (flo / "n" / str(number)).touch()
+    # bart dates his submission (its folder's name and timestamp.txt) before the due date; cleo
+    # dates hers far ahead, where no later submission of hers would ever count as newer
+    for student, when in (("bart", BACKDATED), ("cleo", POSTDATED)):
+        made = submit(student, reference)
+        (made / "timestamp.txt").write_text(when)
+        os.rename(made, inbound / f"{student}+{ASSIGNMENT}+{when}+{made.name.rsplit('+', 1)[1]}")
 
     steps = {}
     for name, argv in (("collect", ["collect", ASSIGNMENT, where]),
@@ -123,11 +139,11 @@ def test_the_exchange_is_collected_graded_and_released_for_everyone_else(exchang
     for name in ("collect", "trusted", "feedback", "release"):
         assert exchange[name].returncode == 0, (name, exchange[name].stderr[-3000:])
     scores = gradebook_scores(exchange["course"])
-    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut"):
+    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe"):
         assert sum(value or 0 for value in scores[student].values()) == sum(
             value or 0 for value in scores["alice"].values()) > 0, student
     released = list((exchange["shared"] / exchange["course"].name / "feedback").glob("*.html"))
-    assert len(released) == 6, released  # alice, victor, trudy, oscar, fay and shut: the others have no page
+    assert len(released) == 9, released  # alice, victor, trudy, oscar, fay, shut, bart, cleo, moe: no one else
 
 
 def test_an_entry_that_is_no_folder_or_has_no_time_is_one_line_and_everyone_else_is_collected(exchange):
@@ -186,6 +202,109 @@ def test_nbgraders_own_files_are_copied_only_as_submit_writes_them(exchange):
         assert "\x1b" not in exchange[name].stdout + exchange[name].stderr, name
 
 
+def test_a_collected_copy_keeps_no_set_id_bit_nor_write_bits_for_anyone_but_the_instructor(exchange):
+    folder = exchange["course"] / "submitted" / "moe" / ASSIGNMENT
+    assert stat.S_IMODE((folder / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE((folder / NOTEBOOK).stat().st_mode) == 0o644
+
+
+def test_a_submission_of_more_files_than_are_looked_at_is_one_line_and_everyone_else_is_collected(exchange):
+    collected = exchange["collect"]
+    said = [line for line in collected.stderr.splitlines() if f"'flo+{ASSIGNMENT}+" in line]
+    assert len(said) == 1 and f"not collected: its folder holds more than {MOST_ENTRIES} files and folders" \
+        in said[0], collected.stderr[-3000:]
+    assert not (exchange["course"] / "submitted" / "flo" / ASSIGNMENT).exists()
+    assert not list((exchange["course"] / "submitted" / "flo").glob(".*"))  # nothing half-made left behind
+
+
+def test_a_submission_time_its_files_belie_is_collected_as_the_time_they_last_changed(exchange):
+    """The time in a submission's name and timestamp.txt is the student's text; when the files last
+    changed is the kernel's. bart's, months before he handed it in, and cleo's, decades after, are
+    each taken as made when the files were, in the order of submissions and in timestamp.txt."""
+    from nbgrader.utils import parse_utc
+
+    collected, course = exchange["collect"], exchange["course"]
+    for student, claimed in (("bart", BACKDATED), ("cleo", POSTDATED)):
+        said = [line for line in collected.stderr.splitlines() if f"'{student}+{ASSIGNMENT}+{claimed}+" in line]
+        assert len(said) == 1 and "its name says it was submitted at" in said[0] \
+            and "collected as submitted then" in said[0], collected.stderr[-3000:]
+        written = (course / "submitted" / student / ASSIGNMENT / "timestamp.txt").read_text()
+        made = (course / "submitted" / "alice" / ASSIGNMENT / "timestamp.txt").read_text()
+        assert abs(parse_utc(written) - parse_utc(made)).total_seconds() < 600, (written, made)
+    honest = [line for line in collected.stderr.splitlines() if "'alice+" in line and "+forged'" not in line]
+    assert not any("its name says" in line for line in honest), honest
+
+
 def test_a_notebook_of_too_many_cells_is_not_graded(exchange):
     assert sum(gradebook_scores(exchange["course"])["bulk"].values()) == 0
     assert "cells, more than the 1000" in _line(exchange["trusted"], "bulk")
+
+
+def _swapping(monkeypatch, folder: Path, swaps: dict) -> None:
+    """Race the copy at its worst instant: once it has looked at an entry named in `swaps` (and seen
+    a file or a folder) and before it opens it, the entry is replaced by what its function makes, as
+    a student racing the collect would replace it."""
+    real = os.stat
+
+    def stat_then_swap(name, *args, dir_fd=None, **kwargs):
+        found = real(name, *args, dir_fd=dir_fd, **kwargs)
+        if dir_fd is not None and name in swaps and Path(f"/proc/self/fd/{dir_fd}").resolve() == folder.resolve():
+            path = folder / name
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            swaps.pop(name)(path)
+        return found
+
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+
+
+def _no_patterns(folder, names):
+    return []
+
+
+def test_an_entry_swapped_for_a_link_or_a_pipe_while_its_folder_is_copied_is_left_out_not_followed(tmp_path,
+                                                                                                  monkeypatch):
+    """The copy opens each entry from its folder's descriptor with O_NOFOLLOW (and a file with
+    O_NONBLOCK, its type read from what it opened): a notebook swapped for a link to a classmate's,
+    a folder swapped for a link to hers, and a file swapped for a named pipe, between the listing
+    and the copy, are left out; nothing of hers is copied, and the copy does not hang."""
+    from autograder.nbgrader_exchange import _Budget, _copy_folder
+
+    hers = tmp_path / "alice"
+    (hers / "work").mkdir(parents=True)
+    (hers / "attention_head.ipynb").write_text("ALICE'S NOTEBOOK")
+    (hers / "work" / "notes.txt").write_text("ALICE'S NOTES")
+    mine = tmp_path / "inbound"
+    (mine / "work").mkdir(parents=True)
+    for name in ("attention_head.ipynb", "pipe.txt", "kept.txt"):
+        (mine / name).write_text("mine")
+    (mine / "work" / "notes.txt").write_text("mine")
+    _swapping(monkeypatch, mine, {"attention_head.ipynb": lambda path: path.symlink_to(hers / "attention_head.ipynb"),
+                                  "work": lambda path: path.symlink_to(hers / "work"),
+                                  "pipe.txt": lambda path: os.mkfifo(path)})
+    left_out = []
+    descriptor = os.open(mine, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        _copy_folder(descriptor, str(tmp_path / "copy"), _no_patterns, _Budget(10 ** 6),
+                     lambda name, error: left_out.append(name))
+    finally:
+        os.close(descriptor)
+    copied = {str(path.relative_to(tmp_path / "copy")): path for path in (tmp_path / "copy").rglob("*")}
+    assert sorted(left_out) == ["attention_head.ipynb", "pipe.txt", "work"], left_out
+    assert sorted(copied) == ["kept.txt"], copied
+    assert (tmp_path / "copy" / "kept.txt").read_text() == "mine"
+
+
+def test_a_folder_that_grows_past_the_collect_s_bound_while_it_is_copied_is_refused(tmp_path, monkeypatch):
+    """The bound on what is collected is counted as the copy reads, not from a count made before it."""
+    from autograder.nbgrader_exchange import TooLarge, _Budget, _copy_folder
+
+    mine = tmp_path / "inbound"
+    mine.mkdir()
+    (mine / "a.txt").write_text("x")
+    _swapping(monkeypatch, mine, {"a.txt": lambda path: path.write_bytes(bytes(5000))})
+    descriptor = os.open(mine, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        with pytest.raises(TooLarge):
+            _copy_folder(descriptor, str(tmp_path / "copy"), _no_patterns, _Budget(4000), lambda name, error: None)
+    finally:
+        os.close(descriptor)

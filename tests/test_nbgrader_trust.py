@@ -838,6 +838,18 @@ def odd_course(tmp_path_factory):
         os.makedirs(os.path.dirname(kit + b"/" + name), exist_ok=True)
         with open(kit + b"/" + name, "w") as file:
             file.write("x")
+    # tia: the reference, with a markdown cell marked a task with no grade id (nbgrader's metadata
+    # check lets it be; its feedback step reads every task cell's grade id) and one marked an answer
+    # under a grade id the source does not have (which autograde takes away, leaving the mark)
+    tia = filled_notebook(released, reference_source())
+    task = nbformat.v4.new_markdown_cell("My own task.")
+    task.metadata["nbgrader"] = {"task": True, "grade": False, "solution": False, "locked": False, "points": 5,
+                                 "schema_version": 3}
+    stranger = nbformat.v4.new_markdown_cell("An answer of my own.")
+    stranger.metadata["nbgrader"] = {"task": True, "grade": False, "solution": False, "locked": False,
+                                     "points": 5, "grade_id": "not-in-the-source", "schema_version": 3}
+    tia.cells += [task, stranger]
+    submit_notebook(path, "tia", tia)
     trusted = _trusted(path, root, env)
     feedback = _nbgrader("generate_feedback", path, env)
     return {"path": path, "root": root, "env": env, "trusted": trusted, "feedback": feedback}
@@ -855,6 +867,19 @@ def test_a_student_id_the_gradebook_cannot_hold_is_one_line_and_everyone_else_is
     assert not {os.fsdecode(name) for name in ODD_IDS} & set(scores)  # nothing recorded of them
     assert sum(scores["alice"].values()) == sum(scores["zed"].values()) == MAX_SCORE
     assert odd_course["feedback"].returncode == 0, odd_course["feedback"].stderr[-2000:]
+
+
+def test_cells_marked_for_nbgrader_under_no_grade_id_of_the_source_lose_the_mark_and_the_class_gets_feedback(
+        odd_course):
+    """A task cell without a grade id made `nbgrader generate_feedback` fail (KeyError) for the
+    whole class, and tia got no page: the autograded notebook keeps nbgrader's marks only on cells
+    the source names."""
+    assert odd_course["feedback"].returncode == 0, odd_course["feedback"].stderr[-2000:]
+    assert sum(gradebook_scores(odd_course["path"])["tia"].values()) == MAX_SCORE
+    autograded = nbformat.read(odd_course["path"] / "autograded" / "tia" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    own = [cell for cell in autograded.cells if cell.source in ("My own task.", "An answer of my own.")]
+    assert len(own) == 2 and not any("nbgrader" in cell.metadata for cell in own), own
+    assert "An answer of my own." in _page(odd_course, "tia")
 
 
 def _seconds(argv: list[str], course, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:

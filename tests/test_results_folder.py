@@ -584,6 +584,30 @@ def test_a_walk_past_a_student_s_bound_or_the_bound_in_all_says_so_and_costs_no_
                                       "were looked at, and the rest were neither graded nor listed")
 
 
+def test_files_that_are_no_submission_in_a_shared_drop_folder_use_up_no_classmate_s_place(tmp_path, monkeypatch):
+    """In a flat drop folder the class writes, the bound outside the students' folders is shared by
+    everyone: a classmate's thousands of empty files there, listed in the file system's order, left
+    others' submissions out. Files that can be nothing graded are read past uncounted, up to a bound
+    of their own, past which one line says the rest of the listing was not read."""
+    from autograder import submission
+
+    class_ = tmp_path / "class"
+    class_.mkdir()
+    for name in ("ann", "bob", "cleo", "dan"):
+        (class_ / f"{name}.py").write_text(reference_source())
+    for number in range(300):
+        (class_ / f"z{number:04d}").touch()
+    monkeypatch.setattr(submission, "MOST_ENTRIES_IN_ALL", 4)
+    found = submission.discover(class_)
+    assert [name for _, name in found.items] == ["ann.py", "bob.py", "cleo.py", "dan.py"]
+    assert not found.skipped
+    monkeypatch.setattr(submission, "MOST_PASSED_OVER", 10)
+    found = submission.discover(class_)
+    assert found.skipped[-1] == ("…", "the folder graded holds more than 10 files that are no submission: the rest "
+                                      "of this folder's listing was not read, and what it holds was neither graded "
+                                      "nor listed"), found.skipped
+
+
 def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
     """A drop folder is a course's root only where it holds a course's files (nbgrader_config.py,
     gradebook.db, qkv_course.json) beside submitted/ or autograded/, and no submission outside
