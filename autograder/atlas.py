@@ -119,6 +119,11 @@ def atlas_digest() -> str:
     return digest.hexdigest()
 
 
+def raised_for_nonfinite(raised: str | None, message: str) -> bool:
+    """Is an exception one Python's arithmetic raises where numpy's gives infinity or NaN?"""
+    return raised in ("OverflowError", "ZeroDivisionError") or (raised == "ValueError" and message == "math domain error")
+
+
 class Table:
     """The screen of one function's models on one example call.
 
@@ -182,7 +187,8 @@ class Table:
             return self._base("ok", lambda status: (self.differs & self.sure) | (status == RAISES))
         if verdict.kind == "raised":  # the very exception, or numbers that overflowed
             same = self._raising().get(error_hash((verdict.raised, verdict.raised_message)), ())
-            return _AllBut(self._unknown_entries(overflow=verdict.raised == "OverflowError"), same)
+            return _AllBut(self._unknown_entries(overflow=raised_for_nonfinite(verdict.raised, verdict.raised_message)),
+                           same)
         if verdict.kind != "mismatch" or verdict.actual is None:
             return None
         # a wrong value: never an exception, nor the reference's own value; numbers within the bound
@@ -211,7 +217,7 @@ class Table:
         """The entries a wrong value or an exception never rules out: those whose numbers the screen
         does not describe, those whose departure from the reference is not sure, and (`nonfinite`)
         those whose numbers hold NaN or infinity and depart from the reference's, or (`overflow`)
-        hold NaN or infinity at all (what OverflowError may stand for)."""
+        hold NaN or infinity at all (what Python's OverflowError, or its division by zero, may stand for)."""
         key = ("unknown", nonfinite, overflow)
         known = self._bases.get(key)
         if known is None:

@@ -313,7 +313,17 @@ OPS: dict[str, tuple[Callable, str]] = {
     "triu": (lambda a, p: np.triu(a[0]), "np.triu({0})"),
     # a running total down the positions: an accumulator kept from one row to the next, never reset
     "cumrows": (lambda a, p: np.cumsum(a[0], axis=-2), "np.cumsum({0}, axis=-2)"),
+    # the same over every row of every example in turn, as a loop over the rows of a flattened batch keeps it
+    "cumall": (lambda a, p: np.cumsum(np.reshape(a[0], (-1, np.shape(a[0])[-1])), axis=0).reshape(np.shape(a[0])),
+               "np.cumsum({0}.reshape(-1, {0}.shape[-1]), axis=0).reshape({0}.shape)"),
+    # an accumulator started from another value than the reduction's own: a sum from 1, a maximum
+    # from 0 (so never below it), a minimum from 0
+    "plus_one": (lambda a, p: a[0] + 1.0, "{0} + 1"),
+    "floor0": (lambda a, p: np.maximum(a[0], 0.0), "max({0}, 0)"),
+    "ceil0": (lambda a, p: np.minimum(a[0], 0.0), "min({0}, 0)"),
 }
+# What each of those says, of the reduction it follows.
+STARTED_FROM = {"plus_one": ("sum", "1"), "floor0": ("max", "0"), "ceil0": ("min", "0")}
 
 
 def _axis(a, axis):
@@ -362,6 +372,9 @@ MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
 MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow")
 # Stages inserted after a line that computes an array (of rows), beyond those.
 ARRAY_INSERTS = ("cumrows",)
+# Inserted only in the function whose contract takes rows of any batch ([..., T, T]), whose loop
+# over them is written over the rows of the batch flattened: a running total across all of them.
+ROWS_INSERTS = {"softmax_rows": ("cumall",)}
 # Operators a unary stage may be moved outside of: `√(d / d_k)` for `d / √d_k`.
 OUTWARD = {"sqrt", "exp", "log", "square"}
 REDUCTIONS = {"max": "max", "min": "min", "sum": "sum", "mean": "mean"}
@@ -1084,12 +1097,23 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
         if kinds.get(name) not in ("array", "scalar"):
             continue
         # a cast, a normalization, a logarithm or a running total after the line
-        for extra in MORE_INSERTS + (ARRAY_INSERTS if kinds.get(name) == "array" else ()):
+        for extra in MORE_INSERTS + ((ARRAY_INSERTS + ROWS_INSERTS.get(fn, ())) if kinds.get(name) == "array" else ()):
             first = (name + "'", op, args, params)
             new = (name, extra, (name + "'",), {})
             shown = OPS[extra][1].format(f"({_line(stage).split(' = ', 1)[1]})")
             add(i, before + [first, new] + after, f"{name} = {shown}",
                 f"an extra `{OPS[extra][1].format(name)}` was applied to {WORDS.get(name, name)}", f"insert:{extra}")
+        # an accumulator of the reduction started from another value: a loop's `total = 1`, `m = 0`
+        for extra, (reduction, start) in STARTED_FROM.items():
+            if op != reduction:
+                continue
+            first = (name + "'", op, args, params)
+            new = (name, extra, (name + "'",), {})
+            shown = OPS[extra][1].format(f"({_line(stage).split(' = ', 1)[1]})")
+            add(i, before + [first, new] + after, f"{name} = {shown}",
+                f"{WORDS.get(name, name)} {_were(name)} accumulated from {start} rather than from "
+                f"{'the first term' if reduction != 'sum' else '0'}, as a loop does that starts its "
+                f"{'total' if reduction == 'sum' else 'running ' + reduction} at {start}", f"insert:{extra}")
         for alt in MORE_SWAPS.get(op, ()) + (STAGE_SWAPS.get(name, ()) if op == "matmul" else ()):
             new = (name, alt, args, params)
             add(i, before + [new] + after, _line(new), f"{OP_WORDS.get(op, op)} became `{OPS[alt][1].format(*args)}`",
@@ -1491,6 +1515,8 @@ def preference(code: str) -> float:
     label = code.split("-", 3)[-1]
     if "-to-clip" in code:  # a bound nothing in the chapter suggests: told only where nothing plainer gives the values
         rank = 3.5
+    elif any(f"-insert-{extra}" in code for extra in STARTED_FROM):  # a loop's accumulator started wrongly
+        rank = 0.5
     elif "-op-" in code or "-read-" in code or any(kind in label for kind in ("unpack", "slot", "value-", "nan_blind",
                                                                             "per_row", "narrow", "exchange")) \
             or code.split("-")[2:4] in (["return", "add"], ["return", "drop"]):

@@ -1109,7 +1109,8 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             # Only the student's very exception counts: the same type and the same message, which
             # names the operation that failed and the shapes it failed on.
             if error is not None and error == (verdict.raised, verdict.raised_message) or (
-                    error is None and value is not None and _overflow_for_overflow(verdict.raised, value)):
+                    error is None and value is not None
+                    and _overflow_for_overflow(verdict.raised, verdict.raised_message, value)):
                 candidate.explains.add(index)
                 candidate.values += 1
                 continue
@@ -1135,11 +1136,12 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         candidate.values += 1
 
 
-def _overflow_for_overflow(raised: str | None, value: dict) -> bool:
-    """Did the student's code raise OverflowError where the model's numbers overflow to infinity or
-    NaN? Python's own arithmetic (`math.exp`, `float ** 2`) raises where numpy's gives infinity: the
-    same mistake, written with the other library."""
-    return raised == "OverflowError" and any(
+def _overflow_for_overflow(raised: str | None, message: str, value: dict) -> bool:
+    """Did the student's code raise where the model's numbers come to infinity or NaN? Python's own
+    arithmetic raises where numpy's gives them: OverflowError (`math.exp`, `float ** 2`), division
+    by zero, a math domain error (`math.log(0)`, `math.sqrt(-1)`): the same mistake, written with
+    the other library."""
+    return atlas.raised_for_nonfinite(raised, message) and any(
         not np.isfinite(part).all() for part in value.values()
         if isinstance(part, np.ndarray) and part.dtype.kind == "f")
 
@@ -1312,7 +1314,11 @@ def _search(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
         # as what the student wrote: the exception and the call it came from are. (A single slip,
         # `mix(v, a)` raising wherever T is not d_v, is named on its exceptions, as the self-check
         # names it.) Deeper, an accepted model reproduces every failing call, a returned value too.
-        depths = (1,) if all(verdicts[i].kind == "raised" for i in to_explain) else (1, 2, 3, 4)
+        # Python's arithmetic raising where numpy's gives infinity or NaN (a division by zero in a
+        # loop) is a value too: only models whose numbers are not finite there reproduce it.
+        depths = (1,) if all(verdicts[i].kind == "raised" for i in to_explain) and not all(
+            atlas.raised_for_nonfinite(verdicts[i].raised, verdicts[i].raised_message) for i in to_explain) \
+            else (1, 2, 3, 4)
         for depth in depths:
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())

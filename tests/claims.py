@@ -33,7 +33,7 @@ import re
 import numpy as np
 from solutions import attention_head as reference
 
-from autograder import derived, diagnoses, judge, slips
+from autograder import atlas, derived, diagnoses, judge, slips
 from autograder.steps import BY_ID, STEPS
 from inprocess import Graded
 
@@ -193,10 +193,12 @@ def _check_named_mistakes(graded, step_id, result):
         explained_codes |= {code for codes in reproducing for code in codes}
     unproven = named - explained_codes
     assert not unproven, f"{step_id}: {sorted(unproven)} named, but no model of it reproduces every failing call"
-    if failing and all(kind == "raised" for _, kind, _ in failing):
+    if failing and all(kind == "raised" for _, kind, _ in failing) \
+            and not all(atlas.raised_for_nonfinite(*value) for _, _, value in failing):
         # An exception alone names no line: many edits that are right wherever they run raise it.
         # Only an earlier step's mistake, carried forward, or a single slip of the chapter's list
-        # may explain a crash.
+        # may explain a crash. (Python's arithmetic raising where numpy's gives infinity or NaN, a
+        # division by zero in a loop, is a value: only models not finite there reproduce it.)
         earlier = {code for used in BY_ID[step_id].uses for code in _all_diagnoses(graded, used)}
         guessed = {code for code in named - earlier if derived.is_derived(code)}
         assert not guessed, f"{step_id}: {sorted(guessed)} named for code that only raised"
@@ -212,7 +214,7 @@ def _agrees(model_gave, kind, value) -> bool:
     model_kind, model_value = model_gave
     if kind == "raised":
         return (model_kind == "raised" and model_value == value) or (
-            model_kind == "value" and value[0] == "OverflowError"
+            model_kind == "value" and atlas.raised_for_nonfinite(*value)
             and any(isinstance(part, np.ndarray) and part.dtype.kind == "f" and not np.isfinite(part).all()
                     for part in model_value.values()))
     if kind == "other":

@@ -213,19 +213,23 @@ def test_an_output_made_in_another_array_s_shape_is_told_in_the_docstring_s_size
     assert "as many entries as T (the positions), where it should have d_v" in mix["feedback"], mix["feedback"]
 
 
-def test_a_batch_whose_last_example_was_never_written_is_told_so(tmp_path):
+def _batch_told(tmp_path, batch_lines: str, said: str) -> None:
+    """A head whose batch branch is `batch_lines` gets batch-axes-mixed on the batch step, and `said`."""
     path = tmp_path / "attention_head.py"
     path.write_text(_replaced("self_attention_head", (
-        "    if x.ndim == 3:\n"
+        "    if x.ndim == 3:\n" + batch_lines + "    return attention(*project_qkv(x, w_q, w_k, w_v))")))
+    batch = _steps(path)["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"], batch["feedback"]
+    assert said in batch["feedback"], batch["feedback"]
+
+
+def test_a_batch_whose_last_example_was_never_written_is_told_so(tmp_path):
+    _batch_told(tmp_path, (
         "        o = np.empty(x.shape[:2] + (w_v.shape[-1],))\n"
         "        a = np.empty(x.shape[:2] + (x.shape[1],))\n"
         "        for i in range(len(x) - 1):\n"
         "            o[i], a[i] = self_attention_head(x[i], w_q, w_k, w_v)\n"
-        "        return o, a\n"
-        "    return attention(*project_qkv(x, w_q, w_k, w_v))")))
-    batch = _steps(path)["batch"]
-    assert batch["diagnoses"] == ["batch-axes-mixed"], batch["feedback"]
-    assert "every example's right numbers but the last example's" in batch["feedback"], batch["feedback"]
+        "        return o, a\n"), "every example's right numbers but the last example's")
 
 
 def test_a_parameter_left_none_for_the_body_to_fill_in_is_told(tmp_path):
@@ -248,19 +252,13 @@ def test_a_parameter_left_none_for_the_body_to_fill_in_is_told(tmp_path):
 
 def test_a_batch_loop_that_keeps_its_last_example_alone_is_told_so(tmp_path):
     """The append outside the loop's body: only the last pass's results are stacked."""
-    path = tmp_path / "attention_head.py"
-    path.write_text(_replaced("self_attention_head", (
-        "    if x.ndim == 3:\n"
+    _batch_told(tmp_path, (
         "        outs, weights = [], []\n"
         "        for example in x:\n"
         "            o, a = self_attention_head(example, w_q, w_k, w_v)\n"
         "        outs.append(o)\n"
         "        weights.append(a)\n"
-        "        return np.stack(outs), np.stack(weights)\n"
-        "    return attention(*project_qkv(x, w_q, w_k, w_v))")))
-    batch = _steps(path)["batch"]
-    assert batch["diagnoses"] == ["batch-axes-mixed"], batch["feedback"]
-    assert "Your results hold the last example of the batch alone, right" in batch["feedback"], batch["feedback"]
+        "        return np.stack(outs), np.stack(weights)\n"), "Your results hold the last example of the batch alone, right")
 
 
 def test_d_k_counted_from_the_front_is_named_on_the_batch(tmp_path):
@@ -292,3 +290,27 @@ def test_two_sizes_an_exception_sets_against_each_other_are_named(tmp_path):
     shown = re.search(r"such as zero_query_mixture\(k \[(\d+), (\d+)\], v \[(\d+), (\d+)\]\)", step["feedback"])
     sizes = {"d_k": shown[2], "d_v": shown[4]}
     assert sizes[said[2]] == said[1] and sizes[said[4]] == said[3], step["feedback"]
+
+
+def test_a_loop_s_maximum_started_from_zero_is_named_where_python_divides_by_zero(tmp_path):
+    """A softmax in plain Python whose running maximum starts at 0: on a row far below zero every
+    exponential underflows and the division by their total raises ZeroDivisionError, where numpy's
+    gives NaN. That is a value, not a crash: the accumulator's start is named."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("softmax_rows", (
+        "    import math\n"
+        "    rows = []\n"
+        "    for row in np.reshape(s, (-1, np.shape(s)[-1])):\n"
+        "        top = 0.0\n"
+        "        for value in row:\n"
+        "            if value > top:\n"
+        "                top = value\n"
+        "        exps = [math.exp(value - top) for value in row]\n"
+        "        total = sum(exps)\n"
+        "        rows.append([e / total for e in exps])\n"
+        "    return np.reshape(rows, np.shape(s))")))
+    softmax = _steps(path)["softmax"]
+    assert "derived-softmax_rows-m-insert-floor0" in softmax["diagnoses"], softmax["feedback"]
+    assert "crashed" not in softmax["diagnoses"], softmax["feedback"]
+    assert "as if the row maxima were accumulated from 0 rather than from the first term, as a loop does that " \
+           "starts its running max at 0" in softmax["feedback"], softmax["feedback"]

@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh21.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh22.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -62,7 +62,10 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # left partly unfilled, and exercises answering a neighbouring question; the twenty-first with
 # 2-D-only habits on a batch (einsum, np.inner, `.T`, `shape[1]`), a triangle of the scores left at
 # zero, an accumulator never reset, sizes taken for one another, batch loops that keep one example,
-# and predicates and exercises with a condition added or a quantity swapped.
+# and predicates and exercises with a condition added or a quantity swapped; the twenty-second with
+# plain-Python loops whose accumulators start wrongly or are shared across rows, indices swapped,
+# "careful" numerics done wrong (an epsilon for the shift, a log-softmax, float32), exercises
+# answering a neighbouring quantity, and the contract's rows and shapes misread.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -73,4 +76,4 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh15.json", "fifteenth-"), **_read("fresh16.json", "sixteenth-"),
                            **_read("fresh18.json", "eighteenth-"), **_read("fresh19.json", "nineteenth-"),
                            **_read("fresh20.json", "twentieth-"),
-                           **_read("fresh21.json", "twenty-first-")}
+                           **_read("fresh21.json", "twenty-first-"), **_read("fresh22.json", "twenty-second-")}

@@ -242,6 +242,9 @@ MISTAKES: dict[str, Submission] = {
                                        "derived-scores-d-insert-tril"),
     "mix_accumulator_never_reset": _one("    o = a @ v  #", "    o = np.cumsum(a @ v, axis=-2)  #", MIX_ON,
                                         "derived-mix-o-insert-cumrows"),
+    # -- a loop's accumulator started from the wrong value ------------------------------------
+    "softmax_total_from_one": _one(SOFTMAX_SUM, "a = e / (e.sum(axis=-1, keepdims=True) + 1)",
+                                   SOFTMAX_ON + ("ex1_zero_query",), "derived-softmax_rows-z-insert-plus_one"),
 }
 
 # Mistakes the grader does not name on some step (an empty code list there): the coverage script
