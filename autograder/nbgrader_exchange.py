@@ -71,6 +71,7 @@ class LinkSafeCollect(ExchangeCollect):
             self.log.error("%r: not a submission's name (%s): not collected", filename, _plain(error))
             return {"username": "\0" + filename, "filename": filename, "timestamp": datetime.datetime.min,
                     "refused": "not a submission's name"}
+        record["said"] = os.path.basename(path).rsplit("+", 3)[2]  # the time as `nbgrader submit` wrote it
         changed = _last_changed(path)
         if changed is not None and abs(record["timestamp"] - changed) > CLOCK_SLACK:
             # the time is the student's own text: the folder's name (and timestamp.txt), which
@@ -162,8 +163,10 @@ class LinkSafeCollect(ExchangeCollect):
                                    record["timestamp"], changed)
                     record["claimed"] = record["timestamp"]
                 record["timestamp"] = changed
-            if record.get("claimed") is not None:  # the time the collect verified, as nbgrader submit writes it
-                _write_timestamp(staging, record["timestamp"])
+            # timestamp.txt is the collect's own, never the student's: the name's time, as `nbgrader
+            # submit` wrote it there and in the file, where it holds; else when the files last changed
+            _write_timestamp(staging, record["said"] if record.get("claimed") is None
+                             else record["timestamp"].strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
         except BaseException:
             if os.path.lexists(staging):
                 _remove(staging)
@@ -236,12 +239,12 @@ def _utc(seconds: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(tzinfo=None)
 
 
-def _write_timestamp(folder: str, when: datetime.datetime) -> None:
+def _write_timestamp(folder: str, when: str) -> None:
     path = os.path.join(folder, "timestamp.txt")
     if os.path.lexists(path):
-        os.unlink(path)
+        _remove(path)  # (a folder of that name, say)
     with open(path, "x", encoding="utf-8") as file:
-        file.write(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+        file.write(when)
 
 
 class TooLarge(RuntimeError):
@@ -318,6 +321,7 @@ def _copy_folder(folder: int, dest: str, patterns, budget: _Budget, skipped, dep
             raise
         except OSError as error:
             skipped(name, error)
+    budget.saw(os.fstat(folder))  # an entry added, removed or renamed meanwhile changed its ctime
 
 
 def _copy_file(folder: int, name: str, target: str, budget: _Budget) -> None:
@@ -339,6 +343,7 @@ def _copy_file(folder: int, name: str, target: str, budget: _Budget) -> None:
                     view = view[os.write(out, view):]
         finally:
             os.close(out)
+        budget.saw(os.fstat(source))  # dated by what was read: a write while it was read changed its ctime
         _keep_times(status, target)
     finally:
         os.close(source)

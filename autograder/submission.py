@@ -621,7 +621,7 @@ def discover(folder: Path) -> Found:
     # submitted/ or autograded/ (which come among its students' folders), at the end.
     student, candidates = None, []
     apart: dict[str | None, list[tuple[Path, tuple[str, ...]]]] = {}
-    for entry, here, problem in walk(folder, lambda here: _own_folder(here, course)):
+    for entry, here, problem in walk(folder, lambda here: _own_folder(here, course), sieve=True):
         name = "/".join(here)
         if isinstance(problem, Cut):
             skipped.cut(name, problem)
@@ -908,7 +908,7 @@ class _Budget:
 
 
 def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None,
-         skip: Collection[str] = ()) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
+         skip: Collection[str] = (), sieve: bool = False) -> Iterator[tuple[os.DirEntry, tuple[str, ...], str]]:
     """Every file and link below `folder`, depth first in name order, as (entry, the parts of its
     path below `folder`, ""), and every folder that is not looked into as (entry, parts, why).
 
@@ -923,11 +923,13 @@ def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None
     MOST_ENTRIES_IN_ALL; no folder's listing is read past what is left of its bound. Once a bound is reached, nothing
     more of that student's folder (or of `folder`) is looked at, and the walk says so once, as (the
     first entry left out, the parts of the student's folder, or () for the other bound, a Cut).
+    With `sieve` (discover's walk), files that can be nothing graded are passed over in every
+    folder, uncounted (see `_listing`), outside the students' folders they always are.
     """
     whole = _Budget(MOST_ENTRIES_IN_ALL, ())
     own = _Budget(MOST_ENTRIES, ()) if students is None else None
     with os.scandir(folder) as found:
-        listed, left_out = _listing(found, own, whole)
+        listed, left_out = _listing(found, own, whole, sieve)
     stack = [((), iter(listed), own)]
     yield from left_out
     while stack:
@@ -955,7 +957,7 @@ def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None
                 continue  # its bound reached, and said: nothing more of it is looked at
             try:
                 with os.scandir(entry.path) as found:
-                    listed, left_out = _listing(found, own, whole)
+                    listed, left_out = _listing(found, own, whole, sieve)
             except OSError as exc:
                 yield entry, here, f"a folder that cannot be read ({exc.strerror}): not looked into"
                 continue
@@ -964,8 +966,8 @@ def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None
 
 
 MOST_PASSED_OVER = 20 * MOST_ENTRIES_IN_ALL
-"""Entries of a folder outside the students' own that are read past, uncounted, because they can be
-nothing graded (see `_listing`); past these, its listing is not read further."""
+"""Entries of a folder that discover reads past, uncounted, because they can be nothing graded (see
+`_listing`); past these, its listing is not read further."""
 
 
 def _may_matter(entry: os.DirEntry) -> bool:
@@ -977,7 +979,7 @@ def _may_matter(entry: os.DirEntry) -> bool:
         return True
 
 
-def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget
+def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, sieve: bool = False
              ) -> tuple[list[os.DirEntry], list[tuple[os.DirEntry, tuple[str, ...], Cut]]]:
     """A folder's entries, sorted by name: as many as its student's bound (`own`, if it is in a
     student's folder) or else the bound of the rest (`whole`) has left, each counted against it;
@@ -986,11 +988,12 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget
     Outside the students' folders, where the bound is the whole class's (a shared drop folder whose
     entries are the classmates' own files and folders), entries that can be nothing graded are read
     past without being counted (up to MOST_PASSED_OVER): a classmate's million empty files there
-    would otherwise use the bound up and leave others' submissions, in the file system's order, out."""
+    would otherwise use the bound up and leave others' submissions, in the file system's order, out.
+    With `sieve` the same holds in a student's own folder, which a classmate may write too."""
     bound = whole if own is None else own
     most = bound.left
     told = []
-    if own is not None:
+    if own is not None and not sieve:
         entries = list(itertools.islice(found, most + 1))
     else:
         entries, passed = [], 0

@@ -112,11 +112,13 @@ def exchange(tmp_path_factory):
     for number in range(MOST_ENTRIES + 1):
         (flo / "n" / str(number)).touch()
     # bart dates his submission (its folder's name and timestamp.txt) before the due date; cleo
-    # dates hers far ahead, where no later submission of hers would ever count as newer
+    # dates hers far ahead, where no later submission of hers would ever count as newer; dora leaves
+    # the name as submit made it and backdates timestamp.txt alone
     for student, when in (("bart", BACKDATED), ("cleo", POSTDATED)):
         made = submit(student, reference)
         (made / "timestamp.txt").write_text(when)
         os.rename(made, inbound / f"{student}+{ASSIGNMENT}+{when}+{made.name.rsplit('+', 1)[1]}")
+    (submit("dora", reference) / "timestamp.txt").write_text(BACKDATED)
 
     steps = {}
     for name, argv in (("collect", ["collect", ASSIGNMENT, where]),
@@ -139,11 +141,11 @@ def test_the_exchange_is_collected_graded_and_released_for_everyone_else(exchang
     for name in ("collect", "trusted", "feedback", "release"):
         assert exchange[name].returncode == 0, (name, exchange[name].stderr[-3000:])
     scores = gradebook_scores(exchange["course"])
-    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe"):
+    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe", "dora"):
         assert sum(value or 0 for value in scores[student].values()) == sum(
             value or 0 for value in scores["alice"].values()) > 0, student
     released = list((exchange["shared"] / exchange["course"].name / "feedback").glob("*.html"))
-    assert len(released) == 9, released  # alice, victor, trudy, oscar, fay, shut, bart, cleo, moe: no one else
+    assert len(released) == 10, released  # alice, victor, trudy, oscar, fay, shut, bart, cleo, moe, dora
 
 
 def test_an_entry_that_is_no_folder_or_has_no_time_is_one_line_and_everyone_else_is_collected(exchange):
@@ -188,12 +190,20 @@ def test_no_python_file_of_the_students_is_put_where_a_kernel_would_import_it(ex
 
 
 def test_nbgraders_own_files_are_copied_only_as_submit_writes_them(exchange):
-    trudy = exchange["course"] / "autograded" / "trudy" / ASSIGNMENT
-    assert (trudy / "timestamp.txt").is_file() and (trudy / "timestamp.txt").read_text() == ""
+    """timestamp.txt is the collect's own (the time in the folder's name, as nbgrader submit writes
+    both), whatever the student left there: a folder (trudy), escapes (oscar). The rest of what
+    submit writes is copied only as it writes it."""
+    from nbgrader.utils import parse_utc
+
+    course = exchange["course"]
+    made = parse_utc((course / "submitted" / "alice" / ASSIGNMENT / "timestamp.txt").read_text())
+    for student in ("trudy", "oscar"):
+        written = (course / "submitted" / student / ASSIGNMENT / "timestamp.txt").read_text()
+        assert abs((parse_utc(written) - made).total_seconds()) < 600, (student, written)
+        assert (course / "autograded" / student / ASSIGNMENT / "timestamp.txt").read_text() == written
+    trudy = course / "autograded" / "trudy" / ASSIGNMENT
     assert (trudy / "submission_secret.txt").is_file() and not (trudy / "timestamp.txt" / "x.txt").exists()
     assert "submission_secret.txt is not what nbgrader submit writes" in _line(exchange["trusted"], "trudy")
-    oscar = exchange["course"] / "autograded" / "oscar" / ASSIGNMENT
-    assert (oscar / "timestamp.txt").read_text() == ""
     alice = exchange["course"] / "autograded" / "alice" / ASSIGNMENT
     submitted = exchange["course"] / "submitted" / "alice" / ASSIGNMENT
     for name in ("timestamp.txt", "submission_secret.txt"):
@@ -220,17 +230,21 @@ def test_a_submission_of_more_files_than_are_looked_at_is_one_line_and_everyone_
 def test_a_submission_time_its_files_belie_is_collected_as_the_time_they_last_changed(exchange):
     """The time in a submission's name and timestamp.txt is the student's text; when the files last
     changed is the kernel's. bart's, months before he handed it in, and cleo's, decades after, are
-    each taken as made when the files were, in the order of submissions and in timestamp.txt."""
+    each taken as made when the files were, in the order of submissions and in timestamp.txt; the
+    collect writes timestamp.txt itself, so dora's, backdated beside a true name, is not kept."""
     from nbgrader.utils import parse_utc
 
     collected, course = exchange["collect"], exchange["course"]
+    made = (course / "submitted" / "alice" / ASSIGNMENT / "timestamp.txt").read_text()
     for student, claimed in (("bart", BACKDATED), ("cleo", POSTDATED)):
         said = [line for line in collected.stderr.splitlines() if f"'{student}+{ASSIGNMENT}+{claimed}+" in line]
         assert len(said) == 1 and "its name says it was submitted at" in said[0] \
             and "collected as submitted then" in said[0], collected.stderr[-3000:]
         written = (course / "submitted" / student / ASSIGNMENT / "timestamp.txt").read_text()
-        made = (course / "submitted" / "alice" / ASSIGNMENT / "timestamp.txt").read_text()
         assert abs(parse_utc(written) - parse_utc(made)).total_seconds() < 600, (written, made)
+    dora = (course / "submitted" / "dora" / ASSIGNMENT / "timestamp.txt").read_text()
+    inbound = os.listdir(exchange["shared"] / course.name / "inbound")
+    assert dora != BACKDATED and any(name.startswith(f"dora+{ASSIGNMENT}+{dora}+") for name in inbound), dora
     honest = [line for line in collected.stderr.splitlines() if "'alice+" in line and "+forged'" not in line]
     assert not any("its name says" in line for line in honest), honest
 
