@@ -191,7 +191,7 @@ class LinkSafeCollect(ExchangeCollect):
         by the open, never followed. At most nbgrader's `max_dir_size` is copied, counted as it is
         read. Returns the newest ctime of what was copied."""
         patterns = ignore_patterns(exclude=self.coursedir.ignore, include=self.coursedir.include,
-                                   max_file_size=self.coursedir.max_file_size, log=self.log)
+                                   max_file_size=self.coursedir.max_file_size, log=_Escaping(self.log))
         budget = _Budget(1000 * self.coursedir.max_dir_size)
         _copy_folder(folder, dest, patterns, budget, lambda name, error: self.log.warning(
             "%r: not copied (%s)", name, _plain(error)))
@@ -354,10 +354,26 @@ def _keep_times(status: os.stat_result, target: str) -> None:
     os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
 
 
+class _Escaping:
+    """A log whose messages are escaped as `_plain` escapes them: nbgrader's patterns log the names
+    of the files they leave out ("Ignoring file too large '…'"), which are the student's text."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __getattr__(self, level: str):
+        write = getattr(self.log, level)
+        return lambda message, *args, **kwargs: write("%s", _escaped(str(message) % args if args else str(message)))
+
+
+def _escaped(text: str) -> str:
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _plain(error: BaseException) -> str:
     """An error in one line, without what a terminal would act on."""
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)[:300]
+    return _escaped(text)[:300]
 
 
 def _open_up(top: str, folders: tuple[int, int], files: tuple[int, int], failed=None) -> None:

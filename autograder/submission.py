@@ -606,7 +606,7 @@ def discover(folder: Path) -> Found:
     graded), unless that module is the released starter, untouched: then the notebook is the work
     and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
     symbolic link is followed: one named like a submission is graded as one (and found
-    unreadable by `load`), any other is listed as skipped.
+    unreadable by `load`), any other is passed over, as any file that can be nothing graded is.
 
     Of a student's folder at most MOST_ENTRIES entries are looked at, and outside the students'
     folders at most MOST_ENTRIES_IN_ALL (`walk`); one line says where the rest was not. What is not graded is kept as
@@ -970,11 +970,18 @@ MOST_PASSED_OVER = 20 * MOST_ENTRIES_IN_ALL
 `_listing`); past these, its listing is not read further."""
 
 
+MOST_LINKS_SHOWN = 100
+"""Links of a folder not named as a submission that discover lists as skipped (a student's folder
+handed in as a link, say), uncounted; the rest are passed over with the files that can be nothing
+graded."""
+
+
 def _may_matter(entry: os.DirEntry) -> bool:
-    """Can a walk do anything with an entry: a folder, a link, or a file named as a submission is
-    (in any case: `.PY` is told to be renamed)? Anything else is passed over by `discover`."""
+    """Can `discover` do anything with an entry: a folder, or a file or link named as a submission is
+    (in any case: `.PY` is told to be renamed)? Anything else, a link named otherwise among them (a
+    classmate's dangling links cost as little to make as empty files), is passed over."""
     try:
-        return entry.name.lower().endswith(SUFFIXES) or entry.is_dir(follow_symlinks=False) or entry.is_symlink()
+        return entry.name.lower().endswith(SUFFIXES) or entry.is_dir(follow_symlinks=False)
     except OSError:
         return True
 
@@ -996,12 +1003,14 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
     if own is not None and not sieve:
         entries = list(itertools.islice(found, most + 1))
     else:
-        entries, passed = [], 0
+        entries, passed, links = [], 0, []
         for entry in found:
             if _may_matter(entry):
                 entries.append(entry)
                 if len(entries) > most:
                     break
+            elif len(links) < MOST_LINKS_SHOWN and _is_link(entry):
+                links.append(entry)  # listed as skipped (a folder handed in as a link), uncounted
             else:
                 passed += 1
                 if passed > MOST_PASSED_OVER:  # the rest of this listing is not read: said once
@@ -1017,6 +1026,8 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
             "the rest were neither graded nor listed")))
         del entries[most:]
     bound.left -= len(entries)
+    if own is None or sieve:
+        entries += links
     entries.sort(key=_by_name)
     return entries, told
 

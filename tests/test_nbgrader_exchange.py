@@ -91,6 +91,8 @@ def exchange(tmp_path_factory):
         (trudy / name / "x.txt").write_text("x")
     oscar = submit("oscar", reference)
     (oscar / "timestamp.txt").write_text(ESCAPES)
+    with open(oscar / (ESCAPES + "big.bin"), "wb") as big:  # past max_file_size: left out, its name logged
+        big.truncate(101 * 1000 * 1000)
     fay = submit("fay", reference)  # a named pipe beside her notebook: opened, it would wait forever
     os.mkfifo(fay / "pipe")
     shut = submit("shut", reference)  # a folder its copy, as handed in, would keep shut to changes
@@ -208,8 +210,9 @@ def test_nbgraders_own_files_are_copied_only_as_submit_writes_them(exchange):
     submitted = exchange["course"] / "submitted" / "alice" / ASSIGNMENT
     for name in ("timestamp.txt", "submission_secret.txt"):
         assert (alice / name).read_text() == (submitted / name).read_text()
-    for name in ("trusted", "feedback", "release"):
+    for name in ("collect", "trusted", "feedback", "release"):
         assert "\x1b" not in exchange[name].stdout + exchange[name].stderr, name
+    assert "Ignoring file too large" in exchange["collect"].stderr and "\\x1b]2;OWNED" in exchange["collect"].stderr
 
 
 def test_a_collected_copy_keeps_no_set_id_bit_nor_write_bits_for_anyone_but_the_instructor(exchange):

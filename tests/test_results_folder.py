@@ -587,29 +587,34 @@ def test_a_walk_past_a_student_s_bound_or_the_bound_in_all_says_so_and_costs_no_
 def test_files_that_are_no_submission_in_a_shared_drop_folder_use_up_no_classmate_s_place(tmp_path, monkeypatch):
     """In a flat drop folder the class writes, the bound outside the students' folders is shared by
     everyone: a classmate's thousands of empty files there, listed in the file system's order, left
-    others' submissions out. Files that can be nothing graded are read past uncounted, up to a bound
-    of their own, past which one line says the rest of the listing was not read."""
+    others' submissions out. Files that can be nothing graded (and links not named as a submission,
+    the first few of which are listed) are read past uncounted, up to a bound of their own, past which
+    one line says the rest of the listing was not read."""
     from autograder import submission
 
     class_ = tmp_path / "class"
     class_.mkdir()
     for name in ("ann", "bob", "cleo", "dan"):
         (class_ / f"{name}.py").write_text(reference_source())
-    for number in range(300):
-        (class_ / f"z{number:04d}").touch()
+    def flood(folder: Path) -> None:  # empty files, and links to nowhere, which cost as little
+        for number in range(300):
+            (folder / f"z{number:04d}").touch()
+            (folder / f"y{number:04d}").symlink_to(folder / "nowhere")
+
+    flood(class_)
     monkeypatch.setattr(submission, "MOST_ENTRIES_IN_ALL", 5)
+    monkeypatch.setattr(submission, "MOST_LINKS_SHOWN", 3)
     found = submission.discover(class_)
     assert [name for _, name in found.items] == ["ann.py", "bob.py", "cleo.py", "dan.py"]
-    assert not found.skipped
+    assert [why for _, why in found.skipped] == ["a symbolic link: not followed"] * 3, found.skipped
     # and in a student's own folder, which a classmate may write too
     (class_ / "eve").mkdir()
     (class_ / "eve" / "attention_head.py").write_text(reference_source())
-    for number in range(300):
-        (class_ / "eve" / f"z{number:04d}").touch()
+    flood(class_ / "eve")
     monkeypatch.setattr(submission, "MOST_ENTRIES", 40)
     found = submission.discover(class_)
     assert [name for _, name in found.items] == ["ann.py", "bob.py", "cleo.py", "dan.py", "eve/attention_head.py"]
-    assert not found.skipped
+    assert [why for _, why in found.skipped] == ["a symbolic link: not followed"] * 6, found.skipped
     monkeypatch.setattr(submission, "MOST_PASSED_OVER", 10)
     found = submission.discover(class_)
     assert ("…", "the folder graded holds more than 10 files that are no submission: the rest of this folder's "
