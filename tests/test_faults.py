@@ -289,14 +289,20 @@ def course_instant(course: Path, name: str):
     ("graded", signal.SIGINT, "all-pending"), ("fresh", signal.SIGINT, "committing"),
 ], ids=lambda value: value.name if isinstance(value, signal.Signals) else value)
 def test_a_gradebook_run_stopped_at_any_instant_keeps_each_grade_whole(courses, tmp_path, start, number, instant):
-    course = tmp_path / "course"
-    shutil.copytree(courses[start], course)
     previous = courses["old"] if start == "graded" else {}
-    process = trusted(course, courses["env"], courses["seed"])
-    if wait_for(process, course_instant(course, instant), limit=120):
-        process.send_signal(number)
-    _, stderr = process.communicate(timeout=300)
-    assert "Traceback" not in stderr, stderr
+    # The instant is seen by polling: on a busy machine a signal sent as the commit's journal
+    # appears can land once the run is over (it then ends 0, untouched). Such a try shows nothing,
+    # and the run is tried afresh, a few times at most.
+    for attempt in range(5):
+        course = tmp_path / f"course{attempt}"
+        shutil.copytree(courses[start], course)
+        process = trusted(course, courses["env"], courses["seed"])
+        if wait_for(process, course_instant(course, instant), limit=120):
+            process.send_signal(number)
+        _, stderr = process.communicate(timeout=300)
+        assert "Traceback" not in stderr, stderr
+        if process.returncode != 0 or instant == "renaming":
+            break
     assert process.returncode != 0 or instant == "renaming", (instant, process.returncode)  # the instant was hit
     check_course(course, previous, courses["new"], settled=process.returncode == 0)
     again = trusted(course, courses["env"], courses["seed"])

@@ -166,16 +166,19 @@ def test_an_older_notebook_is_rebuilt_for_nbgrader_as_nbformat_4_from_its_cells_
         path.write_text(json.dumps(document))
         return [(cell.cell_type, cell.source, dict(cell.metadata)) for cell in _inert_notebook(path, "old.ipynb").cells]
 
-    hidden = {"jupyter": {"source_hidden": True}, "nbgrader": {"solution": True}}
+    hidden = {"jupyter": {"source_hidden": True}, "nbgrader": {"solution": True, "grade_id": "answer"}}
     v3 = {"nbformat": 3, "nbformat_minor": 0, "metadata": [], "worksheets": [{"cells": [
         {"cell_type": "heading", "level": "x", "source": ["Step ", "one"]},
         {"cell_type": "code", "input": ["x = 1\n", "y = 2"], "metadata": hidden, "outputs": [[0]] * 60000},
         {"cell_type": "raw", "source": "<b>raw</b>"}, 7, {"cell_type": "code", "input": 5}]}]}
     started = time.monotonic()
-    assert rebuilt(v3) == [("markdown", "# Step one", {}), ("code", "x = 1\ny = 2", {"nbgrader": {"solution": True}}),
+    assert rebuilt(v3) == [("markdown", "# Step one", {}),
+                           ("code", "x = 1\ny = 2", {"nbgrader": {"solution": True, "grade_id": "answer"}}),
                            ("markdown", "~~~\n<b>raw</b>\n~~~", {}), ("code", "", {})]
     assert time.monotonic() - started < 10
-    v2 = {"nbformat": 2, "metadata": {}, "worksheets": [{"cells": [{"cell_type": "code", "input": "x = 1"}]}]}
+    # (a cell marked for nbgrader under no grade id loses the mark: nbgrader's later steps read the id)
+    v2 = {"nbformat": 2, "metadata": {}, "worksheets": [{"cells": [{"cell_type": "code", "input": "x = 1",
+                                                                    "metadata": {"nbgrader": {"solution": True}}}]}]}
     v1 = {"nbformat": 1, "cells": [{"cell_type": "code", "code": "x = 1"}, {"cell_type": "text", "text": "words"}]}
     assert rebuilt(v2) == [("code", "x = 1", {})] and rebuilt(v1) == [("code", "x = 1", {}), ("markdown", "words", {})]
     for odd in ({"nbformat": 3, "worksheets": 5}, {"nbformat": 3}, {"nbformat": True, "cells": []}, {"nbformat": 5}):
