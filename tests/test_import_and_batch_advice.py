@@ -297,20 +297,21 @@ def test_a_loop_s_maximum_started_from_zero_is_named_where_python_divides_by_zer
     exponential underflows and the division by their total raises ZeroDivisionError, where numpy's
     gives NaN. That is a value, not a crash: the accumulator's start is named."""
     path = tmp_path / "attention_head.py"
-    path.write_text(_replaced("softmax_rows", (
-        "    import math\n"
-        "    rows = []\n"
-        "    for row in np.reshape(s, (-1, np.shape(s)[-1])):\n"
-        "        top = 0.0\n"
-        "        for value in row:\n"
-        "            if value > top:\n"
-        "                top = value\n"
-        "        exps = [math.exp(value - top) for value in row]\n"
-        "        total = sum(exps)\n"
-        "        rows.append([e / total for e in exps])\n"
-        "    return np.reshape(rows, np.shape(s))")))
+    path.write_text(_replaced("softmax_rows", LOOP_SOFTMAX_FROM_ZERO))
     softmax = _steps(path)["softmax"]
     assert "derived-softmax_rows-m-insert-floor0" in softmax["diagnoses"], softmax["feedback"]
     assert "crashed" not in softmax["diagnoses"], softmax["feedback"]
     assert "as if the row maxima were accumulated from 0 rather than from the first term, as a loop does that " \
            "starts its running max at 0" in softmax["feedback"], softmax["feedback"]
+
+
+LOOP_SOFTMAX_FROM_ZERO = """\
+    import math
+    rows = []
+    for row in np.reshape(s, (-1, np.shape(s)[-1])):
+        top = 0.0  # the running maximum, started at 0
+        for value in row:
+            top = value if value > top else top
+        exps = [math.exp(value - top) for value in row]
+        rows.append([e / sum(exps) for e in exps])
+    return np.reshape(rows, np.shape(s))"""
