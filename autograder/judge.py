@@ -1110,7 +1110,7 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
             # names the operation that failed and the shapes it failed on.
             if error is not None and error == (verdict.raised, verdict.raised_message) or (
                     error is None and value is not None
-                    and _overflow_for_overflow(verdict.raised, verdict.raised_message, value)):
+                    and _raised_for_nonfinite(verdict.raised, verdict.raised_message, value)):
                 candidate.explains.add(index)
                 candidate.values += 1
                 continue
@@ -1136,7 +1136,7 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
         candidate.values += 1
 
 
-def _overflow_for_overflow(raised: str | None, message: str, value: dict) -> bool:
+def _raised_for_nonfinite(raised: str | None, message: str, value: dict) -> bool:
     """Did the student's code raise where the model's numbers come to infinity or NaN? Python's own
     arithmetic raises where numpy's gives them: OverflowError (`math.exp`, `float ** 2`), division
     by zero, a math domain error (`math.log(0)`, `math.sqrt(-1)`): the same mistake, written with
@@ -1206,7 +1206,7 @@ _EXPLAINED: dict[tuple, tuple] = {}
 
 def _content(value, budget: list):
     """A value the student returned, as a key of equal contents (the bytes, shape and dtype of an
-    array), or None when it holds something a key cannot stand for (objects, or too much)."""
+    array); raises _Unkeyable where it holds something a key cannot stand for (objects, or too much)."""
     if isinstance(value, np.ndarray):
         budget[0] -= value.nbytes
         if value.dtype.hasobject or budget[0] < 0:

@@ -265,7 +265,7 @@ class _Budget:
     def __init__(self, size: int):
         self.bytes, self.entries = size, MOST_ENTRIES
         self.newest = 0.0
-        """The newest ctime of what was copied, as it was opened."""
+        """The newest ctime of what was copied, as it was opened and once it was read."""
 
     def saw(self, status: os.stat_result) -> None:
         self.newest = max(self.newest, status.st_ctime)
