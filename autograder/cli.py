@@ -279,7 +279,7 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
                 except NotYours as exc:  # changed hands since the run began
                     failure = (f"{exc}; the results are in {run.folder}/", EXIT_UNWRITTEN)
             if graded or failure is None:
-                _print_folder(graded, found.skipped, run, args, page)
+                _print_folder(graded, found, run, args, page)
     except KeyboardInterrupt:
         pass  # it came after the last grade: the run is complete as it stands
     if failure is not None and failure[1] == EXIT_INTERRUPTED:
@@ -433,10 +433,10 @@ class _Graded:
             yield self.kept.get(name) or self.spool.get(name)
 
 
-def _print_folder(graded: _Graded, skipped, run, args, page) -> None:
+def _print_folder(graded: _Graded, found, run, args, page) -> None:
     from . import results
 
-    write = sys.stdout.write
+    write, skipped = sys.stdout.write, found.skipped
     if args.format == "json":
         for piece in results.json_lines(graded):
             write(piece)
@@ -445,18 +445,22 @@ def _print_folder(graded: _Graded, skipped, run, args, page) -> None:
             write(piece)
     if args.format != "text":  # stdout is the JSON alone: what was found and not graded goes to stderr
         for name, reason in skipped:
-            sys.stderr.write(f"qkv-grade: not graded: {results.printable(name, one_line=True)}: "
+            sys.stderr.write(f"qkv-grade: not graded: {results.printable_name(name)}: "
                              f"{results.printable(reason, one_line=True)}\n")
+        for note in found.notes:
+            sys.stderr.write(f"qkv-grade: note: {note}\n")
     else:
-        width = max([len(results.printable(name, one_line=True)) for name in graded.names]
-                    + [len(results.printable(name, one_line=True)) for name, _ in skipped] + [1])
+        width = max([len(results.printable_name(name)) for name in graded.names]
+                    + [len(results.printable_name(name)) for name, _ in skipped] + [1])
         for result in graded:
             flags = sorted({code for step in result.steps for code in step.diagnoses})
-            write(f"{results.printable(result.submission, one_line=True):<{width}}  {result.score:>6g} / "
+            write(f"{results.printable_name(result.submission):<{width}}  {result.score:>6g} / "
                   f"{result.max_score:g}" + (f"  {', '.join(flags)}" if flags else "") + "\n")
         for name, reason in skipped:
-            write(f"{results.printable(name, one_line=True):<{width}}  not graded: "
+            write(f"{results.printable_name(name):<{width}}  not graded: "
                   f"{results.printable(reason, one_line=True)}\n")
+        for note in found.notes:
+            write(f"note: {note}\n")
         where = (f"results in {run.folder}/ (one JSON each, summary.csv)" if run.finished
                  else f"results not complete in {run.folder}/")
         write(f"\n{len(graded)} submission{'' if len(graded) == 1 else 's'} graded with seed {run.seed}; {where}"

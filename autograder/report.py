@@ -19,7 +19,7 @@ from html import escape
 from pathlib import Path
 
 from .diagnoses import CODES, describe
-from .results import SubmissionResult, printable, spreadsheet_cell, spreadsheet_csv
+from .results import SubmissionResult, printable, printable_name, spreadsheet_cell, spreadsheet_csv
 from .steps import STEPS
 
 # Diagnoses that say the code did not run to an answer, rather than which idea went wrong.
@@ -51,7 +51,7 @@ def write(results: list[SubmissionResult], folder: Path) -> Path:
 def scores_csv(results: list[SubmissionResult]) -> str:
     """One row per student: submission, total, max, then the score of every step, by step id."""
     return spreadsheet_csv([["submission", "total", "max"] + [step.id for step in STEPS]]
-                           + [[spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
+                           + [[spreadsheet_cell(result.submission, name=True), f"{result.score:g}", f"{result.max_score:g}"]
                               + [f"{step.score:g}" for step in result.steps] for result in results])
 
 
@@ -260,7 +260,7 @@ def render(results: list[SubmissionResult]) -> str:
             what = f"{info.what[0].upper()}{info.what[1:]}" if info else "No explanation is recorded for this code."
             reread = f" Reread {_e(info.section)}." if info and info.section else ""
             kind = "fault" if code in FAULTS else "misconception"
-            items = "".join(f"<li>{_e(printable(name, one_line=True))} "
+            items = "".join(f"<li>{_e(printable_name(name))} "
                             f"<span class=\"steps\">({_e(', '.join(steps))})</span></li>" for name, steps in students.items())
             parts.append(f"<section class=\"code {kind}\"><h3><code>{_e(code)}</code>: {len(students)} "
                          f"student{'s' if len(students) != 1 else ''} ({share:.0f}%)</h3>"
@@ -271,7 +271,7 @@ def render(results: list[SubmissionResult]) -> str:
     unreadable = [result for result in results if result.error]
     if unreadable:
         parts.append("<h2>Not graded</h2><p>These files could not be read; every step scored 0.</p><ul>"
-                     + "".join(f"<li>{_e(printable(result.submission, one_line=True))}: {_e(printable(result.error))}</li>"
+                     + "".join(f"<li>{_e(printable_name(result.submission))}: {_e(printable(result.error))}</li>"
                                for result in unreadable)
                      + "</ul>")
 
@@ -279,7 +279,7 @@ def render(results: list[SubmissionResult]) -> str:
                  "</tr></thead><tbody>")
     for result in results:
         codes = sorted({code for step in result.steps for code in step.diagnoses}) if not result.error else []
-        parts.append(f"<tr><td>{_e(printable(result.submission, one_line=True))}</td><td class=\"n\">{result.score:g}</td>"
+        parts.append(f"<tr><td>{_e(printable_name(result.submission))}</td><td class=\"n\">{result.score:g}</td>"
                      f"<td>{_e(', '.join(codes)) if codes else ('not graded' if result.error else '')}</td></tr>")
     parts.append("</tbody></table>")
     parts.append("<p class=\"foot\">Per-step scores for an LMS or a spreadsheet: <code>scores.csv</code>, "

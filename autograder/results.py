@@ -241,6 +241,52 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f%s%s-%s]" % (_ranges({*range(0x7f, 0xa0
 _UNSAFE_ONE_LINE = re.compile("[\x00-\x1f%s%s-%s]" % (_ranges({*range(0x7f, 0xa0), *_INVISIBLE}),
                                                      chr(_PLANE_14[0]), chr(_PLANE_14[1])))
 
+# Letters of other scripts drawn as a Latin one (Cyrillic and Greek, in both cases), each with the
+# Latin letter it passes for: `\u0430da.py` shows as `ada.py`, `\u0441\u0441.py` as `cc.py`.
+LOOK_ALIKES = {pair[0]: pair[1] for pair in (
+    "аa вb еe ёe кk мm нh оo рp сc тt уy хx ѕs іi їi јj ԁd ԛq ԝw ӏl һh ѵv ьb "
+    "Аa Вb Еe Ѐe Ёe Кk Мm Нh Оo Рp Сc Тt Уy Хx Ѕs Іi Їi Јj Ԛq Ԝw Ӏl Һh Ѵv "
+    "αa βb γy εe ιi κk νv οo ρp τt υu χx ωw Αa Βb Εe Ζz Ηh Ιi Κk Μm Νn Οo Ρp Τt Υy Χx").split()}
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def printable_name(name: str) -> str:
+    """A submission's name for a listing, one line (`printable`), and never drawn like another's: in
+    a name that is not as Unicode composes it (`jose\u0301.py` beside `jos\u00e9.py`), its combining
+    marks are shown escaped, as are letters a compatibility form draws like plain ones (fullwidth,
+    mathematical), and, in a word that mixes Latin letters with another script's or is written
+    wholly in another script's letters that pass for Latin ones (`\u0430da`, `\u0441\u0441`), those
+    letters. A name written in one script, as its writer's keyboard types it, shows as it is."""
+    import unicodedata
+
+    text = printable(name, one_line=True)
+    if text.isascii():
+        return text
+    decomposed = unicodedata.normalize("NFC", text) != text
+    odd = {char for char in text if (decomposed and unicodedata.category(char).startswith("M"))
+           or unicodedata.normalize("NFKC", char) != unicodedata.normalize("NFC", char)}
+    for word in _WORD.findall(text):
+        if word.isascii():
+            continue
+        foreign = [char for char in word if not char.isascii() and not unicodedata.name(char, "").startswith("LATIN")]
+        if foreign and (len(foreign) < len(word) or all(char in LOOK_ALIKES for char in word)):
+            odd.update(foreign)
+    if not odd:
+        return text
+    return "".join("\\u%04x" % ord(char) if char in odd and ord(char) <= 0xFFFF else
+                   "\\U%08x" % ord(char) if char in odd else char for char in text)
+
+
+def look(name: str) -> str:
+    """What a name looks like, as a reader sees it: two names that look alike look the same here
+    (case, Unicode's compatibility forms and combining marks aside, and the letters of
+    LOOK_ALIKES read as the Latin ones they pass for)."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", name))
+    return "".join(LOOK_ALIKES.get(char, char) for char in text
+                   if not unicodedata.category(char).startswith("M") and ord(char) not in _INVISIBLE).casefold()
+
 MOST_QUOTED = 300
 """Characters of a message kept where it may quote what a student wrote: nbgrader's refusal of a
 notebook quotes the value it refused whole (a cell's `points`, 15 MB of it)."""
@@ -256,11 +302,11 @@ def clipped(text: str, most: int = MOST_QUOTED) -> str:
     return line if len(line) <= most else line[:most] + "…"
 
 
-def spreadsheet_cell(text: str) -> str:
+def spreadsheet_cell(text: str, name: bool = False) -> str:
     """`text` as a CSV cell that a spreadsheet shows as text, never runs as a formula, and that a
     terminal shows as it is: control characters and direction marks (a student's file name may
-    hold them) are escaped, as in the listing on stdout."""
-    text = printable(text, one_line=True)
+    hold them) are escaped, as in the listing on stdout; a submission's `name` as `printable_name` shows it."""
+    text = printable_name(text) if name else printable(text, one_line=True)
     # spaces before the sign too: some spreadsheets drop them as they read a cell
     return "'" + text if text.lstrip(" ")[:1] in ("=", "+", "-", "@") else text
 
@@ -296,11 +342,11 @@ def csv_lines(results: Iterable[SubmissionResult], skipped: list[tuple[str, str]
                     + ["diagnoses", "error", "skipped"])
     for result in results:
         codes = sorted({code for step in result.steps for code in step.diagnoses})
-        yield _csv_line([spreadsheet_cell(result.submission), f"{result.score:g}", f"{result.max_score:g}"]
+        yield _csv_line([spreadsheet_cell(result.submission, name=True), f"{result.score:g}", f"{result.max_score:g}"]
                         + [f"{step.score:g}" for step in result.steps]
                         + [" ".join(codes), spreadsheet_cell(result.error or ""), ""])
     for name, reason in skipped:
-        yield _csv_line([spreadsheet_cell(name), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
+        yield _csv_line([spreadsheet_cell(name, name=True), "", ""] + [""] * len(STEPS) + ["", "", spreadsheet_cell(reason)])
 
 
 _COLOURS = {"passed": "32", "partial": "33", "failed": "31", "not_implemented": "90", "error": "35", "timeout": "35"}
@@ -311,7 +357,7 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
         return f"\x1b[{_COLOURS[status]}m{text}\x1b[0m" if colour else text
 
     width = max(len(step.id) for step in result.steps)
-    lines = [f"{printable(result.submission, one_line=True)}: {result.score:g} / {result.max_score:g}", ""]
+    lines = [f"{printable_name(result.submission)}: {result.score:g} / {result.max_score:g}", ""]
     lines.append(f"  {'step':<{width}}  {'score':>11}  status")
     for step in result.steps:
         score = f"{step.score:g} / {step.max_score:g}"

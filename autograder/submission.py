@@ -33,7 +33,7 @@ import itertools
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection, Iterator
 
@@ -593,6 +593,8 @@ class Found:
     skipped: list[tuple[str, str]]
     """(name, reason) of each .py or .ipynb file found and not graded (`_Skipped`), and of each
     folder whose rest was not looked at (`walk`)."""
+    notes: list[str] = field(default_factory=list)
+    """Lines about submissions graded apart that a reader could take for one student's (`_alike`)."""
 
 
 def discover(folder: Path) -> Found:
@@ -648,7 +650,52 @@ def discover(folder: Path) -> Found:
     for candidates in [candidates, *apart.values()]:
         _sort_out(candidates, course, items, skipped)
     items.sort(key=lambda item: item[1].split("/"))  # the walk's order: by name, folder by folder
-    return Found(items, skipped.lines())
+    return Found(items, skipped.lines(), _alike(items, course))
+
+
+MOST_ALIKE_NOTED = 100
+"""Groups of look-alike names told in a folder's notes; past them, one line counts the rest."""
+
+
+def _alike(items: list[tuple[Path, str]], course: bool) -> list[str]:
+    """A line for each group of submissions that a reader could take for one student's: whose
+    student folders, or (directly in the folder graded) whose file names but for .py or .ipynb,
+    look alike (`results.look`: `ada.py` and `\u0430da.py`, `alice.py` and `alice.ipynb`, `Bob/`
+    and `bob/`). Each is graded apart, under its own name; the line says which account made each
+    where they differ, for a classmate may have put one there."""
+    from .results import look, printable_name
+
+    groups: dict[str, list[tuple[Path, str]]] = {}
+    for path, name in items:
+        student = _student(name, course)
+        groups.setdefault(look(student if student is not None else name.rsplit(".", 1)[0]), []).append((path, name))
+    alike = [group for group in groups.values() if len(group) > 1]
+    lines = []
+    for group in alike[:MOST_ALIKE_NOTED]:
+        owners = {name: _owner(path) for path, name in group}
+        names = ", ".join(printable_name(name) for _, name in group)
+        line = f"{names}: names a reader could take for one student's, each graded apart under its own name"
+        if len(set(owners.values())) > 1:
+            line += "; made by different accounts (" + ", ".join(
+                f"{printable_name(name)}: {_account(owner)}" for name, owner in owners.items()) + ")"
+        lines.append(line)
+    if len(alike) > MOST_ALIKE_NOTED:
+        lines.append(f"and {len(alike) - MOST_ALIKE_NOTED} more groups of names that look alike")
+    return lines
+
+
+def _account(uid: int | None) -> str:
+    """An account's name (its number where it has none), for a listing."""
+    if uid is None:
+        return "unknown"
+    from .results import printable
+
+    try:
+        import pwd
+
+        return f"{printable(pwd.getpwuid(uid).pw_name, one_line=True)} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
 
 
 def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -715,3 +716,70 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
     assert dict(found.skipped) == dict.fromkeys(
         ["bo/attention_head.py", "bo/ps1/attention_head.ipynb"],
         "made by another account than its student folder's owner, whose own file is graded")
+
+
+# Names a reader takes for one another: a letter of another script drawn as a Latin one, a name
+# decomposed as a Mac writes it, a compatibility form; each shows apart from the name it imitates.
+def _look_alike_variants(name: str):
+    import unicodedata
+
+    from autograder.results import LOOK_ALIKES
+
+    passes_for: dict[str, list[str]] = {}
+    for char, latin in LOOK_ALIKES.items():
+        passes_for.setdefault(latin, []).append(char)
+    stem, suffix = name.rsplit(".", 1)
+    for index, letter in enumerate(stem):  # one letter, then the whole word, in another script
+        for char in passes_for.get(letter.lower(), []):
+            yield stem[:index] + char + stem[index + 1:] + "." + suffix
+    whole = [passes_for.get(letter.lower(), [None])[0] for letter in stem]
+    if all(whole):
+        yield "".join(whole) + "." + suffix
+    yield unicodedata.normalize("NFD", name) if not name.isascii() else name.replace("e", "e\u0301", 1)
+    yield "".join(chr(ord(char) + 0xFEE0) if char.isalnum() and char.isascii() else char for char in stem) + "." + suffix
+
+
+@pytest.mark.parametrize("name", ["ada.py", "cooper.ipynb", "josé.py", "jones.py", "bob.py", "x.py"])
+def test_a_name_that_looks_like_another_is_shown_apart(name):
+    from autograder.results import look, printable_name
+
+    variants = {variant for variant in _look_alike_variants(name) if variant != name}
+    assert variants
+    for variant in variants:
+        assert look(variant) == look(name), ascii(variant)  # what the notes group by
+        assert printable_name(variant) != printable_name(name), ascii(variant)
+        assert printable_name(variant).isascii() or not name.isascii(), ascii(variant)
+    # names written in one script, as a keyboard types them, show as they are
+    for plain in ["josé.py", "иван.py", "Алексей.py", "田中.py", "naïve.ipynb", "Ἀθηνᾶ.py", "Zoë-O'Neil.py"]:
+        assert printable_name(plain) == plain
+
+
+def test_look_alike_names_are_told_in_the_listing_and_the_summary(tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    folder.mkdir()
+    starter = (REPO / "assignments" / "attention_head" / "attention_head.py").read_text()
+    for name, source in (("ada.py", reference_source()), ("\u0430da.py", starter),  # Cyrillic а
+                         ("jos\u00e9.py", reference_source()), ("jose\u0301.py", starter),
+                         ("alice.py", reference_source()), ("bob.py", reference_source())):
+        (folder / name).write_text(source)
+    shutil.copy(REPO / "assignments" / "attention_head" / "attention_head.ipynb", folder / "alice.ipynb")
+    other = os.geteuid() == 0
+    if other:  # a classmate's account made the notebook named for alice
+        os.chown(folder / "alice.ipynb", 65534, 65534)
+    done = qkv_grade(str(folder), "--out", str(out), "--seed", "4", *FAST)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines() if "/ 100" in line}
+    assert rows == {"ada.py": "100", "\\u0430da.py": "0", "jos\u00e9.py": "100", "jose\\u0301.py": "0",
+                    "alice.py": "100", "alice.ipynb": "0", "bob.py": "100"}
+    notes = [line for line in done.stdout.splitlines() if line.startswith("note: ")]
+    assert [note.split(": names")[0] for note in notes] == [
+        "note: ada.py, \\u0430da.py", "note: alice.ipynb, alice.py", "note: jose\\u0301.py, jos\u00e9.py"]
+    assert ("made by different accounts (alice.ipynb: " in notes[1] and "(uid 65534), alice.py: " in notes[1]) == other
+    with open(out / "latest" / "summary.csv", newline="", encoding="utf-8") as table:
+        shown = [row["submission"] for row in csv.DictReader(table)]
+    assert sorted(shown) == sorted(rows)
+    done = qkv_grade(str(folder), "--format", "json", "--seed", "4", *FAST)
+    assert sorted(json.loads(done.stdout), key=lambda doc: doc["submission"])[0]["submission"] == "ada.py"
+    assert {doc["submission"] for doc in json.loads(done.stdout)} >= {"\u0430da.py", "jose\u0301.py"}  # the true names
+    assert [line for line in done.stderr.splitlines() if line.startswith("qkv-grade: note: ")] == \
+        ["qkv-grade: " + note for note in notes]
