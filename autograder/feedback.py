@@ -95,8 +95,8 @@ def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = froz
         info = describe(code, step.id)
         where = ""
         if seen.get(code):
-            shown = seen[code][:3]
-            where = f" (on {', '.join(shown)}{', …' if len(seen[code]) > 3 else ''})"
+            labels = list(dict.fromkeys(seen[code]))  # a step of two functions has two example cases
+            where = f" (on {', '.join(labels[:3])}{', …' if len(labels) > 3 else ''})"
         what = info.what.rstrip(".") + where + "."
         lines.append(f"[{code}] {what[0].upper()}{what[1:]}")
         if code not in carried:

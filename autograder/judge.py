@@ -1503,14 +1503,17 @@ def _pruned(fn: str, call, want: dict, student: tuple | None, only: list[int] | 
     for candidate, (_, choice, _) in zip(_own(fn, 1), diagnoses.models(fn, 1)):
         value, error, differs = _model_value(candidate, call, want)
         choice_shape[choice[0]] = _shapes(value) if error is None else None
-        if differs or error is not None:
+        if differs or error is not None or (value is not None and _changes(value, want)):
             shows.add(choice[0])
     kept = []
     compositions = diagnoses.models(fn, 2)
     for n in range(len(compositions)) if only is None else only:
         codes, choice, model = compositions[n]
         if not shows.intersection(choice):
-            continue  # neither slip changes this call alone: together they would not either
+            # neither slip changes this call alone, by the least amount: together they would not
+            # either. (One may change it within the tolerance and still show beside the other: an
+            # epsilon of 1e-9 in a softmax's total, on a total the missing shift left small.)
+            continue
         shapes = [choice_shape.get(part) for part in choice]
         changed = [shape for shape in shapes if shape != reference]
         # A slip that raises here alone says nothing of the pair's shape: such pairs are run. So
@@ -1528,6 +1531,20 @@ def _pruned(fn: str, call, want: dict, student: tuple | None, only: list[int] | 
         _PRUNED.clear()
     _PRUNED[key] = (call, kept)  # one assignment: grading threads share this cache
     return kept
+
+
+def _changes(value: dict, want: dict) -> bool:
+    """Is a model's value not the reference's, to the last bit (NaN where it has NaN)?"""
+    if value.keys() != want.keys():
+        return True
+    for name, got in value.items():
+        other = want[name]
+        if not (isinstance(got, np.ndarray) and isinstance(other, np.ndarray)):
+            if type(got) is not type(other) or got != other:
+                return True
+        elif got.shape != other.shape or not np.array_equal(got, other, equal_nan=got.dtype.kind == "f"):
+            return True
+    return False
 
 
 def _may_drop(choice: tuple, shapes: list, reference: tuple) -> bool:

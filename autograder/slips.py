@@ -32,6 +32,9 @@ class Slip:
     """The stage it replaces; two slips of one stage do not combine."""
     variants: tuple[Callable, ...]
     """The ways of writing the slipped stage, each with the stage's signature."""
+    only_beside: int = 0
+    """How many of the last variants change too little to show on their own (no case can tell
+    them from the chapter's computation), and show only beside another slip."""
 
 
 def _t(a):
@@ -260,7 +263,9 @@ SLIPS: tuple[Slip, ...] = (
     # The log-sum-exp form of the softmax, on the raw scores: exp(s - log Σ exp s) overflows to 0
     # weights on large scores and to infinity far below them; on shifted scores it is the reference.
     Slip("unstable-softmax", "normalize", (_log_sum_exp_unshifted,)),
-    Slip("softmax-epsilon", "normalize", tuple(_eps(10.0 ** -p) for p in range(4, 9))),
+    # An epsilon too small to show on its own (1e-9 and below) still shows beside an unshifted
+    # exponential: a row whose every exponent underflows gets weights of 0 rather than NaN.
+    Slip("softmax-epsilon", "normalize", tuple(_eps(10.0 ** -p) for p in range(4, 13)), only_beside=4),
     Slip("one-hot-weights", "weights", (_one_hot,)),
     # An earlier step's plain value returned in place of this one's: the scores for the weights.
     Slip("scores-as-weights", "reported", (lambda a, s, d: s, lambda a, s, d: d)),

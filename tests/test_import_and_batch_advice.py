@@ -305,6 +305,23 @@ def test_a_loop_s_maximum_started_from_zero_is_named_where_python_divides_by_zer
            "starts its running max at 0" in softmax["feedback"], softmax["feedback"]
 
 
+def test_an_epsilon_in_place_of_the_shift_is_named_with_the_missing_shift(tmp_path):
+    """A "careful" softmax that guards its total with 1e-9 instead of subtracting the row maximum:
+    alone the epsilon is below any tolerance, but beside the unshifted exponentials it shows (a row
+    far below zero gets weights of 0 where the plain unshifted softmax gives NaN, and a lone score's
+    small total is divided by a total 1e-9 larger). Both are named, where either alone reproduces
+    nothing."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("softmax_rows", "    e = np.exp(s)  # no shift: the epsilon keeps it safe\n"
+                                              "    return e / (e.sum(axis=-1, keepdims=True) + 1e-9)"))
+    steps = _steps(path)
+    assert steps["softmax"]["diagnoses"] == ["unstable-softmax", "softmax-epsilon"], steps["softmax"]["feedback"]
+    assert "Your result contains NaN" not in steps["softmax"]["feedback"]
+    for step in steps.values():  # what fails downstream is carried from it
+        assert set(step["diagnoses"]) <= {"unstable-softmax", "softmax-epsilon"}, step["feedback"]
+        assert step["id"] == "softmax" or not step["diagnoses"] or step["carried_from"] == "softmax", step["feedback"]
+
+
 LOOP_SOFTMAX_FROM_ZERO = """\
     import math
     rows = []

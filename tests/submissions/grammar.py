@@ -37,8 +37,8 @@ NOT_SLIPS = {code for code in diagnoses.CODES} - {slip.code for slip in slips.SL
 
 
 def singles() -> list[Choice]:
-    """Every slip, in every way of writing it."""
-    return [((slip, index),) for slip in slips.SLIPS for index in range(len(slip.variants))]
+    """Every slip, in every way of writing it that shows on its own."""
+    return [((slip, index),) for slip in slips.SLIPS for index in range(len(slip.variants) - slip.only_beside)]
 
 
 def pairs() -> list[Choice]:
