@@ -905,21 +905,24 @@ def _student(name: str, course: bool = False) -> str | None:
 
 def _one_per_student(items: list[tuple[Path, str]], course: bool = False
                      ) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
-    """At most one submission per student folder: the shallowest, then the first by name. A student's
-    folder holds their work, and what else they put there (a copy in `backup/`, thirty copies of a
-    classmate's) is listed as skipped, never graded as more students."""
-    kept: dict[str, str] = {}  # student folder -> the name of the submission graded
+    """At most one submission per student folder and account: the shallowest, then the first by
+    name. A student's folder holds their work, and what else they put there (a copy in `backup/`,
+    thirty copies of a classmate's) is listed as skipped, never graded as more students. A file
+    another account made there (a folder the instructor made, which the class may write, where no
+    owner tells whose the folder is: `_foreign`) never takes the place of the student's own: each
+    account's is graded under its own name, and the listing's note says whose each is (`_alike`)."""
+    kept: dict[tuple, str] = {}  # (student folder, account) -> the name of the submission graded
+    whose = {name: (_student(name, course), _owner(path)) for path, name in items}
     for _, name in items:
-        student = _student(name, course)
-        if student is not None:
-            kept[student] = min(kept.get(student, name), name, key=lambda found: (found.count("/"), found))
+        if whose[name][0] is not None:
+            kept[whose[name]] = min(kept.get(whose[name], name), name, key=lambda found: (found.count("/"), found))
     graded, skipped = [], []
     for path, name in items:
-        student = _student(name, course)
-        if student is None or kept[student] == name:
+        student = whose[name][0]
+        if student is None or kept[whose[name]] == name:
             graded.append((path, name))
         else:
-            skipped.append((name, f"{shown_name(kept[student])} is graded: one submission per student folder "
+            skipped.append((name, f"{shown_name(kept[whose[name]])} is graded: one submission per student folder "
                                   f"({shown_name(student)}/)" + (_NOT_A_COURSE if student in COURSE_FOLDERS else "")))
     return graded, skipped
 

@@ -716,6 +716,26 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
     assert dict(found.skipped) == dict.fromkeys(
         ["bo/attention_head.py", "bo/ps1/attention_head.ipynb"],
         "made by another account than its student folder's owner, whose own file is graded")
+    # in a folder the instructor made for a student, which the class may write, no owner tells:
+    # a classmate's notebook (first by name) beside the student's module takes nothing's place
+    cy = class_ / "cy"
+    cy.mkdir()
+    os.chmod(cy, 0o1777)
+    (cy / "attention_head.py").write_text("import numpy as np\n")
+    os.chown(cy / "attention_head.py", 54_322, 54_322)
+    (cy / "attention_head.ipynb").write_text("{}")
+    os.chown(cy / "attention_head.ipynb", 54_321, 54_321)
+    (cy / "old").mkdir()
+    (cy / "old" / "attention_head.py").write_text("import numpy as np\n")
+    os.chown(cy / "old" / "attention_head.py", 54_322, 54_322)
+    found = submission.discover(class_)
+    assert [name for _, name in found.items] == ["bo/ps1/attention_head.py", "cy/attention_head.ipynb",
+                                                  "cy/attention_head.py"]
+    assert dict(found.skipped)["cy/old/attention_head.py"] == (
+        "cy/attention_head.py is graded: one submission per student folder (cy/)")
+    assert found.notes == ["cy/attention_head.ipynb, cy/attention_head.py: names a reader could take for one "
+                           "student's, each graded apart under its own name; made by different accounts "
+                           "(cy/attention_head.ipynb: uid 54321, cy/attention_head.py: uid 54322)"]
 
 
 # Names a reader takes for one another: a letter of another script drawn as a Latin one, a name
