@@ -253,8 +253,8 @@ _WORD = re.compile(r"[^\W\d_]+")
 def printable_name(name: str) -> str:
     """A submission's name for a listing, one line (`printable`), and never drawn like another's: in
     a name that is not as Unicode composes it (`jose\u0301.py` beside `jos\u00e9.py`), its combining
-    marks are shown escaped, as are letters a compatibility form draws like plain ones (fullwidth,
-    mathematical), and, in a word that mixes Latin letters with another script's or is written
+    marks are shown escaped, as are letters and digits a compatibility form draws like plain ones
+    (fullwidth, mathematical, ligatures), and, in a word that mixes Latin letters with another script's or is written
     wholly in another script's letters that pass for Latin ones (`\u0430da`, `\u0441\u0441`), those
     letters. A name written in one script, as its writer's keyboard types it, shows as it is."""
     import unicodedata
@@ -264,7 +264,8 @@ def printable_name(name: str) -> str:
         return text
     decomposed = unicodedata.normalize("NFC", text) != text
     odd = {char for char in text if (decomposed and unicodedata.category(char).startswith("M"))
-           or unicodedata.normalize("NFKC", char) != unicodedata.normalize("NFC", char)}
+           or (unicodedata.category(char)[0] in "LN"
+               and unicodedata.normalize("NFKC", char) != unicodedata.normalize("NFC", char))}
     for word in _WORD.findall(text):
         if word.isascii():
             continue

@@ -955,6 +955,8 @@ class _Budget:
 
     def __init__(self, most: int, parts: tuple[str, ...]):
         self.most, self.left, self.parts, self.told = most, most, parts, False
+        self.of: dict[int | None, int] = {}
+        """In a student's folder that discover walks: what each account's entries have used of it."""
 
 
 def walk(folder: Path, students: Callable[[tuple[str, ...]], bool] | None = None,
@@ -1052,6 +1054,8 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
     told = []
     if own is not None and not sieve:
         entries = list(itertools.islice(found, most + 1))
+    elif own is not None:
+        return _by_account(found, own)
     else:
         entries, passed, links = [], 0, []
         for entry in found:
@@ -1078,6 +1082,44 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
     bound.left -= len(entries)
     if own is None or sieve:
         entries += links
+    entries.sort(key=_by_name)
+    return entries, told
+
+
+def _by_account(found: Iterator[os.DirEntry], own: _Budget
+                ) -> tuple[list[os.DirEntry], list[tuple[os.DirEntry, tuple[str, ...], Cut]]]:
+    """`_listing` of a folder in a student's folder, as discover walks it: the bound counts each
+    account's entries apart (`_Budget.of`), so that a classmate who may write there (a folder the
+    class may write) and fills it with files or folders named to count (`f0.py`, empty folders) uses
+    up their own share, in the file system's order, and never the student's."""
+    entries, passed, links, told = [], 0, [], []
+    for entry in found:
+        if _may_matter(entry):
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                owner = None
+            used = own.of.get(owner, 0)
+            if used < own.most:
+                own.of[owner] = used + 1
+                entries.append(entry)
+                continue
+            if used == own.most:  # said once for each account, of the first entry left out
+                own.of[owner] = used + 1
+                told.append((entry, own.parts, Cut(
+                    f"more than {own.most} files and folders made by {_account(owner)}: only the first {own.most} were looked at, "
+                    "and the rest were neither graded nor listed")))
+        elif len(links) < MOST_LINKS_SHOWN and _is_link(entry):
+            links.append(entry)  # listed as skipped (a folder handed in as a link), uncounted
+            continue
+        passed += 1
+        if passed > MOST_PASSED_OVER:  # the rest of this listing is not read: said once
+            own.told = True
+            told.append((entry, own.parts, Cut(
+                f"more than {MOST_PASSED_OVER} files that are no submission or past a bound: the rest of this "
+                "folder's listing was not read, and what it holds was neither graded nor listed")))
+            break
+    entries += links
     entries.sort(key=_by_name)
     return entries, told
 

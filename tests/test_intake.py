@@ -172,6 +172,12 @@ def test_a_student_folder_of_thousands_of_files_is_listed_not_read(tmp_path):
     assert rss < MAX_RSS_MIB and cpu < MAX_CPU_S, (f"{rss:.0f} MiB", f"{cpu:.2f} s")
 
 
+def _me() -> str:
+    import pwd
+
+    return f"{pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})"
+
+
 def test_a_student_folder_of_more_files_than_the_grader_looks_at_costs_a_bounded_time_and_memory(tmp_path):
     """Empty files by the tens of thousands in one student's folder, past the bound on what a
     student's folder has looked at: that folder is walked only to the bound and said so in one line,
@@ -192,7 +198,7 @@ def test_a_student_folder_of_more_files_than_the_grader_looks_at_costs_a_bounded
         {"alice/attention_head.py": 100.0, "bob.py": 100.0}
     assert done.stderr.count("not graded: mallory/f") == MOST_SKIPPED_LISTED, done.stderr[-500:]
     assert (f"not graded: mallory/…: {MOST_ENTRIES - MOST_SKIPPED_LISTED} more files in this student's folder, "
-            f"which holds more than {MOST_ENTRIES} files and folders: only the first {MOST_ENTRIES} were looked "
+            f"which holds more than {MOST_ENTRIES} files and folders made by {_me()}: only the first {MOST_ENTRIES} were looked "
             "at, and the rest were neither graded nor listed\n") in done.stderr, done.stderr[-500:]
     print(f"{rss:.0f} MiB, {cpu:.2f} s")
     assert rss < MAX_RSS_MIB and cpu < MAX_CPU_S, (f"{rss:.0f} MiB", f"{cpu:.2f} s")

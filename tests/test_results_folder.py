@@ -558,7 +558,11 @@ def test_a_walk_past_a_student_s_bound_or_the_bound_in_all_says_so_and_costs_no_
     fill(class_ / "mal" / "zz", 100)  # after ps1/ by name: mal's submission is looked at first
     fill(course / "submitted" / "mal" / "zz", 100)
     fill(class_ / "nia", 39)  # with her submission, 40: her bound exactly
-    cut = "more than 40 files and folders: only the first 40 were looked at, and the rest were neither graded nor listed"
+    import pwd
+
+    me = f"{pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})"  # a student's bound counts each account apart
+    cut = (f"more than 40 files and folders made by {me}: only the first 40 were looked at, and the rest were "
+           "neither graded nor listed")
 
     found = submission.discover(class_)
     assert [name for _, name in found.items] == ["ann/attention_head.py", "mal/ps1/attention_head.py",
@@ -736,6 +740,32 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
     assert found.notes == ["cy/attention_head.ipynb, cy/attention_head.py: names a reader could take for one "
                            "student's, each graded apart under its own name; made by different accounts "
                            "(cy/attention_head.ipynb: uid 54321, cy/attention_head.py: uid 54322)"]
+
+
+def test_a_classmate_s_flood_in_a_student_s_folder_uses_up_their_own_share_of_its_bound(tmp_path, monkeypatch):
+    """A student's folder the class may write, filled by a classmate with files named to count
+    (`f0.py`) and empty folders, past the folder's bound: the bound counts each account's entries
+    apart, so whatever the file system's order, the student's own module is still graded."""
+    from autograder import submission
+
+    if os.geteuid() != 0:
+        pytest.skip("giving files to other accounts needs root")
+    monkeypatch.setattr(submission, "MOST_ENTRIES", 20)
+    bob = tmp_path / "drop" / "bob"
+    bob.mkdir(parents=True)
+    os.chmod(bob, 0o1777)
+    (bob / "attention_head.py").write_text("import numpy as np\n")
+    os.chown(bob / "attention_head.py", 54_322, 54_322)
+    for number in range(60):
+        made = bob / (f"f{number}.py" if number % 2 else f"d{number}")
+        made.mkdir() if number % 2 == 0 else made.write_text("")
+        os.chown(made, 54_321, 54_321)
+    found = submission.discover(tmp_path / "drop")
+    assert [name for _, name in found.items] == ["bob/attention_head.py"]
+    reasons = dict(found.skipped)
+    assert reasons["bob/…"] == ("this student's folder holds more than 20 files and folders made by uid 54321: only "
+                                "the first 20 were looked at, and the rest were neither graded nor listed"), reasons
+    assert 0 < sum(1 for name in reasons if name.startswith("bob/f")) <= 20  # those files of its first 20
 
 
 # Names a reader takes for one another: a letter of another script drawn as a Latin one, a name
