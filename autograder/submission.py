@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import math
 import os
 import re
 import stat
@@ -1051,77 +1052,73 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
     With `sieve` the same holds in a student's own folder, which a classmate may write too."""
     bound = whole if own is None else own
     most = bound.left
-    told = []
+    if own is not None and sieve:
+        most = math.inf  # each account's entries counted apart, against the student's bound
     if own is not None and not sieve:
-        entries = list(itertools.islice(found, most + 1))
-    elif own is not None:
-        return _by_account(found, own)
+        entries, links, told = list(itertools.islice(found, most + 1)), [], []
+    elif own is not None:  # each account's entries counted apart
+        entries, links, told = _sieved(found, own, lambda entry, entries, told: _by_account(entry, entries, told, own))
     else:
-        entries, passed, links = [], 0, []
-        for entry in found:
-            if _may_matter(entry):
-                entries.append(entry)
-                if len(entries) > most:
-                    break
-            elif len(links) < MOST_LINKS_SHOWN and _is_link(entry):
-                links.append(entry)  # listed as skipped (a folder handed in as a link), uncounted
-            else:
-                passed += 1
-                if passed > MOST_PASSED_OVER:  # the rest of this listing is not read: said once
-                    bound.told = True
-                    told.append((entry, bound.parts, Cut(
-                        f"more than {MOST_PASSED_OVER} files that are no submission: the rest of this "
-                        "folder's listing was not read, and what it holds was neither graded nor listed")))
-                    break
+        def take(entry, entries, told):
+            entries.append(entry)
+            return len(entries) <= most or None
+        entries, links, told = _sieved(found, bound, take)
     if len(entries) > most:  # no folder is listed past a bound once told: this is the first time
         bound.told = True
         told.append((entries[most], bound.parts, Cut(
             f"more than {bound.most} files and folders: only the first {bound.most} were looked at, and "
             "the rest were neither graded nor listed")))
         del entries[most:]
-    bound.left -= len(entries)
-    if own is None or sieve:
-        entries += links
+    bound.left -= min(len(entries), bound.left)
+    entries += links
     entries.sort(key=_by_name)
     return entries, told
 
 
-def _by_account(found: Iterator[os.DirEntry], own: _Budget
-                ) -> tuple[list[os.DirEntry], list[tuple[os.DirEntry, tuple[str, ...], Cut]]]:
-    """`_listing` of a folder in a student's folder, as discover walks it: the bound counts each
-    account's entries apart (`_Budget.of`), so that a classmate who may write there (a folder the
-    class may write) and fills it with files or folders named to count (`f0.py`, empty folders) uses
-    up their own share, in the file system's order, and never the student's."""
+def _sieved(found: Iterator[os.DirEntry], bound: _Budget, take: Callable) -> tuple[list, list, list]:
+    """(entries kept, links listed, the walk's words) of a listing read past what can be nothing
+    graded, uncounted: `take(entry, kept, words)`, for an entry that may matter (`_may_matter`),
+    keeps it (True), passes over it as over those (False), or ends the reading (None)."""
     entries, passed, links, told = [], 0, [], []
     for entry in found:
         if _may_matter(entry):
-            try:
-                owner = entry.stat(follow_symlinks=False).st_uid
-            except OSError:
-                owner = None
-            used = own.of.get(owner, 0)
-            if used < own.most:
-                own.of[owner] = used + 1
-                entries.append(entry)
+            kept = take(entry, entries, told)
+            if kept is None:
+                break
+            if kept:
                 continue
-            if used == own.most:  # said once for each account, of the first entry left out
-                own.of[owner] = used + 1
-                told.append((entry, own.parts, Cut(
-                    f"more than {own.most} files and folders made by {_account(owner)}: only the first {own.most} were looked at, "
-                    "and the rest were neither graded nor listed")))
         elif len(links) < MOST_LINKS_SHOWN and _is_link(entry):
             links.append(entry)  # listed as skipped (a folder handed in as a link), uncounted
             continue
         passed += 1
         if passed > MOST_PASSED_OVER:  # the rest of this listing is not read: said once
-            own.told = True
-            told.append((entry, own.parts, Cut(
-                f"more than {MOST_PASSED_OVER} files that are no submission or past a bound: the rest of this "
+            bound.told = True
+            told.append((entry, bound.parts, Cut(
+                f"more than {MOST_PASSED_OVER} files that are no submission: the rest of this "
                 "folder's listing was not read, and what it holds was neither graded nor listed")))
             break
-    entries += links
-    entries.sort(key=_by_name)
-    return entries, told
+    return entries, links, told
+
+
+def _by_account(entry: os.DirEntry, entries: list, told: list, own: _Budget) -> bool:
+    """Of a folder in a student's folder, as discover walks it, keep `entry` while its account's
+    share of the student's bound lasts (`_Budget.of`): a classmate who may write there (a folder
+    the class may write) and fills it with files or folders named to count (`f0.py`, empty
+    folders) uses up their own share, in the file system's order, and never the student's."""
+    try:
+        owner = entry.stat(follow_symlinks=False).st_uid
+    except OSError:
+        owner = None
+    used = own.of.get(owner, 0)
+    own.of[owner] = used + 1 if used <= own.most else used
+    if used < own.most:
+        entries.append(entry)
+        return True
+    if used == own.most:  # said once for each account, of the first entry left out
+        told.append((entry, own.parts, Cut(
+            f"more than {own.most} files and folders made by {_account(owner)}: only the first {own.most} were "
+            "looked at, and the rest were neither graded nor listed")))
+    return False
 
 
 def _is_link(entry: os.DirEntry) -> bool:
