@@ -63,6 +63,13 @@ class LinkSafeCollect(ExchangeCollect):
 
     Names are shown escaped in every line this writes: a folder's name is the student's text."""
 
+    def init_src(self):
+        if self.coursedir.course_id:
+            why = exchange_problem(os.path.join(self.root, self.coursedir.course_id, "inbound"))
+            if why is not None:
+                self.fail(f"The course's exchange folder cannot be trusted: {_escaped(why)}. Nothing was collected.")
+        super().init_src()
+
     def _path_to_record(self, path):
         try:
             record = super()._path_to_record(path)
@@ -208,6 +215,32 @@ class LinkSafeCollect(ExchangeCollect):
 # a second or so apart on one machine, more where the exchange is a network file system whose
 # server's clock runs apart from the submitting machine's.
 CLOCK_SLACK = datetime.timedelta(minutes=2)
+
+
+def exchange_problem(inbound: str) -> str | None:
+    """Why the course's inbound folder may not be the instructor's, or None. Whoever may rename the
+    course's folder, or a folder above it, may put one of their own in its place (nbgrader makes the
+    exchange's root writable by everyone, without the sticky bit), and receive the classmates'
+    submissions there, or hide them: the inbound folder and the course's folder must be real
+    folders of this user or root, and every folder above them renamable by no one else (as
+    `store.changeable_above` asks; `chmod +t` on the exchange's root gives that)."""
+    from pathlib import Path
+
+    from .store import changeable_above
+
+    for folder in (inbound, os.path.dirname(inbound)):
+        try:
+            status = os.lstat(folder)
+        except OSError as error:
+            return f"{folder} cannot be looked at ({_plain(error)})"
+        if not stat.S_ISDIR(status.st_mode):
+            return f"{folder} is not a folder (a link, say)"
+        if status.st_uid not in (0, os.geteuid()):
+            return f"{folder} belongs to another user (uid {status.st_uid})"
+    why = changeable_above(Path(os.path.dirname(inbound)))
+    if why is not None:
+        return why + ": someone else could put a course folder of their own in its place (`chmod +t` on the exchange's root stops that)"
+    return None
 
 
 def _last_changed(path: str) -> datetime.datetime | None:

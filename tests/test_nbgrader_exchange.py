@@ -50,6 +50,7 @@ def exchange(tmp_path_factory):
     released = course / "release" / ASSIGNMENT / NOTEBOOK
     done = _nbgrader("release_assignment", ASSIGNMENT, where, cwd=course, env=env)
     assert done.returncode == 0, done.stderr
+    shared.chmod(0o1777)  # as the README has the exchange's root made: no one renames another's course folder
     inbound = shared / course.name / "inbound"
 
     def submit(student: str, notebook, extra: dict[str, str] | None = None) -> Path:
@@ -130,6 +131,31 @@ def exchange(tmp_path_factory):
         steps[name] = (_run([sys.executable, "-m", "autograder.cli", "--nbgrader", str(course), ASSIGNMENT], root, env)
                        if argv is None else _nbgrader(*argv, cwd=course, env=env))
     return {"course": course, "shared": shared, **steps}
+
+
+def test_a_course_folder_anyone_could_put_in_place_is_not_collected_from(tmp_path):
+    """nbgrader makes the exchange's root writable by everyone without the sticky bit: a student
+    may rename the course's folder and put one of their own in its place, whose inbound folder then
+    receives the classmates' submissions, for that student to read, hide or hand in as their own.
+    The collect refuses an exchange where that can happen, and one where it has."""
+    course, env = build_course(tmp_path, {})
+    shared = tmp_path / "shared"
+    where = f"--Exchange.root={shared}"
+    assert _nbgrader("release_assignment", ASSIGNMENT, where, cwd=course, env=env).returncode == 0
+    done = _nbgrader("collect", ASSIGNMENT, where, cwd=course, env=env)
+    assert done.returncode != 0 and f"others may write in {shared} (mode 777)" in done.stderr, done.stderr
+    assert "`chmod +t` on the exchange's root" in done.stderr and not (course / "submitted").exists()
+    shared.chmod(0o1777)
+    assert _nbgrader("collect", ASSIGNMENT, where, cwd=course, env=env).returncode == 0
+    if os.geteuid() != 0:
+        return
+    # the swap itself: the course's folder renamed away, another account's put in its place
+    os.rename(shared / course.name, shared / ".old")
+    (shared / course.name / "inbound").mkdir(parents=True)
+    for folder in (shared / course.name, shared / course.name / "inbound"):
+        os.chown(folder, MALLORY, MALLORY)
+    done = _nbgrader("collect", ASSIGNMENT, where, cwd=course, env=env)
+    assert done.returncode != 0 and f"belongs to another user (uid {MALLORY})" in done.stderr, done.stderr
 
 
 def _line(done, student: str) -> str:
