@@ -554,6 +554,28 @@ def test_a_value_read_from_outside_under_a_name_the_protocol_does_not_carry_cost
     assert steps["scale"]["status"] in ("partial", "failed") and steps["scale"]["score"] > 0, steps["scale"]
 
 
+def test_the_self_check_reads_every_magic_as_the_graders_do(tmp_path):
+    """The self-check runs the notebook's cells as the graders do: a cell whose magic runs
+    something other than Python (`%%writefile`, `%%bash`) is left out by both, and an assignment
+    from a shell escape (`files = !ls`), a line magic's result or help at a line's end runs in both.
+    (It had read the cell magic's body as Python, and the escape as a syntax error.)"""
+    from autograder.submission import RUNS_ITS_BODY  # the graders' own
+
+    require_sandbox()
+    public_checks = _released_public_checks()
+    assert public_checks.RUNS_ITS_BODY == RUNS_ITS_BODY
+    base = _without(reference_source(), "softmax_rows")
+    for first, kept in (("%%writefile my_softmax.py", False), ("%%bash", False), ("%%capture", True),
+                        ("files = !ls\nnames = %who_ls\nnp.exp?", True)):
+        path = tmp_path / "attention_head.ipynb"
+        path.write_text(_notebook(base, f"{first}\n" + _SOFTMAX))
+        done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+        softmax = {step["id"]: step for step in json.loads(done.stdout)["steps"]}["softmax"]
+        loaded = public_checks.load_submission(path)
+        assert ("softmax_rows" in loaded.namespace) == kept and not loaded.stopped, (first, loaded.stopped)
+        assert softmax["status"] == ("passed" if kept else "not_implemented"), (first, softmax["feedback"])
+
+
 def test_a_function_defined_in_a_timeit_cell_is_gone_as_in_jupyter_and_told_so(tmp_path):
     """IPython runs a `%%timeit` cell's body binding into a namespace of its own: after Run All the
     softmax defined there does not exist, and nbgrader's Validate fails it. The graders and the

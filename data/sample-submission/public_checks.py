@@ -1049,7 +1049,7 @@ def _load_notebook(path: Path, stopped: list, unreached: set | None = None, disc
     notebook = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells", []), list):
         raise ValueError("it is not a notebook (no list of cells)")
-    namespace = {"__name__": path.stem, "__builtins__": _graders_builtins()}
+    namespace = {"__name__": path.stem, "__builtins__": {**_graders_builtins(), "get_ipython": _NoIPython}}
     failed = []  # (the line saying where and what it raised, the names it binds) of each cell that stopped
     timed = {}  # what the %%timeit cells bound, each in a namespace of its own
     for number, cell in enumerate(notebook.get("cells", []), 1):
@@ -1063,10 +1063,12 @@ def _load_notebook(path: Path, stopped: list, unreached: set | None = None, disc
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
+        magic = _cell_magic(source)
+        if magic is not None and magic not in RUNS_ITS_BODY:
+            continue  # its body is not Python (%%writefile, %%bash, %%html): the graders leave it out
         # IPython runs a %%timeit cell's body binding into a namespace of its own: what it defines is gone after
-        apart = (source.split() or [""])[0] == "%%timeit"
-        source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!")
-                           else line for line in source.split("\n"))
+        apart = magic == "timeit"
+        source = _as_python(source, magic)
         where = f"{path.name}, cell {number}"
         code = None
         try:
@@ -1088,6 +1090,49 @@ def _load_notebook(path: Path, stopped: list, unreached: set | None = None, disc
             unreached.update(never)
         stopped.append(line + (f"; the rest of that cell would have defined {', '.join(never)}" if never else ""))
     return namespace
+
+
+RUNS_ITS_BODY = frozenset({"time", "timeit", "capture", "prun"})
+"""Cell magics whose body is Python that Jupyter runs, as the hidden graders read them; a cell
+starting with any other is left out."""
+
+
+def _cell_magic(source: str) -> str | None:
+    """The cell magic a cell starts with, on its first line that is not blank, or None."""
+    first = next((line for line in source.splitlines() if line.strip()), "")
+    if not first.startswith("%%"):
+        return None
+    words = first[2:].split()
+    return words[0] if words else ""
+
+
+def _as_python(source: str, magic: str | None) -> str:
+    """A cell as the Python the hidden graders run: its cell magic's line passed over, and its line
+    magics, shell escapes (`files = !ls` too) and help requests (`np.exp?`) rewritten by IPython's
+    own transformer, each of them then doing nothing. Without IPython, such lines are skipped."""
+    lines = source.splitlines(keepends=True)
+    start = next((index for index, line in enumerate(lines) if line.strip()), len(lines))
+    lines = lines[start:]
+    if magic is not None:
+        lines[0] = "pass\n"  # the body, on the lines where it was written
+    source = "".join(lines)
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!")
+                         else line for line in source.split("\n"))
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception as error:  # IPython gives up on some cells: so does Jupyter
+        return f"raise SyntaxError({('IPython could not read this cell (%s)' % type(error).__name__)!r})\n"
+
+
+class _NoIPython:
+    """What `get_ipython()` gives a cell here: every magic and shell escape does nothing, as where
+    the hidden graders run it."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
 
 
 def _binds(code, source: str) -> list[str]:
