@@ -866,18 +866,26 @@ def _course_root(folder: Path) -> bool:
     `nbgrader_config.py`): one of them beside `submitted/` or `autograded/`, and no submission
     outside nbgrader's own folders. Told before the folder is walked for its submissions, so that
     the walk knows which folders are students' (`_own_folder`): the folders beside nbgrader's are
-    looked into first, each within a student's bound."""
-    if not any(os.path.isdir(folder / name) and not os.path.islink(folder / name) for name in COURSE_FOLDERS):
-        return False
-    for mark in COURSE_MARKS:
+    looked into first, each within a student's bound.
+
+    The mark and nbgrader's folder must be the folder's own account's, and the walk for a submission
+    outside passes over what can be nothing graded, as discover's does: in a drop folder the class may
+    write, a classmate's `gradebook.db` and `submitted/` beside the classmates' work, and empty files
+    flooding their folders, would otherwise make it a course's root, where none of them is graded."""
+    owner = _owner(folder)
+
+    def own(path: Path, kind) -> bool:
         try:
-            if stat.S_ISREG(os.lstat(folder / mark).st_mode):
-                break
+            status = os.lstat(path)
         except OSError:
-            continue
-    else:
+            return False
+        return kind(status.st_mode) and status.st_uid == owner
+
+    if not any(own(folder / name, stat.S_ISDIR) for name in COURSE_FOLDERS):
         return False
-    for entry, parts, problem in walk(folder, lambda here: len(here) == 1, skip=NBGRADER_FOLDERS):
+    if not any(own(folder / mark, stat.S_ISREG) for mark in COURSE_MARKS):
+        return False
+    for entry, parts, problem in walk(folder, lambda here: len(here) == 1, skip=NBGRADER_FOLDERS, sieve=True):
         if not problem and entry.name.endswith(SUFFIXES) and not (len(parts) == 1 and parts[0] in COURSE_MARKS):
             return False
     return True

@@ -687,6 +687,37 @@ def test_a_student_folder_named_like_a_course_folder_is_one_student(tmp_path):
         assert f"not graded: {folder}/ps1/attention_head.py: in a course's root only submitted/" in done.stderr
 
 
+def test_a_classmate_s_course_files_and_flood_make_no_course_s_root(tmp_path, monkeypatch):
+    """In a drop folder the class may write, a classmate drops `gradebook.db` and a `submitted/` of
+    their own, and floods each classmate's folder with empty files, so that the walk for a
+    submission outside nbgrader's folders stops before it: the folder became a course's root, where
+    only the classmate's `submitted/` was graded. A course's files count only as the folder's own
+    account's, and that walk passes over what can be nothing graded, as discover's does."""
+    from autograder import submission
+
+    monkeypatch.setattr(submission, "MOST_ENTRIES", 5)
+    drop = tmp_path / "drop"
+    (drop / "bob").mkdir(parents=True)
+    (drop / "bob" / "attention_head.py").write_text("import numpy as np\n")
+    for number in range(40):  # empty files that can be nothing graded, most before bob's in any order
+        (drop / "bob" / f"junk{number}").write_bytes(b"")
+    (drop / "submitted" / "mallory" / "ps1").mkdir(parents=True)
+    (drop / "submitted" / "mallory" / "ps1" / "attention_head.py").write_text("import numpy as np\n")
+    (drop / "gradebook.db").write_bytes(b"")
+    assert [name for _, name in submission.discover(drop).items] == [
+        "bob/attention_head.py", "submitted/mallory/ps1/attention_head.py"]
+    if os.geteuid() != 0:
+        return
+    (drop / "bob" / "attention_head.py").unlink()  # bob's work not handed in yet: the marks alone
+    for path in (drop / "gradebook.db", drop / "submitted"):
+        os.chown(path, 54_321, 54_321)
+    assert [name for _, name in submission.discover(drop).items] == ["submitted/mallory/ps1/attention_head.py"]
+    assert not submission._course_root(drop)
+    for path in (drop / "gradebook.db", drop / "submitted"):
+        os.chown(path, os.getuid(), os.getgid())
+    assert submission._course_root(drop)  # the instructor's own course files make it one
+
+
 def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_path):
     """In a drop folder the class may write (sticky, so no one removes another's file), mallory puts
     `ada.py` beside ada's `ada.ipynb`: the module beside a notebook is graded in its place only where
