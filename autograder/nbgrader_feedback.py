@@ -536,7 +536,9 @@ def configure(c) -> None:
     c.Autograde.autograde_preprocessors = steps
     c.GenerateFeedback.preprocessors = [GetGrades, ReaderView, CSSHTMLHeaderPreprocessor]
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
-    basedirs = [str(formgrader), str(TEMPLATES)]  # nbgrader's templates, then the course's
+    # nbgrader's templates, then the course's (whose base/ holds what both of its pages include:
+    # nbconvert looks in a folder named for each template the page extends, `base` the last)
+    basedirs = [str(formgrader), str(TEMPLATES)]
     c.GenerateFeedback.exporter_class = FeedbackExporter
     c.FeedbackExporter.template_name = TEMPLATE
     c.FeedbackExporter.template_file = f"{TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
@@ -547,6 +549,7 @@ def configure(c) -> None:
     c.GenerateFeedback.force = True
     # Formgrader renders a submission with a plain HTMLExporter made from this configuration.
     c.HTMLExporter.template_name = FORMGRADE_TEMPLATE
+    c.HTMLExporter.template_file = f"{FORMGRADE_TEMPLATE}.html.j2"  # it extends nbgrader's index.html.j2
     c.HTMLExporter.extra_template_basedirs = basedirs
     # A student's markdown and outputs are shown cleaned, on both pages (FeedbackExporter is an
     # HTMLExporter): nbconvert's sanitize_html for outputs, CleanMarkdown for markdown cells.

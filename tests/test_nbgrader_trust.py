@@ -635,6 +635,21 @@ def test_a_notebook_that_is_not_json_is_one_line_for_that_student_and_everyone_i
 CHROMIUM = "/usr/bin/chromium"
 
 
+SAFE_MATHS = ('MathJax.Hub.Config({Safe: {allow: {URLs: "none", classes: "none", cssIDs: "none", styles: "none"},\n'
+              '                           sizeMin: 0.7, sizeMax: 1.0, lengthMax: 1}});')
+
+
+def test_maths_in_an_answer_is_built_with_no_style_on_the_feedback_and_formgrader_pages(course, tmp_path):
+    """A written answer's maths is text to every cleaner, and MathJax builds it into the page after
+    them: its Safe mode kept `\\style` with margins and colours, with which an answer drew a green
+    "graded" box over the page's own heading. Both pages configure MathJax, before it starts, to
+    allow no style, class, id or link in a student's maths."""
+    for page in (_page(course, "wes"), _formgrader_page(course, "wes", tmp_path)):
+        head = page[:page.index("<body")]
+        assert head.count(SAFE_MATHS) == 1 and head.index("mathjax") < head.index(SAFE_MATHS), head[-3000:]
+        assert page.count("text/x-mathjax-config") == 2  # nbconvert's own, and this one
+
+
 @pytest.mark.skipif(not Path(CHROMIUM).is_file() and not IN_CI, reason=f"needs Chromium at {CHROMIUM}")
 def test_no_planted_script_runs_in_a_browser_on_the_feedback_or_formgrader_page(course, tmp_path):
     from playwright.sync_api import sync_playwright
