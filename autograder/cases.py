@@ -6,7 +6,8 @@ then hidden cases drawn from a generator seeded with HMAC-SHA256(grading key, se
 nothing of a later step's. Hidden shapes are non-square with d_in, d_k and d_v all
 different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
 thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
-by the global maximum underflows to 0/0); `softmax` also gets a batch of score matrices [B, T, T],
+by the global maximum underflows to 0/0); `batch` gets a batch of one example among its batches;
+`softmax` also gets a batch of score matrices [B, T, T],
 and exercise 2's predicate gets every boundary its docstring states: arrays that are not 2-D (a
 batch whose rows and columns all sum to one among them), row sums just inside and just outside
 1e-9 (one row 1.5e-9 over, where the mean row sum is still within it: a tolerance loosened even to
@@ -192,6 +193,9 @@ def _cases_batch(rng, ex):
     for t in _sizes(rng, HIDDEN):
         batch = int(rng.integers(2, 5))
         yield "hidden", (Call("self_attention_head", _head_inputs(rng, t, *_widths(rng), batch=batch)),)
+    # A batch of one example is still a batch: [1, T, d_in] in, [1, T, d_v] and [1, T, T] out (drawn
+    # last, so that the cases before it stay what they were).
+    yield "hidden", (Call("self_attention_head", _head_inputs(rng, int(rng.integers(2, 9)), *_widths(rng), batch=1)),)
 
 
 def _cases_ex1(rng, ex):

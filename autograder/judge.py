@@ -1394,7 +1394,7 @@ def _pairs_per_example(raw, want: dict) -> str | None:
     if isinstance(raw, np.ndarray) and raw.ndim >= 2 and raw.shape[1] == 2:  # the pairs stacked: [B, 2, ...]
         raw = [(pair[0], pair[1]) for pair in raw]
     if not isinstance(raw, (list, tuple)) or not isinstance(o, np.ndarray) or o.ndim != 3 or len(raw) != len(o) \
-            or not isinstance(a, np.ndarray) or len(raw) < 2:
+            or not isinstance(a, np.ndarray) or not raw:
         return None
     right = True
     for index, pair in enumerate(raw):
@@ -2074,6 +2074,11 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 "Your results hold every example's right numbers, the examples' rows one after another: the "
                 "examples were joined along the positions (`np.concatenate`, or a reshape to B·T rows), not "
                 "stacked. `np.stack` puts the batch axis first, as the step asks: o [B, T, d_v], a [B, T, T].")
+            if all(len(part) == 1 for i in wrong for part in wants[i].values() if isinstance(part, np.ndarray)):
+                found.looks["batch-axes-mixed"] = (  # [1·T, d_v] is [T, d_v]: the batch axis dropped
+                    "On a batch of one example you returned that example's right numbers without the batch axis "
+                    "([T, d_v] and [T, T] for [1, T, d_v] and [1, T, T]): something drops an axis of length one "
+                    "(`np.squeeze`, `[0]`, a test such as `len(x) == 1`). A batch of one is still a batch.")
         unfilled = _example_unfilled([flat[i] for i in wrong], [wants[i] for i in wrong])
         if unfilled is not None and "batch-axes-mixed" in found.codes and not missing:
             found.looks["batch-axes-mixed"] = (
@@ -2631,7 +2636,8 @@ def _sizes_crossed(call, message: str, example) -> tuple | None:
 
 def _example_unfilled(verdicts: list[_CallVerdict], wants: list[dict]) -> str | None:
     """"first" or "last" when every wrong batch result has the asked shape and is right on every
-    example but that one, the same one on every call, on a batch of two examples or more; else None."""
+    example but that one, the same one on every call, on a batch of two examples or more; else None.
+    (A batch of one, its only example unwritten, is either.)"""
     which = set()
     for verdict, want in zip(verdicts, wants):
         if verdict.kind != "mismatch" or not verdict.actual:
@@ -2639,9 +2645,9 @@ def _example_unfilled(verdicts: list[_CallVerdict], wants: list[dict]) -> str | 
         for name, part in want.items():
             got = verdict.actual.get(name)
             if not (isinstance(got, np.ndarray) and isinstance(part, np.ndarray) and got.shape == part.shape
-                    and part.ndim >= 1 and part.shape[0] >= 2):
+                    and part.ndim >= 1 and part.shape[0] >= 1):
                 return None
-            if allclose(got, part, RTOL, ATOL):
+            if part.shape[0] == 1 or allclose(got, part, RTOL, ATOL):
                 continue
             for end, rest in (("last", np.s_[:-1]), ("first", np.s_[1:])):
                 if allclose(got[rest], part[rest], RTOL, ATOL):

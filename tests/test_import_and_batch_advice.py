@@ -305,6 +305,23 @@ def test_a_loop_s_maximum_started_from_zero_is_named_where_python_divides_by_zer
            "starts its running max at 0" in softmax["feedback"], softmax["feedback"]
 
 
+def test_a_batch_of_one_returned_without_its_batch_axis_is_told_so(tmp_path):
+    """A head that unwraps any result of one example: right on one sequence and on batches of two
+    or more, but a batch of one ([1, T, d_in]) comes back as [T, d_v] and [T, T]. The hidden cases
+    hold a batch of one, and the advice names the dropped axis, not examples joined."""
+    path = tmp_path / "attention_head.py"
+    source = reference_source()
+    path.write_text(source + "\n\n_head = self_attention_head\n\n\ndef self_attention_head(x, w_q, w_k, w_v):\n"
+                             "    o, a = _head(x, w_q, w_k, w_v)\n"
+                             "    return (o[0], a[0]) if len(o) == 1 and np.ndim(x) == 3 else (o, a)\n")
+    steps = _steps(path)
+    batch = steps["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"] and 0 < batch["score"] < batch["max_score"], batch["feedback"]
+    assert "On a batch of one example you returned that example's right numbers without the batch axis" \
+        in batch["feedback"] and "joined along the positions" not in batch["feedback"], batch["feedback"]
+    assert all(step["status"] == "passed" for sid, step in steps.items() if sid != "batch")
+
+
 def test_an_epsilon_in_place_of_the_shift_is_named_with_the_missing_shift(tmp_path):
     """A "careful" softmax that guards its total with 1e-9 instead of subtracting the row maximum:
     alone the epsilon is below any tolerance, but beside the unshifted exponentials it shows (a row
