@@ -531,6 +531,11 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
     helps = _HELP_LINE.findall(plain)
     # a line may be rewritten twice (`x = %who?`: the assignment, then the help): help counts again
     magics = len(_MAGIC_LINE.findall(plain)) + len(helps)
+    if magics:  # what the patterns found, read as IPython reads it: a `?` in a comment or a string is none
+        try:
+            magics, helps = _rewrites(lines)
+        except Exception:  # what IPython cannot tokenize is charged as the patterns found it
+            pass
     if not magics:  # nothing the tokenizing passes rewrite: they would read the cell for nothing
         code = cleaned
     else:
@@ -546,6 +551,24 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
         except Exception as exc:  # IPython gives up on some cells (a chain of rewrites that never ends)
             return _raising(f"IPython could not read this cell ({type(exc).__name__})")
     return _without_ipython(code) if "get_ipython" in code else code
+
+
+def _rewrites(lines: list[str]) -> tuple[int, list[str]]:
+    """(how many rewrites IPython's tokenizing passes make of a cell, its help requests' lines), as
+    IPython finds them: on the cell's tokens, a line at a time (one pass, in time proportional to the
+    cell), so that a comment or a docstring ending in `?` (`# right?`) is no help request, and a
+    line that starts with `/` inside brackets no magic. A help request also counts as a rewrite."""
+    from IPython.core import inputtransformer2 as ipython
+
+    kinds = (ipython.MagicAssign, ipython.SystemAssign, ipython.EscapedCommand, ipython.HelpEnd)
+    count, helps = 0, []
+    ends = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # where IPython ends a line (str.splitlines): each a newline here
+    for line in ipython.make_tokens_by_line([line.rstrip(ends) + "\n" for line in lines]):
+        found = [kind for kind in kinds if kind.find([line]) is not None]
+        count += len(found)
+        if ipython.HelpEnd in found:
+            helps.append("".join(token.line for token in line[:1]))
+    return count, helps
 
 
 def _raising(message: str) -> str:

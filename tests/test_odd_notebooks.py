@@ -93,12 +93,19 @@ def test_magics_cost_a_bounded_amount_of_the_graders_work():
     compile(large, "cell", "exec")
     assert python_source("x = 1\n" + "x?\n" * 300, [MAGIC_WORK]).startswith("raise SyntaxError(")  # help, too
     assert "y = 2  # why?" in python_source("y = 2  # why?\n", budget)  # a comment is no help request
-    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", "x? # help\n", 'a = "#"; b?\n',
-                   "s = '#'; t = s?  # help on s\n",
+    for escape in ("/f x\n", ",f x\n", ";f x\n", "?x\n", "x = %who\n", "(a) = !ls\n", 'a = "#"; b?\n',
                    "%time 1\r", "%time 1\x0c", "%time 1\u2028"):  # lines end where IPython ends them
         assert python_source(escape * 300 + "y = 2\n" * 3000, [MAGIC_WORK]).startswith("raise SyntaxError("), escape
     # charged by the cell's length, not its lines: one long line read once per magic
     assert python_source("%time x\n" * 100 + "x = [" + "1," * 2000 + "]\n", [MAGIC_WORK]).startswith("raise SyntaxError(")
+    # what IPython does not rewrite is not charged, and runs as written: a `?` in a comment or a
+    # docstring (one long comment, or many short ones), help before a comment (`x? # help`, which
+    # IPython leaves as it is), a continuation line that starts with `/`
+    docstring = 'def f():\n    """Is it?\n    Right?"""\n    return (1\n            / 2)  # half?\n'
+    for plain in ("x = 1  # " + "is this right, " * 40 + "?\n" + "y = 2\n" * 3000, docstring * 300,
+                  "x? # help\n" * 300 + "y = 2\n" * 3000, "s = '#'; t = s?  # help on s\n" * 300 + "y = 2\n" * 3000):
+        budget = [MAGIC_WORK]
+        assert python_source(plain, budget) == plain and budget == [MAGIC_WORK], plain[:60]
 
 
 def test_a_cell_of_many_get_ipython_calls_is_read_in_time_proportional_to_its_length():
