@@ -732,15 +732,18 @@ def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, item
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
     # (`_one_per_student`): whether a module is the starter is asked there alone, at a parse each,
     # however many copies a student's folder holds.
-    first: dict[str, tuple] = {}
-    for _, parts in candidates:
+    # One account's first alone: a classmate's file, in a folder that sorts first, never decides which
+    # of the student's own is looked at (`_one_per_student` keeps one per account too).
+    first: dict[tuple, tuple] = {}
+    for path, parts in candidates:
         student = _student("/".join(parts), course)
         if student is not None and reasons[parts] is None:
-            first[student] = min(first.get(student, parts), parts, key=lambda found: (len(found), "/".join(found)))
+            whose = (student, _owner(path))
+            first[whose] = min(first.get(whose, parts), parts, key=lambda found: (len(found), "/".join(found)))
     starters = {parts for path, parts in candidates  # handed in untouched beside the notebook worked in
                 if path.suffix == ".py" and reasons[parts] is None
                 and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
-                and (len(parts) == 1 or first[_student("/".join(parts), course)][:-1] == parts[:-1])
+                and (len(parts) == 1 or first[(_student("/".join(parts), course), _owner(path))][:-1] == parts[:-1])
                 and untouched_starter(path, "/".join(parts))}
     graded = []
     for path, parts in candidates:

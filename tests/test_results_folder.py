@@ -771,6 +771,25 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
     assert found.notes == ["cy/attention_head.ipynb, cy/attention_head.py: names a reader could take for one "
                            "student's, each graded apart under its own name; made by different accounts "
                            "(cy/attention_head.ipynb: uid 54321, cy/attention_head.py: uid 54322)"]
+    # nor does one in a folder that sorts first decide which of the student's own is looked at: dee
+    # hands in the released folder, the starter untouched beside the notebook she worked in
+    dee = class_ / "dee"
+    (dee / "attention_head").mkdir(parents=True)
+    os.chmod(dee, 0o1777)
+    shutil.copy(REPO / "assignments" / "attention_head" / "attention_head.py", dee / "attention_head")
+    (dee / "attention_head" / "attention_head.ipynb").write_text("{}")
+    (dee / "a").mkdir()
+    (dee / "a" / "attention_head.ipynb").write_text("{}")
+    for path in (dee / "attention_head", dee / "attention_head" / "attention_head.py",
+                 dee / "attention_head" / "attention_head.ipynb"):
+        os.chown(path, 54_322, 54_322)
+    for path in (dee / "a", dee / "a" / "attention_head.ipynb"):
+        os.chown(path, 54_321, 54_321)
+    found = submission.discover(class_)
+    assert [name for _, name in found.items if name.startswith("dee/")] == [
+        "dee/a/attention_head.ipynb", "dee/attention_head/attention_head.ipynb"]
+    assert dict(found.skipped)["dee/attention_head/attention_head.py"] == (
+        "the starter module, untouched: attention_head.ipynb beside it is graded instead")
 
 
 def test_a_classmate_s_flood_in_a_student_s_folder_uses_up_their_own_share_of_its_bound(tmp_path, monkeypatch):
