@@ -787,7 +787,9 @@ def _nbgrader_files(graded: Graded, folder: Path) -> None:
     a stand-in, so that `nbgrader release_feedback`, which opens both for every student in turn and
     prints the timestamp, goes on past this one. The stand-in timestamp is empty, which nbgrader
     reads as none; the stand-in secret a fresh one, under which the feedback is released where
-    that student's `nbgrader fetch_feedback` cannot find it (noted: the timestamp has its own note)."""
+    that student's `nbgrader fetch_feedback` cannot find it (noted: the timestamp has its own note).
+    A submission with no secret at all (handed in past `nbgrader submit`) gets a fresh one too:
+    release_feedback stopped at it, and every student after it got no feedback."""
     import secrets
 
     from .submission import SubmissionError, read_bytes
@@ -795,6 +797,8 @@ def _nbgrader_files(graded: Graded, folder: Path) -> None:
     for name in NBGRADER_FILES:
         path = graded.path.parent / name
         if not os.path.lexists(path):
+            if name == "submission_secret.txt":  # handed in past `nbgrader submit` (a folder made by hand in
+                write_atomically(folder / name, secrets.token_hex(64))  # inbound/): release_feedback opens one
             continue
         if name == "timestamp.txt":
             try:

@@ -655,6 +655,8 @@ def discover(folder: Path) -> Found:
             skipped.add(name, problem)
         elif _is_link(entry) and not entry.name.endswith(SUFFIXES):
             skipped.add(name, "a symbolic link: not followed")
+        elif len(here) == 1 and (hollow := _hollow(entry)):
+            skipped.add(name, hollow)
         elif entry.name.endswith(SUFFIXES):
             if course and len(here) == 1:
                 continue  # the course's own files (its nbgrader_config.py): no candidates
@@ -1063,6 +1065,26 @@ handed in as a link, say), uncounted; the rest are passed over with the files th
 graded."""
 
 
+def _hollow(entry: os.DirEntry) -> str | None:
+    """Why a file named as a submission, in the folder graded itself, holds no one's work, or None:
+    it is empty, or one of several names of one file (a hard link, which costs its maker no room).
+    In a shared drop folder a classmate's million such names, read first in the file system's order,
+    would use up the bound of what is looked at there, and each be graded as a student."""
+    try:
+        if entry.is_dir(follow_symlinks=False) or entry.is_symlink():
+            return None
+        status = entry.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    if status.st_size == 0:
+        return "an empty file: nothing to grade"
+    if status.st_nlink > 1:
+        return "a file with more than one name (a hard link): not graded; hand in a file of its own"
+    return None
+
+
 def _may_matter(entry: os.DirEntry) -> bool:
     """Can `discover` do anything with an entry: a folder, or a file or link named as a submission is
     (in any case: `.PY` is told to be renamed)? Anything else, a link named otherwise among them (a
@@ -1094,9 +1116,16 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
         entries, links, told = _sieved(found, own, lambda entry, entries, told: _by_account(entry, entries, told, own))
     else:
         def take(entry, entries, told):
+            if _hollow(entry):  # uncounted, as a link is: the first few listed, the rest passed over
+                if len(hollow) >= MOST_LINKS_SHOWN:
+                    return False
+                hollow.append(entry)
+                return True
             entries.append(entry)
             return len(entries) <= most or None
+        hollow: list[os.DirEntry] = []
         entries, links, told = _sieved(found, bound, take)
+        links += hollow
     if len(entries) > most:  # no folder is listed past a bound once told: this is the first time
         bound.told = True
         told.append((entries[most], bound.parts, Cut(

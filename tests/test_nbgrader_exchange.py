@@ -122,6 +122,8 @@ def exchange(tmp_path_factory):
         (made / "timestamp.txt").write_text(when)
         os.rename(made, inbound / f"{student}+{ASSIGNMENT}+{when}+{made.name.rsplit('+', 1)[1]}")
     (submit("dora", reference) / "timestamp.txt").write_text(BACKDATED)
+    # ned hands in past `nbgrader submit`: a folder of his own in inbound/, his notebook alone in it
+    (submit("ned", reference) / "submission_secret.txt").unlink()
 
     steps = {}
     for name, argv in (("collect", ["collect", ASSIGNMENT, where]),
@@ -169,11 +171,13 @@ def test_the_exchange_is_collected_graded_and_released_for_everyone_else(exchang
     for name in ("collect", "trusted", "feedback", "release"):
         assert exchange[name].returncode == 0, (name, exchange[name].stderr[-3000:])
     scores = gradebook_scores(exchange["course"])
-    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe", "dora"):
+    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe", "dora", "ned"):
         assert sum(value or 0 for value in scores[student].values()) == sum(
             value or 0 for value in scores["alice"].values()) > 0, student
     released = list((exchange["shared"] / exchange["course"].name / "feedback").glob("*.html"))
-    assert len(released) == 10, released  # alice, victor, trudy, oscar, fay, shut, bart, cleo, moe, dora
+    # alice, victor, trudy, oscar, fay, shut, bart, cleo, moe, dora, and ned, whose submission had no
+    # secret (release_feedback stopped at it, and everyone after it got nothing)
+    assert len(released) == 11, released
 
 
 def test_an_entry_that_is_no_folder_or_has_no_time_is_one_line_and_everyone_else_is_collected(exchange):

@@ -792,6 +792,31 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
         "the starter module, untouched: attention_head.ipynb beside it is graded instead")
 
 
+def test_names_that_cost_nothing_in_a_shared_drop_folder_use_up_no_classmate_s_place(tmp_path, monkeypatch):
+    """In a flat drop folder the bound of what is looked at is the whole class's: a classmate's
+    million empty files named `x.py`, or names of one file (hard links, which take no room), read
+    first in the file system's order, left classmates out, and each was graded as a student. Such
+    names are uncounted, the first few listed with why they are not graded."""
+    from autograder import submission
+
+    monkeypatch.setattr(submission, "MOST_ENTRIES_IN_ALL", 5)
+    monkeypatch.setattr(submission, "MOST_LINKS_SHOWN", 3)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    for name in ("ann", "bob"):
+        (drop / f"{name}.py").write_text(reference_source())
+    (tmp_path / "one.py").write_text("x = 1\n")
+    for number in range(30):
+        (drop / f"e{number:02d}.py").write_bytes(b"")
+        os.link(tmp_path / "one.py", drop / f"h{number:02d}.py")
+    found = submission.discover(drop)
+    assert [name for _, name in found.items] == ["ann.py", "bob.py"]
+    reasons = dict(found.skipped)
+    assert len(reasons) <= 3 and set(reasons.values()) <= {
+        "an empty file: nothing to grade",
+        "a file with more than one name (a hard link): not graded; hand in a file of its own"}, reasons
+
+
 def test_a_classmate_s_flood_in_a_student_s_folder_uses_up_their_own_share_of_its_bound(tmp_path, monkeypatch):
     """A student's folder the class may write, filled by a classmate with files named to count
     (`f0.py`) and empty folders, past the folder's bound: the bound counts each account's entries
