@@ -635,15 +635,19 @@ def test_a_notebook_that_is_not_json_is_one_line_for_that_student_and_everyone_i
 CHROMIUM = "/usr/bin/chromium"
 
 
-SAFE_MATHS = ('MathJax.Hub.Config({Safe: {allow: {URLs: "none", classes: "none", cssIDs: "none", styles: "none"},\n'
-              '                           sizeMin: 0.7, sizeMax: 1.0, lengthMax: 1}});')
+SAFE_MATHS = ('MathJax.Hub.Config({tex2jax: {ignoreClass: "text_cell_render|tex2jax_ignore"},\n'
+              '                    Safe: {allow: {URLs: "none", classes: "none", cssIDs: "none", styles: "none", '
+              'fontsize: "none"},\n                           sizeMin: 0.7, sizeMax: 1.0, lengthMax: 1}});')
 
 
 def test_maths_in_an_answer_is_built_with_no_style_on_the_feedback_and_formgrader_pages(course, tmp_path):
     """A written answer's maths is text to every cleaner, and MathJax builds it into the page after
-    them: its Safe mode kept `\\style` with margins and colours, with which an answer drew a green
-    "graded" box over the page's own heading. Both pages configure MathJax, before it starts, to
-    allow no style, class, id or link in a student's maths."""
+    them: its Safe mode kept `\\style` (and `\\colorbox`, `\\raise`, `\\kern`, `\\Huge`), with which
+    an answer drew a green "graded" box over the page's own heading. Both pages configure MathJax,
+    before it starts, to build no maths in the notebook's markdown cells (each `text_cell_render`),
+    and to allow no style, class, id, link or larger size anywhere."""
+    for page in (_page(course, "wes"), _formgrader_page(course, "wes", tmp_path)):  # every answer is one
+        assert page.count('class="text_cell_render') >= 5
     for page in (_page(course, "wes"), _formgrader_page(course, "wes", tmp_path)):
         head = page[:page.index("<body")]
         assert head.count(SAFE_MATHS) == 1 and head.index("mathjax") < head.index(SAFE_MATHS), head[-3000:]
