@@ -241,12 +241,14 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f%s%s-%s]" % (_ranges({*range(0x7f, 0xa0
 _UNSAFE_ONE_LINE = re.compile("[\x00-\x1f%s%s-%s]" % (_ranges({*range(0x7f, 0xa0), *_INVISIBLE}),
                                                      chr(_PLANE_14[0]), chr(_PLANE_14[1])))
 
-# Letters of other scripts drawn as a Latin one (Cyrillic and Greek, in both cases), each with the
-# Latin letter it passes for: `\u0430da.py` shows as `ada.py`, `\u0441\u0441.py` as `cc.py`.
+# Letters drawn as a plain Latin one (Cyrillic and Greek, in both cases, and Latin's own phonetic
+# letters and small capitals), each with the letter it passes for: `\u0430da.py` shows as `ada.py`, `\u0441\u0441.py` as `cc.py`.
 LOOK_ALIKES = {pair[0]: pair[1] for pair in (
     "аa вb еe ёe кk мm нh оo рp сc тt уy хx ѕs іi їi јj ԁd ԛq ԝw ӏl һh ѵv ьb "
     "Аa Вb Еe Ѐe Ёe Кk Мm Нh Оo Рp Сc Тt Уy Хx Ѕs Іi Їi Јj Ԛq Ԝw Ӏl Һh Ѵv "
-    "αa βb γy εe ιi κk νv οo ρp τt υu χx ωw Αa Βb Εe Ζz Ηh Ιi Κk Μm Νn Οo Ρp Τt Υy Χx").split()}
+    "αa βb γy εe ιi κk νv οo ρp τt υu χx ωw Αa Βb Εe Ζz Ηh Ιi Κk Μm Νn Οo Ρp Τt Υy Χx "
+    # and Latin letters of the phonetic alphabets and small capitals, drawn as plain ones
+    "ɑa ɒa ɡg ɩi ǀl ʋu ɵo ᴀa ʙb ᴄc ᴅd ᴇe ɢg ʜh ɪi ᴊj ᴋk ʟl ᴍm ɴn ᴏo ᴘp ʀr ꜱs ᴛt ᴜu ᴠv ᴡw ʏy ᴢz").split()}
 _WORD = re.compile(r"[^\W\d_]+")
 
 
@@ -269,7 +271,8 @@ def printable_name(name: str) -> str:
     for word in _WORD.findall(text):
         if word.isascii():
             continue
-        foreign = [char for char in word if not char.isascii() and not unicodedata.name(char, "").startswith("LATIN")]
+        foreign = [char for char in word if not char.isascii()
+                   and (char in LOOK_ALIKES or not unicodedata.name(char, "").startswith("LATIN"))]
         if foreign and (len(foreign) < len(word) or all(char in LOOK_ALIKES for char in word)):
             odd.update(foreign)
     if not odd:

@@ -695,7 +695,10 @@ def _alike(items: list[tuple[Path, str]], course: bool) -> list[str]:
     for path, name in items:
         student = _student(name, course)
         groups.setdefault(look(student if student is not None else name.rsplit(".", 1)[0]), []).append((path, name))
-    alike = [group for group in groups.values() if len(group) > 1]
+    # groups made by different accounts first: a classmate's hundreds of look-alike pairs of their
+    # own never push the one that names them out of the lines told
+    alike = sorted((group for group in groups.values() if len(group) > 1),
+                   key=lambda group: len({_owner(path) for path, _ in group}) < 2)
     lines = []
     for group in alike[:MOST_ALIKE_NOTED]:
         owners = {name: _owner(path) for path, name in group}
