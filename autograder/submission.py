@@ -30,7 +30,6 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import math
 import os
 import re
 import stat
@@ -567,7 +566,7 @@ def _rewrites(lines: list[str]) -> tuple[int, list[str]]:
         found = [kind for kind in kinds if kind.find([line]) is not None]
         count += len(found)
         if ipython.HelpEnd in found:
-            helps.append("".join(token.line for token in line[:1]))
+            helps.append(line[0].line)
     return count, helps
 
 
@@ -1109,14 +1108,13 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
     past without being counted (up to MOST_PASSED_OVER): a classmate's million empty files there
     would otherwise use the bound up and leave others' submissions, in the file system's order, out.
     With `sieve` the same holds in a student's own folder, which a classmate may write too."""
+    if own is not None and sieve:  # each account's entries counted apart, against the student's bound
+        entries, links, told = _sieved(found, own, lambda entry, entries, told: _by_account(entry, entries, told, own))
+        return sorted(entries + links, key=_by_name), told
     bound = whole if own is None else own
     most = bound.left
-    if own is not None and sieve:
-        most = math.inf  # each account's entries counted apart, against the student's bound
-    if own is not None and not sieve:
+    if own is not None:
         entries, links, told = list(itertools.islice(found, most + 1)), [], []
-    elif own is not None:  # each account's entries counted apart
-        entries, links, told = _sieved(found, own, lambda entry, entries, told: _by_account(entry, entries, told, own))
     else:
         def take(entry, entries, told):
             if _hollow(entry):  # uncounted, as a link is: the first few listed, the rest passed over
@@ -1135,7 +1133,7 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
             f"more than {bound.most} files and folders: only the first {bound.most} were looked at, and "
             "the rest were neither graded nor listed")))
         del entries[most:]
-    bound.left -= min(len(entries), bound.left)
+    bound.left -= len(entries)
     entries += links
     entries.sort(key=_by_name)
     return entries, told
