@@ -61,7 +61,10 @@ class LinkSafeCollect(ExchangeCollect):
       only once whole: one that cannot be copied (too large, say) leaves the earlier one as it was,
       with an error naming it, and the next student is collected as ever.
 
-    Names are shown escaped in every line this writes: a folder's name is the student's text."""
+    Names are shown escaped in every line this writes: a folder's name is the student's text. An
+    entry not collected is told in a line naming the account that made it; past MOST_TOLD such
+    lines for one account, the rest are counted and told in one line: a classmate's hundred
+    thousand entries make a dozen lines, not a hundred thousand that bury the others."""
 
     def init_src(self):
         if self.coursedir.course_id:
@@ -75,7 +78,8 @@ class LinkSafeCollect(ExchangeCollect):
             record = super()._path_to_record(path)
         except Exception as error:  # no time in the name, or no name at all: that entry alone
             filename = os.path.basename(path)
-            self.log.error("%r: not a submission's name (%s): not collected", filename, _plain(error))
+            self._tell(_maker(path), "%r: not a submission's name (%s), made by %r: not collected", filename,
+                       _plain(error), _maker(path))
             return {"username": "\0" + filename, "filename": filename, "timestamp": datetime.datetime.min,
                     "refused": "not a submission's name"}
         record["said"] = os.path.basename(path).rsplit("+", 3)[2]  # the time as `nbgrader submit` wrote it
@@ -83,8 +87,9 @@ class LinkSafeCollect(ExchangeCollect):
         if changed is not None and abs(record["timestamp"] - changed) > CLOCK_SLACK:
             # the time is the student's own text: the folder's name (and timestamp.txt), which
             # anyone can write; when its files last changed is the kernel's (their ctime)
-            self.log.error("%r: its name says it was submitted at %s, but its files last changed at %s: "
-                           "collected as submitted then", record["filename"], record["timestamp"], changed)
+            self._tell(_maker(path), "%r, made by %r: its name says it was submitted at %s, but its files last "
+                       "changed at %s: collected as submitted then", record["filename"], _maker(path),
+                       record["timestamp"], changed)
             record.update(claimed=record["timestamp"], timestamp=changed)
         return record
 
@@ -102,10 +107,7 @@ class LinkSafeCollect(ExchangeCollect):
             return "it is not a folder (a link, say)"
         if not self.check_owner or pwd is None or status.st_uid in (0, os.geteuid()):
             return None
-        try:
-            owner = pwd.getpwuid(status.st_uid).pw_name
-        except KeyError:
-            owner = f"user id {status.st_uid}"
+        owner = _account(status.st_uid)
         if owner == record["username"]:
             return None
         return f"it claims to be submitted by {record['username']!r} but was made by {owner!r}"
@@ -122,10 +124,23 @@ class LinkSafeCollect(ExchangeCollect):
             elif record["filename"] not in told:
                 told.add(record["filename"])
                 if not record.get("refused"):  # (a name without a time was told as it was read)
-                    self.log.error("%r: not collected: %s", record["filename"], why)
+                    maker = _maker(os.path.join(self.inbound_path, record["filename"]))
+                    self._tell(maker, "%r: not collected: %s", record["filename"],
+                               why if "made by" in why else f"{why}, made by {maker!r}")
         return super()._sort_by_timestamp(kept or records)  # none of theirs: copy_files takes none
 
+    def _tell(self, account: str, message: str, name: str, *args) -> None:
+        """An error about the entry `name`, which `account` made: told in full for the first
+        MOST_TOLD entries of that account, counted for the others."""
+        entries = self.__dict__.setdefault("_told_by", {}).setdefault(account, {})
+        if entries.setdefault(name, len(entries)) < MOST_TOLD:
+            self.log.error(message, name, *args)
+
     def copy_files(self):
+        for account, entries in sorted(self.__dict__.get("_told_by", {}).items()):
+            if len(entries) > MOST_TOLD:
+                self.log.error("%d more entries made by %r were not collected as they are, or not at all "
+                               "(not told one by one)", len(entries) - MOST_TOLD, account)
         records = [record for record in self.src_records if self._refused(record) is None]
         if not records:
             self.log.warning("No submissions of %r for course %r to collect", self.coursedir.assignment_id,
@@ -208,6 +223,26 @@ class LinkSafeCollect(ExchangeCollect):
         _open_up(dest, (0o2770, 0o2777) if shared else (0o700, 0o7777), (0o660, 0o777) if shared else (0o600, 0o7777),
                  lambda path: self.log.warning("Could not update permissions of %r", path))
         return budget.newest
+
+
+MOST_TOLD = 10
+"""Entries of the inbound folder told one by one, per account that made them (see LinkSafeCollect)."""
+
+
+def _account(uid: int) -> str:
+    """The name of the account `uid`, or 'user id N' where it has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name if pwd is not None else f"user id {uid}"
+    except KeyError:
+        return f"user id {uid}"
+
+
+def _maker(path: str) -> str:
+    """The account that made the entry `path` (its owner, the entry itself, never a link's target)."""
+    try:
+        return _account(os.lstat(path).st_uid)
+    except OSError:
+        return "an account unknown (the entry is gone)"
 
 
 # How far the time a submission's name gives may be from when its files last changed. `nbgrader

@@ -24,11 +24,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.nbgrader_exchange import MOST_ENTRIES
+from autograder.nbgrader_exchange import MOST_ENTRIES, MOST_TOLD
 from support import ASSIGNMENT, NOTEBOOK, build_course, filled_notebook, gradebook_scores, reference_source
 
 ESCAPES = "\x1b]2;OWNED\x07\x1b[31;1mFAKE LINE\x1b[0m"
 MALLORY = 54_321  # an account of no one running the tests
+FLOODER = 54_322  # another, who fills the inbound folder with entries no one collects
+FLOOD = 250
 BACKDATED, POSTDATED = "2024-01-04 23:00:00.000000 UTC", "2099-01-01 00:00:00.000000 UTC"
 LAUNCHER = "open(__file__ + '.ran', 'w').close()\nfrom ipykernel import kernelapp as app\napp.launch_new_instance()\n"
 
@@ -79,6 +81,10 @@ def exchange(tmp_path_factory):
         (forged / "timestamp.txt").write_text(later)
         for path in [forged, *forged.rglob("*")]:
             os.chown(path, MALLORY, MALLORY, follow_symlinks=False)
+        for number in range(FLOOD):  # in a name not theirs, and in names with no time
+            for name in (f"zed+{ASSIGNMENT}+{later}+{number}", f"zed+{ASSIGNMENT}+not a time+{number}"):
+                (inbound / name).mkdir()
+                os.chown(inbound / name, FLOODER, FLOODER)
     eve = submit("eve", reference)
     (eve / NOTEBOOK).unlink()
     (eve / NOTEBOOK).symlink_to(course / "source" / ASSIGNMENT / NOTEBOOK)
@@ -199,6 +205,21 @@ def test_a_submission_made_by_another_account_in_a_student_s_name_is_not_collect
     scores = gradebook_scores(exchange["course"])  # her own notebook, the reference: what the others score
     assert sum(value or 0 for value in scores["alice"].values()) == sum(
         value or 0 for value in scores["victor"].values()) > 0
+
+
+def test_one_account_s_flood_of_entries_is_a_dozen_lines_naming_it_and_everyone_else_is_collected(exchange):
+    """Every entry of the flood is told by the account that made it; past MOST_TOLD of one account's,
+    the rest are counted in one line, and the other accounts' entries are told as ever."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another account needs root")
+    collected = exchange["collect"]
+    theirs = [line for line in collected.stderr.splitlines() if "zed+" in line or "54322" in line]
+    named = {line.split("'")[1] for line in theirs[:-1]}
+    assert len(named) == MOST_TOLD and len(theirs) <= 2 * MOST_TOLD + 1, theirs
+    assert all("made by 'user id 54322'" in line for line in theirs), theirs
+    assert f"{2 * FLOOD - MOST_TOLD} more entries made by 'user id 54322' were not collected" in theirs[-1], theirs
+    assert "not collected: it claims to be submitted by 'alice' but was made by 'user id 54321'" in collected.stderr
+    assert not (exchange["course"] / "submitted" / "zed").exists()
 
 
 def test_a_link_in_the_exchange_is_collected_as_a_link_and_graded_as_nothing(exchange):
