@@ -4,16 +4,17 @@ Every step gets the chapter's worked example first (public: its values may appea
 then hidden cases drawn from a generator seeded with HMAC-SHA256(grading key, seed, step number)
 (see keys.py): one seed under one key reproduces every grade exactly, and a step's inputs reveal
 nothing of a later step's. Hidden shapes are non-square with d_in, d_k and d_v all
-different, T runs from 1 to 16, and `softmax`, `attention` and `head` also get scores in the
-thousands, and rows lying at least 800 below the matrix's largest score (where a softmax shifted
-by the global maximum underflows to 0/0); `batch` gets a batch of one example among its batches;
-`softmax` also gets a batch of score matrices [B, T, T],
-and exercise 2's predicate gets every boundary its docstring states: arrays that are not 2-D (a
-batch whose rows and columns all sum to one among them), row sums just inside and just outside
-1e-9 (one row 1.5e-9 over, where the mean row sum is still within it: a tolerance loosened even to
-2e-9 accepts that row, and is caught), a valid weight of exactly 0, a negative entry and one of
--1e-12, a NaN entry, and a matrix whose first row sums to one but a later row does not; exercise 3
-gets rows=None, lists of rows and
+different, T runs from 1 to 16, and `scores`, `scale`, `softmax`, `attention` and `head` also get
+scores in the thousands (a step is shown the magnitudes the steps built on it are, so that a slip
+there shows where it is); `softmax`, `attention` and `head` get rows lying at least 800 below the
+matrix's largest score (where a softmax shifted by the global maximum underflows to 0/0); `batch`
+gets a batch of one example among its batches; `softmax` also gets a batch of score matrices
+[B, T, T], and exercise 2's predicate gets every boundary its docstring states: arrays that are
+not 2-D (a batch whose rows and columns all sum to one among them), row sums just inside and just
+outside 1e-9 (one row 1.5e-9 over, where the mean row sum is still within it: a tolerance loosened
+even to 2e-9 accepts that row, and is caught), a valid weight of exactly 0, a negative entry, one
+of -1e-12 and one of -0.125 where no entry is above 1, a NaN entry, and a matrix whose first row
+sums to one but a later row does not; exercise 3 gets rows=None, lists of rows and
 an empty list (which shifts nothing). A few cases are square on purpose, so that a slip that
 would only raise elsewhere runs and its result can be recognised: one case per comparison step has
 T = d_k (`q @ k` without the transpose), one `mix` case has d_v = T (`v @ a`), and one `qkv` and
@@ -124,12 +125,17 @@ def _cases_scores(rng, ex):
     for i, t in enumerate(_sizes(rng, HIDDEN)):
         d_k = t if i == HIDDEN - 1 else _widths(rng)[1]
         yield "hidden", (Call("scores", (rng.normal(size=(t, d_k)), rng.normal(size=(t, d_k)))),)
+    # Scores in the thousands, as `attention` and `head` meet them: a step is shown the magnitudes
+    # the steps built on it are, so that a slip there (a clip, say) is told where it is (drawn last,
+    # so that the cases before it stay what they were).
+    yield "large", (Call("scores", (rng.normal(scale=40.0, size=(5, 4)), rng.normal(scale=40.0, size=(5, 4)))),)
 
 
 def _cases_scale(rng, ex):
     yield "example", (Call("scale", (ex["D"], 2)),)
     for t, d_k in zip(_sizes(rng, HIDDEN), (3, 5, 8, 16, 64)):
         yield "hidden", (Call("scale", (rng.normal(scale=3.0, size=(t, t)), d_k)),)
+    yield "large", (Call("scale", (rng.uniform(-3000.0, 3000.0, size=(6, 6)), 4)),)
 
 
 def _cases_softmax(rng, ex):
@@ -243,7 +249,11 @@ def _cases_ex2(rng, ex):
     for matrix in (counter, column_stochastic, _weights(rng, 4, 6), negative, near, within,
                    _weights(rng, 3)[None], _weights(rng, 1)[0], inside, outside, zero, later, nan, tiny, spread,
                    # a batch whose rows and columns all sum to one: not 2-D, whatever axis is summed
-                   np.full((2, 3, 3), 1.0 / 3.0), exact):
+                   np.full((2, 3, 3), 1.0 / 3.0), exact,
+                   # a clearly negative entry where every entry is at most 1 and every row sums to
+                   # one: only a test of the signs rejects it, whatever else is tested
+                   np.array([[0.25, 0.25, 0.25, 0.25], [0.625, 0.5, -0.125, 0.0], [0.5, 0.5, 0.0, 0.0],
+                             [0.125, 0.125, 0.25, 0.5]])):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 

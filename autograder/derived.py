@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from .slips import Inapplicable
 from .steps import STEPS
 
 
@@ -37,6 +38,17 @@ class _Stop(Exception):
 
 def _swap(x):
     return np.swapaxes(x, -1, -2)
+
+
+def _matrix(edit):
+    """An edit of a matrix's layout (its diagonal, a triangle, its transpose, running down its rows),
+    which cannot show on a value of fewer than two axes: numpy would spread a vector into a matrix
+    (`np.tril` of a vector is square) and so make a shape no student's slip of that kind makes."""
+    def edited(a, p):
+        if np.ndim(a[0]) < 2:
+            raise Inapplicable("a vector has no rows and columns")
+        return edit(a, p)
+    return edited
 
 
 def _rows(rows):
@@ -301,18 +313,18 @@ OPS: dict[str, tuple[Callable, str]] = {
     "droplast": (lambda a, p: a[0][..., :-1] @ a[1][..., :-1, :], "{0}[..., :-1] @ {1}[..., :-1, :]"),
     "dropfirst": (lambda a, p: a[0][..., 1:] @ a[1][..., 1:, :], "{0}[..., 1:] @ {1}[..., 1:, :]"),
     # a mask that bars each position from itself (the diagonal), where none belongs
-    "nodiag": (lambda a, p: np.where(np.eye(np.shape(a[0])[-2], np.shape(a[0])[-1], dtype=bool), -np.inf, a[0]),
+    "nodiag": (_matrix(lambda a, p: np.where(np.eye(np.shape(a[0])[-2], np.shape(a[0])[-1], dtype=bool), -np.inf, a[0])),
                "np.where(np.eye(T, dtype=bool), -np.inf, {0})"),
     # scores made symmetric, as if query i and key j ought to score each other alike
-    "sym": (lambda a, p: (a[0] + _swap(a[0])) / 2, "({0} + {0}ᵀ) / 2"),
+    "sym": (_matrix(lambda a, p: (a[0] + _swap(a[0])) / 2), "({0} + {0}ᵀ) / 2"),
     # one triangle of the scores computed, and mirrored into the other, as if they were symmetric
-    "mirror_lower": (lambda a, p: np.tril(a[0]) + _swap(np.tril(a[0], -1)), "np.tril({0}) + np.tril({0}, -1)ᵀ"),
-    "mirror_upper": (lambda a, p: np.triu(a[0]) + _swap(np.triu(a[0], 1)), "np.triu({0}) + np.triu({0}, 1)ᵀ"),
+    "mirror_lower": (_matrix(lambda a, p: np.tril(a[0]) + _swap(np.tril(a[0], -1))), "np.tril({0}) + np.tril({0}, -1)ᵀ"),
+    "mirror_upper": (_matrix(lambda a, p: np.triu(a[0]) + _swap(np.triu(a[0], 1))), "np.triu({0}) + np.triu({0}, 1)ᵀ"),
     # one triangle of the scores computed and the other left at zero, as a loop over j <= i leaves it
-    "tril": (lambda a, p: np.tril(a[0]), "np.tril({0})"),
-    "triu": (lambda a, p: np.triu(a[0]), "np.triu({0})"),
+    "tril": (_matrix(lambda a, p: np.tril(a[0])), "np.tril({0})"),
+    "triu": (_matrix(lambda a, p: np.triu(a[0])), "np.triu({0})"),
     # a running total down the positions: an accumulator kept from one row to the next, never reset
-    "cumrows": (lambda a, p: np.cumsum(a[0], axis=-2), "np.cumsum({0}, axis=-2)"),
+    "cumrows": (_matrix(lambda a, p: np.cumsum(a[0], axis=-2)), "np.cumsum({0}, axis=-2)"),
     # the same over every row of every example in turn, as a loop over the rows of a flattened batch keeps it
     "cumall": (lambda a, p: np.cumsum(np.reshape(a[0], (-1, np.shape(a[0])[-1])), axis=0).reshape(np.shape(a[0])),
                "np.cumsum({0}.reshape(-1, {0}.shape[-1]), axis=0).reshape({0}.shape)"),

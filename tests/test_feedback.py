@@ -72,7 +72,7 @@ What goes wrong here comes from the mistake in your `softmax` step (low-precisio
 
 def test_scores_with_receivers_and_keys_swapped_are_explained_on_the_example():
     assert step_feedback("receivers_and_keys_swapped", "scores") == """\
-Compare every receiving row with every key: 1 of 6 cases pass.
+Compare every receiving row with every key: 1 of 7 cases pass.
 Called scores(q [3, 2], k [3, 2]) on the chapter's example.
 scores d: mismatched elements: 6 / 9 (66.7%)
   at [0, 1]: got 1, expected 0
@@ -91,7 +91,7 @@ def test_scores_without_the_transpose_show_the_error_and_name_the_transpose_not_
     # `q @ k` passes exactly the cases where it runs and equals `q @ k.T`: a symmetric square k
     agree = sum(1 for case in cases.build(SEED)["scores"] for call in case.calls
                 if call.args[1].shape[0] == call.args[1].shape[1] and np.array_equal(call.args[1], call.args[1].T))
-    assert lines[:2] == [f"Compare every receiving row with every key: {agree} of 6 cases pass.",
+    assert lines[:2] == [f"Compare every receiving row with every key: {agree} of 7 cases pass.",
                          "Called scores(q [3, 2], k [3, 2]) on the chapter's example."]
     # The line is named in the submission's own file, as the student knows it.
     assert re.fullmatch(r"It raised ValueError: .+ \(keys_not_transposed\.py line \d+, in scores\)", lines[2])
