@@ -2226,9 +2226,68 @@ _RELATIONS = {  # how every wrong array relates to the expected one -> the sente
 }
 
 
+def _layout(rows: int, columns: int) -> tuple:
+    """(what the entries are called, mask) of each region of a [rows, columns] matrix that a loop
+    stopping short, skipping, or filling only one part leaves as it was made."""
+    every = np.ones((rows, columns), dtype=bool)
+    diagonal = np.eye(rows, columns, dtype=bool)
+    last_column, last_row, first_column, first_row = (every.copy() for _ in range(4))
+    last_column[:, :-1] = last_row[:-1] = first_column[:, 1:] = first_row[1:] = False
+    return (("the diagonal", diagonal), ("every entry off the diagonal", ~diagonal),
+            ("every entry above the diagonal", np.triu(every, 1)), ("every entry below the diagonal", np.tril(every, -1)),
+            ("the last column", last_column), ("the last row", last_row),
+            ("the first column", first_column), ("the first row", first_row))
+
+
+_ZEROED = ("Those numbers were set to 0, or never computed: a loop whose range stops short of them or skips "
+           "them, or an array made with np.zeros and not filled there.")
+
+
+def _zeroed(pairs: list[tuple[_CallVerdict, dict]]) -> str:
+    """Where every wrong number of every failing call is 0 and every other number is right: which
+    entries those are, where one region of the matrix (its diagonal, a triangle, its last column...)
+    holds them on every call, and is 0 throughout on each; else ""."""
+    regions, seen, whole_rows = None, False, True
+    for verdict, want in pairs:
+        for name, part in want.items():
+            got = (verdict.actual or {}).get(name)
+            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)) or got.shape != part.shape \
+                    or not got.size or allclose(got, part, RTOL, ATOL, keep=False):
+                continue
+            if not (np.all(np.isfinite(got)) and np.all(np.isfinite(part))):
+                return ""
+            wrong = ~(np.abs(got - part) <= np.abs(part) * RTOL + ATOL)
+            if np.any(got[wrong] != 0):
+                return ""
+            seen = True
+            zero = got == 0
+            if got.ndim < 2:
+                regions, whole_rows = (), False
+                continue
+            fitting = {label for label, mask in _layout(*got.shape[-2:])
+                       if np.all(zero[..., mask]) and not np.any(wrong[..., ~mask])}
+            regions = fitting if regions is None else regions & fitting
+            # each row holding a wrong number is 0 throughout
+            whole_rows &= bool(np.all(zero[np.any(wrong, axis=-1)]))
+    if not seen:
+        return ""
+    named = [label for label, _ in _layout(2, 2) if label in (regions or ())]
+    if named:
+        where = f"{named[0]} of each wrong array is 0 throughout"
+    elif whole_rows:
+        where = "each row of a wrong array that holds a wrong number is 0 throughout"
+    else:
+        where = "each wrong number is 0"
+    return f"On every case it failed, {where}, and every other number is right. {_ZEROED}"
+
+
 def _relation(pairs: list[tuple[_CallVerdict, dict]]) -> str:
     """How every wrong array relates to the expected one, where one simple relation holds on all of
-    them: a constant added (to all, or per row, or per column), or a factor; else ""."""
+    them: some numbers left at 0 (see _zeroed), a constant added (to all, or per row, or per
+    column), or a factor; else ""."""
+    zeroed = _zeroed(pairs)
+    if zeroed:
+        return zeroed
     holding, constants, informative = set(_RELATIONS), [], set()
     for verdict, want in pairs:
         for name, part in want.items():

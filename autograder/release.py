@@ -639,6 +639,10 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
     # rows that sum to one exactly in float32 as in float64, and columns that do not (a zero among them)
     dyadic = np.array([[0.5, 0.25, 0.25, 0.0], [0.5, 0.5, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]])
     wide = ref.softmax_rows(_numbers(rng, 4, 6))
+    # a row of zeros, which sums to nothing: a predicate that divides each row by its sum first
+    # gets NaN there, where one that skips the sums test gets True
+    zero_row = a2.copy()
+    zero_row[1] = 0.0
     facts = example["exercises"]["ex4_shapes"]
     calls = {
         "qkv": [("project_qkv", inputs) for inputs in (head, two, square, batch, one)],
@@ -655,7 +659,7 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
         "ex1_zero_query": [("zero_query_mixture", (k, v)) for _, k, v, *_ in sets[:3] + sets[4:]],
         "ex2_row_normalization": [("is_attention_weights", (matrix,)) for matrix in (
             ex["A"], ex["A"].T, a2, column_stochastic, negative, zero, later, near, inside, outside, wide,
-            ex["A"][None], ex["A"][0], np.array([1.5, 0.5]), mean_inside, dyadic)] + [
+            ex["A"][None], ex["A"][0], np.array([1.5, 0.5]), mean_inside, dyadic, zero_row)] + [
             ("column_normalized_counterexample", ())],
         "ex3_value_shift": [("shifted_output", (ex["A"], ex["V"], shift, None)),
                             ("shifted_output", (ex["A"], ex["V"], shift, rows)),

@@ -455,3 +455,34 @@ def test_code_for_one_sequence_only_that_raises_on_a_batch_is_told_where_such_li
     assert "Each batch that failed raised, where every single sequence ran" in result["batch"].feedback
     assert "Every batch raised" not in result["batch"].feedback
     assert looked_for in result["batch"].feedback
+
+
+@pytest.mark.parametrize("slip, where", [
+    ("d = d * (1 - np.eye(d.shape[-1]))", "the diagonal of each wrong array is 0 throughout"),
+    ("d[..., -1] = 0.0", "the last column of each wrong array is 0 throughout"),
+    ("d = np.tril(d)", "every entry above the diagonal of each wrong array is 0 throughout"),
+])
+def test_numbers_left_at_zero_are_told_where_they_are_and_nothing_more(tmp_path, slip, where):
+    """Where every wrong number is 0 and every other is right, the feedback says which entries
+    those are (a region of the matrix they fill on every failing case), not that each column is
+    the expected one times a factor of its own, which points at a normalization."""
+    from support import grade_json, reference_source
+
+    line = "    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n"
+    source = reference_source().replace(line, line + f"    {slip}\n")
+    assert source.count(slip) == 1
+    (tmp_path / "zeroed.py").write_text(source)
+    result = grade_json(tmp_path / "zeroed.py", "--seed", str(SEED))
+    step = next(step for step in result["steps"] if step["id"] == "scores")
+    assert step["status"] in ("failed", "partial") and step["diagnoses"] == [], step
+    assert f"On every case it failed, {where}, and every other number is right." in step["feedback"], step["feedback"]
+    assert "factor of its own" not in step["feedback"]
+
+
+def test_a_wrong_number_that_is_not_zero_is_never_told_as_left_at_zero():
+    want = {"d": np.array([[1.0, 2.0], [3.0, 4.0]])}
+    zeroed = judge._CallVerdict(False, "mismatch", actual={"d": np.array([[0.0, 2.0], [3.0, 0.0]])})
+    assert judge._zeroed([(zeroed, want)]).startswith("On every case it failed, the diagonal of each wrong array")
+    halved = judge._CallVerdict(False, "mismatch", actual={"d": np.array([[0.5, 2.0], [3.0, 0.0]])})
+    assert judge._zeroed([(halved, want)]) == ""
+    assert judge._zeroed([(zeroed, want), (halved, want)]) == ""

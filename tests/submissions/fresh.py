@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh24.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh25.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -72,7 +72,11 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # answers are assembled wrongly (dict keys, tuple order, which row breaks the counterexample); the
 # twenty-fourth with the pieces wired wrongly (a scaled score computed and not used, keys and values
 # from one example of a batch, a batch of one unwrapped, defaults shared between calls, an
-# intervention's before and after swapped or aliased) and exercises answering a neighbouring quantity.
+# intervention's before and after swapped or aliased) and exercises answering a neighbouring quantity;
+# the twenty-fifth with structural slips (a diagonal or last column left at zero, a stage applied
+# twice, a residual added back, a clip where a shift belongs), numpy misuse on a batch (np.dot,
+# np.inner, concatenate for stack), exercises computing a related quantity, and predicates whose
+# conditions were swapped or loosened.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -84,4 +88,5 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh18.json", "eighteenth-"), **_read("fresh19.json", "nineteenth-"),
                            **_read("fresh20.json", "twentieth-"),
                            **_read("fresh21.json", "twenty-first-"), **_read("fresh22.json", "twenty-second-"),
-                           **_read("fresh23.json", "twenty-third-"), **_read("fresh24.json", "twenty-fourth-")}
+                           **_read("fresh23.json", "twenty-third-"), **_read("fresh24.json", "twenty-fourth-"),
+                           **_read("fresh25.json", "twenty-fifth-")}
