@@ -460,7 +460,7 @@ def test_code_for_one_sequence_only_that_raises_on_a_batch_is_told_where_such_li
 @pytest.mark.parametrize("slip, where", [
     ("d = d * (1 - np.eye(d.shape[-1]))", "the diagonal of each wrong array is 0 throughout"),
     ("d[..., -1] = 0.0", "the last column of each wrong array is 0 throughout"),
-    ("d = np.tril(d)", "every entry above the diagonal of each wrong array is 0 throughout"),
+    ("d[..., -1, :] = 0.0", "the last row of each wrong array is 0 throughout"),
 ])
 def test_numbers_left_at_zero_are_told_where_they_are_and_nothing_more(tmp_path, slip, where):
     """Where every wrong number is 0 and every other is right, the feedback says which entries
