@@ -82,7 +82,6 @@ class LinkSafeCollect(ExchangeCollect):
                        _plain(error), _maker(path))
             return {"username": "\0" + filename, "filename": filename, "timestamp": datetime.datetime.min,
                     "refused": "not a submission's name"}
-        record["said"] = os.path.basename(path).rsplit("+", 3)[2]  # the time as `nbgrader submit` wrote it
         changed = _last_changed(path)
         if changed is not None and abs(record["timestamp"] - changed) > CLOCK_SLACK:
             # the time is the student's own text: the folder's name (and timestamp.txt), which
@@ -185,10 +184,12 @@ class LinkSafeCollect(ExchangeCollect):
                                    record["timestamp"], changed)
                     record["claimed"] = record["timestamp"]
                 record["timestamp"] = changed
-            # timestamp.txt is the collect's own, never the student's: the name's time, as `nbgrader
-            # submit` wrote it there and in the file, where it holds; else when the files last changed
-            _write_timestamp(staging, record["said"] if record.get("claimed") is None
-                             else record["timestamp"].strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+            # timestamp.txt is the collect's own, never the student's text: the time it took the
+            # submission as made (the name's, where it holds; else when the files last changed),
+            # written as `nbgrader submit` writes one. The name's text itself is the student's: one
+            # that nbgrader's parser reads and qkv-grade's does not ("... UTC."), copied here, left
+            # the gradebook with no time, and the submission was never late.
+            _write_timestamp(staging, record["timestamp"].strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
         except BaseException:
             if os.path.lexists(staging):
                 _remove(staging)

@@ -886,18 +886,31 @@ def _read_timestamp(graded: Graded) -> tuple:
 
 def _timestamp(graded: Graded):
     """When the student submitted, from the `timestamp.txt` nbgrader collect writes beside the
-    notebook (None without one, or with one no date fits, which adds a note for that student)."""
+    notebook (None without one, as nbgrader reads it). Where it holds no date that can be read,
+    the submission is taken as made when its files last changed (their ctime, which the kernel
+    keeps, and which a collect's copy sets to when it copied them), with a note for that student:
+    a time that cannot be read never counts as on time (as no time, or an earlier submission's,
+    would in the gradebook)."""
     if not os.path.lexists(graded.path.parent / "timestamp.txt"):
         return None
     try:
         return _read_timestamp(graded)[1]
     except Exception as error:  # whatever the student's text makes a date parser raise: this student's note
+        import datetime
+
         from .results import printable
 
+        changed = 0.0
+        for path in (graded.path.parent, graded.path, graded.path.parent / "timestamp.txt"):
+            try:
+                changed = max(changed, os.lstat(path).st_ctime)
+            except OSError:
+                pass
+        when = datetime.datetime.fromtimestamp(changed or time.time(), datetime.timezone.utc).replace(tzinfo=None)
         reason = printable(str(error), one_line=True)[:80]
         graded.notes = [*(graded.notes or []), f"timestamp.txt holds no date that can be read ({reason}); "
-                        f"the submission time in the gradebook is left as it was"]
-        return None
+                        f"the submission is taken as made when its files last changed, {when:%Y-%m-%d %H:%M:%S} UTC"]
+        return when
 
 
 # A time zone as nbgrader's timestamps name one: an offset, or a zone's name (`UTC`, `CET`,

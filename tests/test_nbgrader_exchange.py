@@ -15,6 +15,7 @@ alice's folder; and an entry named without a time.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -128,6 +129,11 @@ def exchange(tmp_path_factory):
         (made / "timestamp.txt").write_text(when)
         os.rename(made, inbound / f"{student}+{ASSIGNMENT}+{when}+{made.name.rsplit('+', 1)[1]}")
     (submit("dora", reference) / "timestamp.txt").write_text(BACKDATED)
+    # lou names his folder with its true time and a dot after the zone, which nbgrader's parser
+    # reads and qkv-grade's does not: copied as written, it left the gradebook with no time (never late)
+    made = submit("lou", reference)
+    _, _, said, rest = made.name.split("+")
+    os.rename(made, inbound / f"lou+{ASSIGNMENT}+{said}.+{rest}")
     # ned hands in past `nbgrader submit`: a folder of his own in inbound/, his notebook alone in it
     (submit("ned", reference) / "submission_secret.txt").unlink()
 
@@ -177,13 +183,13 @@ def test_the_exchange_is_collected_graded_and_released_for_everyone_else(exchang
     for name in ("collect", "trusted", "feedback", "release"):
         assert exchange[name].returncode == 0, (name, exchange[name].stderr[-3000:])
     scores = gradebook_scores(exchange["course"])
-    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe", "dora", "ned"):
+    for student in ("alice", "victor", "trudy", "oscar", "fay", "shut", "bart", "cleo", "moe", "dora", "ned", "lou"):
         assert sum(value or 0 for value in scores[student].values()) == sum(
             value or 0 for value in scores["alice"].values()) > 0, student
     released = list((exchange["shared"] / exchange["course"].name / "feedback").glob("*.html"))
     # alice, victor, trudy, oscar, fay, shut, bart, cleo, moe, dora, and ned, whose submission had no
-    # secret (release_feedback stopped at it, and everyone after it got nothing)
-    assert len(released) == 11, released
+    # secret (release_feedback stopped at it, and everyone after it got nothing), and lou
+    assert len(released) == 12, released
 
 
 def test_an_entry_that_is_no_folder_or_has_no_time_is_one_line_and_everyone_else_is_collected(exchange):
@@ -220,6 +226,20 @@ def test_one_account_s_flood_of_entries_is_a_dozen_lines_naming_it_and_everyone_
     assert f"{2 * FLOOD - MOST_TOLD} more entries made by 'user id 54322' were not collected" in theirs[-1], theirs
     assert "not collected: it claims to be submitted by 'alice' but was made by 'user id 54321'" in collected.stderr
     assert not (exchange["course"] / "submitted" / "zed").exists()
+
+
+def test_the_collected_time_is_written_as_nbgrader_submit_writes_it_never_as_the_student_s_text(exchange):
+    from autograder.nbgrader_trusted import _parse_timestamp
+
+    course = exchange["course"]
+    written = (course / "submitted" / "lou" / ASSIGNMENT / "timestamp.txt").read_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} UTC", written), written
+    said = next(name for name in os.listdir(exchange["shared"] / course.name / "inbound")
+                if name.startswith(f"lou+{ASSIGNMENT}+")).split("+")[2]
+    assert said == written + "."
+    assert _parse_timestamp(written) is not None
+    said_of_lou = [line for line in exchange["trusted"].stdout.splitlines() if line.startswith("lou")]
+    assert said_of_lou and not any("timestamp.txt" in line for line in said_of_lou), said_of_lou
 
 
 def test_a_link_in_the_exchange_is_collected_as_a_link_and_graded_as_nothing(exchange):

@@ -604,6 +604,19 @@ def test_a_malformed_timestamp_is_one_line_for_that_student_and_everyone_is_grad
     assert "Traceback" not in course["trusted"].stderr
     assert gradebook_scores(course["path"])["tim"] == oracle["tim"]
     assert (course["path"] / "feedback" / "tim" / ASSIGNMENT / NOTEBOOK).with_suffix(".html").is_file()
+    # A time that cannot be read never counts as on time: the submission is taken as made when its
+    # files last changed (no time at all is never late, in nbgrader's reckoning).
+    import datetime
+
+    from nbgrader.api import Gradebook
+
+    assert "taken as made when its files last changed" in lines[0], lines
+    folder = course["path"] / "submitted" / "tim" / ASSIGNMENT
+    changed = datetime.datetime.fromtimestamp(max(path.stat().st_ctime for path in [folder, *folder.iterdir()]),
+                                              datetime.timezone.utc).replace(tzinfo=None)
+    with Gradebook(f"sqlite:///{course['path'] / 'gradebook.db'}") as gradebook:
+        when = gradebook.find_submission(ASSIGNMENT, "tim").timestamp
+    assert when is not None and abs((when - changed).total_seconds()) < 5, (when, changed)
 
 
 def test_a_timestamp_whose_time_zone_names_a_file_is_one_line_for_that_student_and_no_file_is_read(course, oracle,
