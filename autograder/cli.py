@@ -174,6 +174,9 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
         found = discover(folder)
     except OSError as exc:
         return _fail(f"{exc.filename or folder}: cannot be read ({exc.strerror})")
+    except Exception as exc:  # noqa: BLE001 (what the folder's files make the reading raise: said, not a traceback)
+        return _fail(f"{folder}: its files changed while they were read, or hold what cannot be read "
+                     f"({results.printable(f'{type(exc).__name__}: {exc}', one_line=True)[:200]}); grade it again")
     if not found.items:
         return _fail(f"{folder}: no .py or .ipynb submissions found"
                      + (f" ({len(found.skipped)} files skipped: {found.skipped[0][0]}: {found.skipped[0][1]}"

@@ -666,14 +666,14 @@ def discover(folder: Path) -> Found:
                 skipped.add(name, reason)  # never kept: a student's folder may hold thousands
             else:
                 if whose != student:
-                    _sort_out(candidates, course, items, skipped)
+                    _sort_out_alone(candidates, course, items, skipped)
                     student, candidates = whose, []
                 candidates.append((Path(entry.path), here))
         elif entry.name.lower().endswith(SUFFIXES):
             suffix = "." + entry.name.rsplit(".", 1)[1]
             skipped.add(name, f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded")
     for candidates in [candidates, *apart.values()]:
-        _sort_out(candidates, course, items, skipped)
+        _sort_out_alone(candidates, course, items, skipped)
     items.sort(key=lambda item: item[1].split("/"))  # the walk's order: by name, folder by folder
     return Found(items, skipped.lines(), _alike(items, course))
 
@@ -726,13 +726,33 @@ def _account(uid: int | None) -> str:
         return f"uid {uid}"
 
 
+def _sort_out_alone(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],
+                    skipped: _Skipped) -> None:
+    """`_sort_out`, whose failure costs that student's folder alone: whatever its files make the
+    sorting raise (a file moved away and back as it is read, say), its candidates are listed as not
+    graded, with why, and every other folder is sorted out as ever."""
+    try:
+        found: list[tuple[Path, str]] = []
+        _sort_out(candidates, course, found, skipped)
+        items += found
+    except Exception as error:  # noqa: BLE001 (one student's folder, never the class's run)
+        from .results import printable
+
+        why = printable(f"{type(error).__name__}: {error}", one_line=True)[:120]
+        for _, parts in candidates:
+            skipped.add("/".join(parts), f"not graded: its folder changed while it was read ({why}); grade it again")
+
+
 def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],
               skipped: _Skipped) -> None:
     """Of the candidate files of one student's folder (or of those the folder graded holds itself),
     add to `items` those to grade, and to `skipped` each other with why it is not graded."""
     names = {parts for _, parts in candidates}
+    # Each file's owner is read once, and every decision below takes that reading: a file a student
+    # moves away and back while the folder is read would otherwise give two answers to one question.
+    owners = {parts: _owner(path) for path, parts in candidates}
     reasons = {parts: _named_out(parts, course) for _, parts in candidates}
-    reasons.update(_foreign(candidates, reasons, course))
+    reasons.update(_foreign(candidates, reasons, course, owners))
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded
     # (`_one_per_student`): whether a module is the starter is asked there alone, at a parse each,
     # however many copies a student's folder holds.
@@ -742,12 +762,12 @@ def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, item
     for path, parts in candidates:
         student = _student("/".join(parts), course)
         if student is not None and reasons[parts] is None:
-            whose = (student, _owner(path))
+            whose = (student, owners[parts])
             first[whose] = min(first.get(whose, parts), parts, key=lambda found: (len(found), "/".join(found)))
     starters = {parts for path, parts in candidates  # handed in untouched beside the notebook worked in
                 if path.suffix == ".py" and reasons[parts] is None
                 and parts[:-1] + (path.name[:-3] + ".ipynb",) in names
-                and (len(parts) == 1 or first[(_student("/".join(parts), course), _owner(path))][:-1] == parts[:-1])
+                and (len(parts) == 1 or first[(_student("/".join(parts), course), owners[parts])][:-1] == parts[:-1])
                 and untouched_starter(path, "/".join(parts))}
     graded = []
     for path, parts in candidates:
@@ -757,20 +777,20 @@ def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, item
         elif parts in starters:
             reason = f"the starter module, untouched: {stem}.ipynb beside it is graded instead"
         elif (path.suffix == ".ipynb" and parts[:-1] + (stem + ".py",) in names - starters
-              and _owner(path) == _owner(path.with_name(stem + ".py"))):
+              and owners[parts] == owners[parts[:-1] + (stem + ".py",)]):
             # (a module another account put beside it, in a folder the class may write, displaces nothing)
             reason = f"{stem}.py beside it is graded instead"
         else:
             graded.append((path, name))
             continue
         skipped.add(name, reason)
-    graded, more = _one_per_student(graded, course)
+    graded, more = _one_per_student(graded, course, {"/".join(parts): owner for parts, owner in owners.items()})
     items += graded
     for name, reason in more:
         skipped.add(name, reason)
 
 
-def _foreign(candidates: list[tuple[Path, tuple[str, ...]]], reasons: dict, course: bool) -> dict:
+def _foreign(candidates: list[tuple[Path, tuple[str, ...]]], reasons: dict, course: bool, owners: dict) -> dict:
     """The candidates in a student's folder made by another account than the folder's owner, where
     others in it are the owner's, each with why it is not graded: in a folder the class may write
     (sticky, so that no one removes another's file), a classmate's notebook beside the student's
@@ -779,7 +799,7 @@ def _foreign(candidates: list[tuple[Path, tuple[str, ...]]], reasons: dict, cour
     for path, parts in candidates:
         student = _student("/".join(parts), course)
         if student is not None and reasons[parts] is None:
-            by_student.setdefault(student, []).append((path, parts, _owner(path)))
+            by_student.setdefault(student, []).append((path, parts, owners[parts]))
     found = {}
     for student, files in by_student.items():
         if len({owner for _, _, owner in files}) < 2:
@@ -942,16 +962,18 @@ def _student(name: str, course: bool = False) -> str | None:
     return parts[0]
 
 
-def _one_per_student(items: list[tuple[Path, str]], course: bool = False
+def _one_per_student(items: list[tuple[Path, str]], course: bool = False, owners: dict | None = None
                      ) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
     """At most one submission per student folder and account: the shallowest, then the first by
     name. A student's folder holds their work, and what else they put there (a copy in `backup/`,
     thirty copies of a classmate's) is listed as skipped, never graded as more students. A file
     another account made there (a folder the instructor made, which the class may write, where no
     owner tells whose the folder is: `_foreign`) never takes the place of the student's own: each
-    account's is graded under its own name, and the listing's note says whose each is (`_alike`)."""
+    account's is graded under its own name, and the listing's note says whose each is (`_alike`).
+    `owners`: name -> account, as already read (each file's owner is read once)."""
     kept: dict[tuple, str] = {}  # (student folder, account) -> the name of the submission graded
-    whose = {name: (_student(name, course), _owner(path)) for path, name in items}
+    owners = owners or {}
+    whose = {name: (_student(name, course), owners[name] if name in owners else _owner(path)) for path, name in items}
     for _, name in items:
         if whose[name][0] is not None:
             kept[whose[name]] = min(kept.get(whose[name], name), name, key=lambda found: (found.count("/"), found))

@@ -231,3 +231,45 @@ def test_every_other_submission_gets_the_grade_it_gets_alone(tmp_path):
     assert together["a_correct.ipynb"]["score"] == 100.0
     for name, (_, error) in HOSTILE.items():
         assert (error is None) == ("error" not in together[name]), name
+
+
+def _student_folders(root: Path) -> None:
+    """alice's folder: her notebook beside a module; bob's: a module alone."""
+    stub = (Path(__file__).resolve().parents[1] / "assignments" / "attention_head" / "attention_head.py").read_text()
+    (root / "alice" / "a").mkdir(parents=True)
+    (root / "alice" / "a" / "attention_head.py").write_text(stub)
+    (root / "alice" / "a" / "attention_head.ipynb").write_text(_v4(_cell(reference_source())))
+    (root / "bob").mkdir()
+    (root / "bob" / "attention_head.py").write_text(reference_source())
+
+
+def test_a_file_whose_owner_reads_differently_each_time_it_is_looked_at_costs_no_one(tmp_path, monkeypatch):
+    """A student moving a file away and back while the folder is read: each look at its owner gives
+    another answer. Each file's owner is read once, and every decision takes that reading."""
+    from autograder import submission
+
+    _student_folders(tmp_path)
+    real, looks = submission._owner, {}
+
+    def there_then_gone(path):  # there at every other look, gone at the others
+        looks[path] = looks.get(path, 0) + 1
+        return real(path) if looks[path] % 2 else None
+
+    monkeypatch.setattr(submission, "_owner", there_then_gone)
+    found = submission.discover(tmp_path)
+    assert [name for _, name in found.items] == ["alice/a/attention_head.ipynb", "bob/attention_head.py"], found
+
+
+def test_whatever_a_student_s_folder_makes_its_sorting_raise_costs_that_folder_alone(tmp_path, monkeypatch):
+    from autograder import submission
+
+    _student_folders(tmp_path)
+
+    def changed(path, name):
+        raise KeyError(("alice", None))
+
+    monkeypatch.setattr(submission, "untouched_starter", changed)
+    found = submission.discover(tmp_path)
+    assert [name for _, name in found.items] == ["bob/attention_head.py"], found
+    said = dict(found.skipped)
+    assert "its folder changed while it was read (KeyError" in said["alice/a/attention_head.ipynb"], said
