@@ -630,8 +630,10 @@ def discover(folder: Path) -> Found:
     files and test files are skipped, and so is a notebook beside a module of the same name (the module is
     graded), unless that module is the released starter, untouched: then the notebook is the work
     and is graded. Hidden folders, `__pycache__` and Jupyter's checkpoints are not looked into, and no
-    symbolic link is followed: one named like a submission is graded as one (and found
-    unreadable by `load`), any other is passed over, as any file that can be nothing graded is.
+    symbolic link is followed: one named like a submission in a student's folder is graded as one
+    (and found unreadable by `load`); directly in the folder graded it is listed as not graded, as
+    an empty file or a named pipe there is (`_hollow`); any other is passed over, as any file that
+    can be nothing graded is.
 
     Of a student's folder at most MOST_ENTRIES entries are looked at, and outside the students'
     folders at most MOST_ENTRIES_IN_ALL (`walk`); one line says where the rest was not. What is not graded is kept as
@@ -1091,17 +1093,21 @@ graded."""
 
 def _hollow(entry: os.DirEntry) -> str | None:
     """Why a file named as a submission, in the folder graded itself, holds no one's work, or None:
-    it is empty, or one of several names of one file (a hard link, which costs its maker no room).
-    In a shared drop folder a classmate's million such names, read first in the file system's order,
-    would use up the bound of what is looked at there, and each be graded as a student."""
+    anything but a regular file of its own with something in it: empty, one of several names of one
+    file (a hard link), a symbolic link (never followed), a named pipe, a socket or a device. Each
+    costs its maker an inode and no room; in a shared drop folder a classmate's million of them,
+    read first in the file system's order, would use up the bound of what is looked at there, and
+    each be graded as a student."""
     try:
-        if entry.is_dir(follow_symlinks=False) or entry.is_symlink():
+        if entry.is_dir(follow_symlinks=False):
             return None
         status = entry.stat(follow_symlinks=False)
     except OSError:
         return None
-    if not stat.S_ISREG(status.st_mode):
-        return None
+    if stat.S_ISLNK(status.st_mode):
+        return "a symbolic link: not followed, so nothing to grade; hand in the file itself"
+    if not stat.S_ISREG(status.st_mode):  # a named pipe, a socket, a device: no one's work, at no cost
+        return "not a regular file (a named pipe, a socket or a device): nothing to grade"
     if status.st_size == 0:
         return "an empty file: nothing to grade"
     if status.st_nlink > 1:

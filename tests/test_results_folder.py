@@ -794,8 +794,8 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
 
 def test_names_that_cost_nothing_in_a_shared_drop_folder_use_up_no_classmate_s_place(tmp_path, monkeypatch):
     """In a flat drop folder the bound of what is looked at is the whole class's: a classmate's
-    million empty files named `x.py`, or names of one file (hard links, which take no room), read
-    first in the file system's order, left classmates out, and each was graded as a student. Such
+    million empty files named `x.py`, names of one file (hard links, which take no room), dangling
+    links or named pipes, read first in the file system's order, left classmates out, and each was graded as a student. Such
     names are uncounted, the first few listed with why they are not graded."""
     from autograder import submission
 
@@ -809,12 +809,16 @@ def test_names_that_cost_nothing_in_a_shared_drop_folder_use_up_no_classmate_s_p
     for number in range(30):
         (drop / f"e{number:02d}.py").write_bytes(b"")
         os.link(tmp_path / "one.py", drop / f"h{number:02d}.py")
+        (drop / f"l{number:02d}.py").symlink_to(f"nowhere{number}")  # dangling: an inode, no data
+        os.mkfifo(drop / f"p{number:02d}.ipynb")
     found = submission.discover(drop)
     assert [name for _, name in found.items] == ["ann.py", "bob.py"]
     reasons = dict(found.skipped)
     assert len(reasons) <= 3 and set(reasons.values()) <= {
         "an empty file: nothing to grade",
-        "a file with more than one name (a hard link): not graded; hand in a file of its own"}, reasons
+        "a file with more than one name (a hard link): not graded; hand in a file of its own",
+        "a symbolic link: not followed, so nothing to grade; hand in the file itself",
+        "not a regular file (a named pipe, a socket or a device): nothing to grade"}, reasons
 
 
 def test_a_classmate_s_flood_in_a_student_s_folder_uses_up_their_own_share_of_its_bound(tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ def test_a_linked_single_file_is_unreadable_and_never_opened(tmp_path, token):
         assert token[1] not in done.stdout + done.stderr
 
 
-def test_links_in_a_folder_are_unreadable_results_and_their_targets_stay_closed(tmp_path, token):
+def test_links_in_a_folder_are_listed_or_unreadable_results_and_their_targets_stay_closed(tmp_path, token):
     folder, out, elsewhere = tmp_path / "class", tmp_path / "out", tmp_path / "elsewhere"
     (folder / "nested").mkdir(parents=True)
     elsewhere.mkdir()
@@ -67,12 +67,18 @@ def test_links_in_a_folder_are_unreadable_results_and_their_targets_stay_closed(
     assert done.returncode == 0, done.stderr
     scores = {result["submission"]: (result["score"], result.get("error", "")) for result in json.loads(done.stdout)}
     assert scores["ada.py"] == (100, "")
-    for name in ("evil.py", "sol.py", "nested/attention_head.py"):
-        assert scores[name][0] == 0 and "symbolic link" in scores[name][1], name
-    assert scores["fifo.py"][0] == 0 and "not a regular file" in scores["fifo.py"][1]
+    # in a student's folder, a link is that student's submission, unreadable; directly in the folder
+    # graded, a link or a pipe named as a submission is no one's: listed, never graded as a student
+    # (a classmate's million of them, at an inode each, would be as many results)
+    assert scores["nested/attention_head.py"][0] == 0 and "symbolic link" in scores["nested/attention_head.py"][1]
+    assert not any(name in scores for name in ("evil.py", "sol.py", "fifo.py")), scores
     assert not any("borrowed" in name for name in scores)
     summary = (out / "latest" / "summary.csv").read_text()
     assert "borrowed" in summary and "notes.txt" in summary and "symbolic link" in summary
+    lines = {line.split(",")[0]: line for line in summary.splitlines()}
+    for name in ("evil.py", "sol.py"):
+        assert "a symbolic link: not followed, so nothing to grade" in lines[name], summary
+    assert "not a regular file (a named pipe" in lines["fifo.py"], summary
     assert token[1] not in done.stdout + done.stderr + everything_written(out)
 
 
