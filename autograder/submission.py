@@ -677,7 +677,35 @@ def discover(folder: Path) -> Found:
     for candidates in [candidates, *apart.values()]:
         _sort_out_alone(candidates, course, items, skipped)
     items.sort(key=lambda item: item[1].split("/"))  # the walk's order: by name, folder by folder
+    items = _per_account(items, folder, skipped)
     return Found(items, skipped.lines(), _alike(items, course))
+
+
+MOST_PER_ACCOUNT = 3
+"""Submissions graded per account in a folder graded, other than those of the account grading, of
+root and of the folder's owner (an instructor's folder of a whole class, or a course's submitted/
+that nbgrader's collect copies, is theirs): in a drop folder the class may write, a student hands in
+one, perhaps as a module and a notebook."""
+
+
+def _per_account(items: list[tuple[Path, str]], folder: Path, skipped: _Skipped) -> list[tuple[Path, str]]:
+    """`items` but each account's past its first MOST_PER_ACCOUNT (by name), each listed as not
+    graded, with whose it is. Every bound a submission meets is its own (its time, its memory, its
+    folder's entries); this one is its maker's: a classmate's thousand copies of a module that runs
+    just under every limit held a class's run for hours, ahead of everyone."""
+    exempt = {0, os.geteuid(), _owner(folder)}
+    counted: dict[int | None, int] = {}
+    kept = []
+    for path, name in items:
+        owner = _owner(path)
+        if owner not in exempt:
+            counted[owner] = counted.get(owner, 0) + 1
+            if counted[owner] > MOST_PER_ACCOUNT:
+                skipped.add(name, f"not graded: {_account(owner)} made more than {MOST_PER_ACCOUNT} submissions "
+                                  f"here, and only the first {MOST_PER_ACCOUNT} by name are graded")
+                continue
+        kept.append((path, name))
+    return kept
 
 
 MOST_ALIKE_NOTED = 100

@@ -915,3 +915,35 @@ def test_look_alike_names_are_told_in_the_listing_and_the_summary(tmp_path):
     assert {doc["submission"] for doc in json.loads(done.stdout)} >= {"\u0430da.py", "jose\u0301.py"}  # the true names
     assert [line for line in done.stderr.splitlines() if line.startswith("qkv-grade: note: ")] == \
         ["qkv-grade: " + note for note in notes]
+
+
+def test_one_account_s_many_submissions_in_a_drop_folder_are_graded_up_to_a_few_and_listed(tmp_path, monkeypatch):
+    """Every bound a submission meets is its own; this one is its maker's. A classmate's thousand
+    copies of a module that runs just under every limit, named to sort first, held the class's run
+    for hours: past MOST_PER_ACCOUNT an account's submissions are listed, not graded. The account
+    grading, root and the folder's owner have none: a whole class's folder is the instructor's."""
+    from autograder import submission
+
+    if os.geteuid() != 0:
+        pytest.skip("giving files to other accounts needs root")
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    os.chmod(drop, 0o1777)
+    for number in range(8):  # mallory's copies, and folders of one student each, named to sort first
+        (drop / f"0-{number:02d}.py").write_text(reference_source())
+        os.chown(drop / f"0-{number:02d}.py", 54_323, 54_323)
+    (drop / "00" / "attention_head.py").parent.mkdir()
+    (drop / "00" / "attention_head.py").write_text(reference_source())
+    for path in (drop / "00", drop / "00" / "attention_head.py"):
+        os.chown(path, 54_323, 54_323)
+    (drop / "alice.py").write_text(reference_source())
+    os.chown(drop / "alice.py", 54_324, 54_324)
+    for number in range(5):  # the instructor's own, as many as there are
+        (drop / f"z{number}.py").write_text(reference_source())
+    found = submission.discover(drop)
+    graded = [name for _, name in found.items]
+    assert graded == ["0-00.py", "0-01.py", "0-02.py", "alice.py", "z0.py", "z1.py", "z2.py", "z3.py", "z4.py"], graded
+    reasons = dict(found.skipped)
+    for name in ["00/attention_head.py"] + [f"0-{number:02d}.py" for number in range(3, 8)]:
+        assert reasons[name] == (f"not graded: uid 54323 made more than {submission.MOST_PER_ACCOUNT} submissions here, "
+                                 f"and only the first {submission.MOST_PER_ACCOUNT} by name are graded"), reasons
