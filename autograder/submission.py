@@ -701,8 +701,8 @@ def _per_account(items: list[tuple[Path, str]], folder: Path, skipped: _Skipped)
         if owner not in exempt:
             counted[owner] = counted.get(owner, 0) + 1
             if counted[owner] > MOST_PER_ACCOUNT:
-                skipped.add(name, f"not graded: {_account(owner)} made more than {MOST_PER_ACCOUNT} submissions "
-                                  f"here, and only the first {MOST_PER_ACCOUNT} by name are graded")
+                skipped.add(name, f"{_account(owner)} made more than {MOST_PER_ACCOUNT} submissions here, and only "
+                                  f"its first {MOST_PER_ACCOUNT} by name are graded")
                 continue
         kept.append((path, name))
     return kept
@@ -770,7 +770,7 @@ def _sort_out_alone(candidates: list[tuple[Path, tuple[str, ...]]], course: bool
 
         why = printable(f"{type(error).__name__}: {error}", one_line=True)[:120]
         for _, parts in candidates:
-            skipped.add("/".join(parts), f"not graded: its folder changed while it was read ({why}); grade it again")
+            skipped.add("/".join(parts), f"its folder changed while it was read ({why}); grade it again")
 
 
 def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],

@@ -945,5 +945,5 @@ def test_one_account_s_many_submissions_in_a_drop_folder_are_graded_up_to_a_few_
     assert graded == ["0-00.py", "0-01.py", "0-02.py", "alice.py", "z0.py", "z1.py", "z2.py", "z3.py", "z4.py"], graded
     reasons = dict(found.skipped)
     for name in ["00/attention_head.py"] + [f"0-{number:02d}.py" for number in range(3, 8)]:
-        assert reasons[name] == (f"not graded: uid 54323 made more than {submission.MOST_PER_ACCOUNT} submissions here, "
-                                 f"and only the first {submission.MOST_PER_ACCOUNT} by name are graded"), reasons
+        assert reasons[name] == (f"uid 54323 made more than {submission.MOST_PER_ACCOUNT} submissions here, "
+                                 f"and only its first {submission.MOST_PER_ACCOUNT} by name are graded"), reasons
