@@ -1734,6 +1734,12 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
             wrong = _first_failure(cases, verdicts, lambda v: v.kind in ("mismatch", "wrong-type"))
             if wrong[2].kind in ("mismatch", "wrong-type"):
                 detail = _joined(detail, f"{NOT_ONLY_RAISED} {_call_shown(*wrong[:2])}.", wrong[2].full_detail())
+        elif "non-finite" in codes and first[2].nonfinite:
+            # NaN is not all that is wrong: a call that returned finite numbers, wrong too, is shown
+            # (a max taken elementwise for the row's, which is wrong everywhere and NaN on large scores)
+            wrong = _first_failure(cases, verdicts, lambda v: v.kind == "mismatch" and not v.nonfinite)
+            if wrong[2].kind == "mismatch" and not wrong[2].nonfinite:
+                detail = _joined(detail, f"{NOT_ONLY_NONFINITE} {_call_shown(*wrong[:2])}.", wrong[2].full_detail())
     # where no modelled mistake is named: what the functions take from outside their arguments; and
     # always, a parameter the graders never pass (its default, fixed when the def ran, is on every
     # call: a model that happens to give that constant, `d_k = q.ndim` for the example's 2, may be
@@ -2805,6 +2811,7 @@ def _showing(found: "_Findings"):
 
 
 NOT_ONLY_RAISED = "Not every failing call raised; one that returned:"
+NOT_ONLY_NONFINITE = "Not every failing call gave NaN or infinity; one whose finite numbers are wrong too:"
 
 
 def _call_shown(case: Case, index: int) -> str:

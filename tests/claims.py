@@ -252,6 +252,12 @@ def _check_quoted_values(graded, step_id, text):
         shown = _shown_call(graded, step_id, judge.NOT_ONLY_RAISED + " " + second, judge.NOT_ONLY_RAISED)
         assert shown is not None and not shown[2].raised, f"{step_id}: a call said to have returned, which raised"
         _check_values_of(step_id, second, *shown)
+    first, _, second = first.partition("\n" + judge.NOT_ONLY_NONFINITE + " ")
+    if second:
+        shown = _shown_call(graded, step_id, judge.NOT_ONLY_NONFINITE + " " + second, judge.NOT_ONLY_NONFINITE)
+        assert shown is not None and not shown[2].raised and not _nonfinite(shown[1].fn, shown[2]), \
+            f"{step_id}: a call said to have returned finite numbers, which did not"
+        _check_values_of(step_id, second, *shown)
     shown = _shown_call(graded, step_id, first)
     if shown is not None:
         _check_values_of(step_id, first, *shown)
