@@ -59,7 +59,8 @@ class Case:
     label: str
     """How the case is named in feedback: "the chapter's example", "hidden case 3", …"""
     kind: str
-    """example, hidden, large (scores in the thousands), far (rows far below the largest score) or property."""
+    """example, hidden, large (scores in the thousands), far (rows far below the largest score),
+    reshaped (the example's shapes, other numbers) or property."""
     calls: tuple[Call, ...]
 
     @property
@@ -316,7 +317,7 @@ def build(seed: int, key: bytes | None = None) -> dict[str, list[Case]]:
         rng = step_rng(seed, number, key)
         hidden = 0
         built = []
-        for kind, calls in BUILDERS[step_id](rng, ex):
+        for kind, calls in _with_example_shapes(BUILDERS[step_id](rng, ex), rng):
             if kind == "example":
                 label = EXAMPLE_LABELS.get(step_id, "the chapter's example")
             elif kind == "property":
@@ -324,7 +325,35 @@ def build(seed: int, key: bytes | None = None) -> dict[str, list[Case]]:
             else:
                 hidden += 1
                 label = f"hidden case {hidden}" + {"large": " (scores in the thousands)",
-                                                   "far": " (rows far below the largest score)"}.get(kind, "")
+                                                   "far": " (rows far below the largest score)",
+                                                   "reshaped": " (the example's shapes, other numbers)"}.get(kind, "")
             built.append(Case(step_id, label, kind, calls))
         cases[step_id] = built
     return cases
+
+
+def _with_example_shapes(made, rng):
+    """A step's cases, and last (so that the cases before it stay what they were) the example's calls
+    again with other numbers of the same shapes: a result that depends on the shapes alone (a cache
+    keyed on them, an answer kept from the first call of that shape) gives the example's numbers
+    there, where the example cannot show it. Not for calls without arrays (exercise 4's sizes)."""
+    example = None
+    for kind, calls in made:
+        if kind == "example":
+            example = calls
+        yield kind, calls
+    if example is not None and any(isinstance(arg, np.ndarray) for call in example for arg in call.args):
+        yield "reshaped", tuple(Call(call.fn, tuple(_other_numbers(rng, arg, call.fn != "is_attention_weights")
+                                                    for arg in call.args)) for call in example)
+
+
+def _other_numbers(rng, arg, weights_for_weights: bool = True):
+    """Fresh numbers in `arg`'s shape: weights for weights (each row non-negative, summing to one),
+    except for the predicate, whose answer on the example (True) they would give again."""
+    if not isinstance(arg, np.ndarray):
+        return arg
+    if weights_for_weights and arg.ndim >= 2 and np.all(arg >= 0) and np.allclose(arg.sum(axis=-1), 1.0):
+        return _weights(rng, arg.shape[-2], arg.shape[-1]).reshape(arg.shape) if arg.ndim == 2 else \
+            np.stack([_weights(rng, arg.shape[-2], arg.shape[-1]) for _ in range(int(np.prod(arg.shape[:-2])))]
+                     ).reshape(arg.shape)
+    return rng.normal(size=arg.shape)

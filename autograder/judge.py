@@ -331,10 +331,14 @@ def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL
                 found.append(feedback.array_mismatch(got, want, public, name) if describe and rtol == RTOL else name)
         elif name == "softmax_axis":
             if got not in ((1, -1) if want == -1 else (want,)):
-                found.append(f"softmax_axis is {_shown(got)}" + (f", expected {want!r}" if public else ""))
+                found.append(f"softmax_axis is {_shown(got)}" + (f", expected {want!r}" + (" (or 1)" if want == -1 else "")
+                                                                 if public else ""))
         elif name == "divisor":
             if not isclose(got, want, rtol, atol):
-                found.append(f"divisor is {_shown(got)}" + (f", expected {want!r}" if public else ""))
+                # to six significant digits on a hidden case, as every number quoted there (its
+                # digits could spell the hidden value beside it); every digit on the example
+                shown = _shown(got) if public or not isinstance(got, float) else f"{got:.6g}"
+                found.append(f"divisor is {shown}" + (f", expected {want!r}" if public else ""))
         elif got != want:
             found.append(f"{name} is {_shown(got)}" + (f", expected {want!r}" if public else ""))
     return found
@@ -1747,9 +1751,12 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     read_outside = _joined(_read_outside(step, told.outside, told.bound) if set(codes) <= _UNEXPLAINED else "",
                            _defaults_never_passed(step, told.defaults, told.unset))
     if read_outside:
-        # a function that reads the example's values from outside returns the example's shapes:
-        # no sum or index of its own is what the shape look would guess at
+        # a function that reads the example's values from outside returns the example's shapes, and
+        # raises on sizes that are the example's: no sum or index of its own is what the shape look
+        # would guess at, and no size of the call is what a wrong size stands for
         found.looks.pop("wrong-shape", None)
+        for code in found.sized:
+            found.looks.pop(code, None)
     detail = _joined(detail, found.relation, read_outside,
                      _rows_reached(step, cases, verdicts) if set(codes) <= _UNEXPLAINED else "")
     calls = [call for case in cases for call in case.calls]
@@ -1963,6 +1970,9 @@ class _Findings:
     """For a code read from the look of the values (NaN, a shape, an exception): the cases showing it."""
     relation: str = ""
     """Where no mistake is named: how every wrong value relates to the expected one, if simply."""
+    sized: set = field(default_factory=set)
+    """The codes whose advice reads a size off the call (`_sized_wrongly`): which of the call's sizes
+    a wrong one stands for, which holds only where every size came from the call's arguments."""
 
 
 def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list[str]:
@@ -2045,7 +2055,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         sized = _sized_wrongly([call for case in cases for call in case.calls], flat, wants, wrong)
         if sized and set(wrong) <= sized[1] and "B" not in sized[2]:
             # each example computed right, and kept in an array made beforehand of another width
-            found = _Findings(codes + ["wrong-shape"], looks={"wrong-shape": sized[0]})
+            found = _Findings(codes + ["wrong-shape"], looks={"wrong-shape": sized[0]}, sized={"wrong-shape", "crashed"})
             found.seen["wrong-shape"] = _labels(cases, verdicts, lambda v: v.kind == "mismatch")
             if any(flat[i].kind == "raised" for i in wrong):
                 found.codes.append("crashed")
@@ -2176,6 +2186,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                                          "example: compute them from the arguments you are given.")
         elif all(v.kind == "raised" for c in hidden_wrong for v in verdicts[c] if v.kind != "ok"):
             found.looks["hard-coded"] = _raised_off_the_example(cases, verdicts, hidden_wrong)
+            found.sized.add("hard-coded")  # (it may say which of the call's sizes the error sets)
     else:
         if any(v.nonfinite for v in unexplained):
             derived_codes.append("non-finite")
@@ -2187,6 +2198,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             sized = None if look else _sized_wrongly(calls, flat, wants, [i for i, v in enumerate(flat) if id(v) in alone])
             if look or sized:
                 found.looks["wrong-shape"] = look or sized[0]
+                if not look:
+                    found.sized.add("wrong-shape")
             shape_sized = sized
     if not models and not derived_codes and all(v.kind in ("ok", "mismatch") for v in flat):
         # "on every case it failed": only where every failing call returned numbers
@@ -2203,8 +2216,10 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             sized = _sized_wrongly(calls, flat, wants, raised)
             if shape_sized and set(raised) <= shape_sized[1]:
                 found.looks["crashed"] = _RAISED_SIZED
+                found.sized.add("crashed")
             elif sized and set(raised) <= sized[1]:
                 found.looks["crashed"] = sized[0]
+                found.sized.add("crashed")
             elif any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
                 found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
@@ -2507,7 +2522,8 @@ _SHAPE_LOOKS = {
                 "or per row where one result is asked (a query of shape [T, d_k] for one query of [d_k], say), or "
                 "a sum or mean that should remove an axis is missing.",
     "one fewer": "Each wrong shape has one axis fewer than asked ({pair}): a sum, max, mean or index removed an "
-                 "axis the result should keep (`keepdims=True` keeps one), or one row stands for them all.",
+                 "axis the result should keep (`keepdims=True` keeps one), `np.squeeze` took away an axis of "
+                 "length 1 (where T or a width is 1), or one row stands for them all.",
 }
 
 

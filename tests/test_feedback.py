@@ -44,7 +44,7 @@ contributing keys, so every receiving position gets a unit-total mixture.
 
 def test_a_column_normalized_softmax_is_explained_on_the_example():
     assert step_feedback("column_normalized", "softmax") == """\
-Normalize each receiving row: 1 of 10 cases pass.
+Normalize each receiving row: 1 of 11 cases pass.
 Called softmax_rows(s [3, 3]) on the chapter's example.
 """ + COLUMN_NORMALIZED_WEIGHTS + """\
   Where to look: The softmax runs along the last axis: `axis=-1, keepdims=True` for the maximum and \
@@ -57,7 +57,7 @@ def test_a_composite_step_whose_own_work_checks_out_points_to_the_earlier_mistak
     assert step_feedback("column_normalized", "attention") == """\
 Scaled dot-product attention: full marks, the error carried forward.
 What goes wrong here comes from the mistake in your `softmax` step (column-normalized); with that as you wrote \
-it, your own work here checks out on all 8 cases. Fix it there (see above) and this step follows."""
+it, your own work here checks out on all 9 cases. Fix it there (see above) and this step follows."""
 
 
 def test_a_composite_step_on_a_mistake_no_model_reproduces_is_verified_by_calling_it_again():
@@ -66,13 +66,13 @@ def test_a_composite_step_on_a_mistake_no_model_reproduces_is_verified_by_callin
     assert step_feedback("float32_softmax", "head") == """\
 One self-attention head: full marks, the error carried forward.
 What goes wrong here comes from the mistake in your `softmax` step (low-precision); called again with the chapter's \
-`softmax_rows` and `attention` in place of yours, your own work here checks out on all 8 cases. Fix it there \
+`softmax_rows` and `attention` in place of yours, your own work here checks out on all 9 cases. Fix it there \
 (see above) and this step follows."""
 
 
 def test_scores_with_receivers_and_keys_swapped_are_explained_on_the_example():
     assert step_feedback("receivers_and_keys_swapped", "scores") == """\
-Compare every receiving row with every key: 1 of 7 cases pass.
+Compare every receiving row with every key: 1 of 8 cases pass.
 Called scores(q [3, 2], k [3, 2]) on the chapter's example.
 scores d: mismatched elements: 6 / 9 (66.7%)
   at [0, 1]: got 1, expected 0
@@ -91,7 +91,7 @@ def test_scores_without_the_transpose_show_the_error_and_name_the_transpose_not_
     # `q @ k` passes exactly the cases where it runs and equals `q @ k.T`: a symmetric square k
     agree = sum(1 for case in cases.build(SEED)["scores"] for call in case.calls
                 if call.args[1].shape[0] == call.args[1].shape[1] and np.array_equal(call.args[1], call.args[1].T))
-    assert lines[:2] == [f"Compare every receiving row with every key: {agree} of 7 cases pass.",
+    assert lines[:2] == [f"Compare every receiving row with every key: {agree} of 8 cases pass.",
                          "Called scores(q [3, 2], k [3, 2]) on the chapter's example."]
     # The line is named in the submission's own file, as the student knows it.
     assert re.fullmatch(r"It raised ValueError: .+ \(keys_not_transposed\.py line \d+, in scores\)", lines[2])
@@ -109,7 +109,7 @@ def test_a_step_built_on_an_unwritten_step_says_to_write_that_first():
     assert step_feedback("scores_not_written", "attention") == """\
 Scaled dot-product attention: full marks, the error carried forward.
 What goes wrong here comes from your `scores` step, not written yet; called again with the chapter's `scores` in place \
-of yours, your own work here checks out on all 8 cases. Write it there (see above) and this step follows."""
+of yours, your own work here checks out on all 9 cases. Write it there (see above) and this step follows."""
 
 
 def test_a_missing_function_is_named():
