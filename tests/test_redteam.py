@@ -559,12 +559,12 @@ def test_symlinked_submissions_are_unreadable_and_leak_nothing(mode):
     graded = sorted(outcome.results or {})
     if any(name.startswith("eve") for name in graded):
         problems.append(f"a submission was read through a linked folder: {graded}")
+    # directly in the folder graded, a link named as a submission is no one's work: listed, not graded
     for name in ("b_link_secret.py", "d_link_reference.py"):
-        result = (outcome.results or {}).get(name)
-        if result is None:
-            problems.append(f"no result for {name}")
-        elif result["score"] != 0.0 or {s["status"] for s in result["steps"]} != {"error"}:
-            problems.append(f"{name} was graded: {result['score']}")
+        if name in (outcome.results or {}):
+            problems.append(f"{name} was graded as a student: {outcome.results[name]['score']}")
+        if f"qkv-grade: not graded: {name}: a symbolic link: not followed" not in outcome.stderr:
+            problems.append(f"{name} is not listed as a link not followed: {outcome.stderr[-600:]!r}")
     assert not problems, f"[{mode}] symlinks:\n  " + "\n  ".join(problems)
 
 
