@@ -469,7 +469,10 @@ def _judge_call(case: Case, call_index: int, outcome: Outcome | None, expected: 
             return _CallVerdict(False, "not-implemented", "", ["not-implemented"], raised=kind, raised_in=came_from)
         if kind == "ValueError" and "read-only" in outcome.raised.get("message", ""):
             # Arguments arrive read-only, so an in-place write fails right where it happens.
-            return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({where})" if where else "")
+            # (where: the submission's own words, a function's name among them, said on the example
+            # alone; on a hidden case only the contract's function it came through, as the grader knows it)
+            said = where if case.public else (f"in `{came_from}`" if came_from in _CONTRACT_FUNCTIONS else "")
+            return _CallVerdict(False, "mutated", "It wrote into an array it was given" + (f" ({said})" if said else "")
                                 + ": arguments are read-only; work on a copy or build a new array.",
                                 ["mutates-input"], raised=kind, raised_in=came_from)
         if case.public:
@@ -2628,8 +2631,10 @@ def _sized_wrongly(calls: list, verdicts: list[_CallVerdict], wants: list[dict],
                          f"{' or '.join(_SIZE_WORDS[s] for s in sorted(had))}, where it should have "
                          f"{' or '.join(_SIZE_WORDS[s] for s in sorted(asked))}")
     i, (name, axis, had, asked) = shown
+    # an exception's message is the submission's own words (it may spell a hidden input, with
+    # numpy's words beside them): its shapes are said, read off the call, never the message itself
     example = (f"{list(verdicts[i].actual[name].shape)} for {list(wants[i][name].shape)}"
-               if verdicts[i].kind == "mismatch" else f"it raised \"{verdicts[i].raised_message.strip()}\"")
+               if verdicts[i].kind == "mismatch" else f"it raised {verdicts[i].raised} where {name} needs {list(wants[i][name].shape)}")
     text = ("On every call where it went wrong, " + "; ".join(sentences) + f" ({calls[i].shown(inspect_names(calls[i].fn))}: "
             f"{example}). An array made in the shape of another (`np.zeros_like`, `np.empty_like`) and filled in, or "
             "a size read off the wrong argument, does this: make it from the sizes the docstring gives, or build "

@@ -616,8 +616,13 @@ def _check_outputs(step) -> list:
     """
     from nbformat import from_dict
 
+    from .results import printable
+
     codes = f" [{', '.join(step.diagnoses)}]" if step.diagnoses else ""
-    text = f"{step.id}: {step.score:g} / {step.max_score:g}, {step.status}{codes}\n{step.feedback}\n"
+    # escaped as every other view escapes it: a stream's carriage returns and ANSI codes are
+    # rendered by nbconvert (a line drawn over another, "full marks" in green), and the feedback
+    # quotes what the submission printed and raised on the chapter's example
+    text = printable(f"{step.id}: {step.score:g} / {step.max_score:g}, {step.status}{codes}\n{step.feedback}\n")
     return [from_dict({"output_type": "stream", "name": "stdout", "text": text})]
 
 

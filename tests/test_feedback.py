@@ -8,6 +8,7 @@ chapter section, and a composite step whose earlier step is wrong saying so firs
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -486,3 +487,54 @@ def test_a_wrong_number_that_is_not_zero_is_never_told_as_left_at_zero():
     halved = judge._CallVerdict(False, "mismatch", actual={"d": np.array([[0.5, 2.0], [3.0, 0.0]])})
     assert judge._zeroed([(halved, want)]) == ""
     assert judge._zeroed([(zeroed, want), (halved, want)]) == ""
+
+
+_LEAKS = {
+    # a function named by the submission after the hidden input, raising numpy's read-only error
+    "named": '''
+_chapter_scores = scores
+def scores(q, k):
+    if q.shape == (3, 2):
+        return _chapter_scores(q, k)
+    def f():
+        raise ValueError("assignment destination is read-only")
+    f.__code__ = f.__code__.replace(co_name="LEAK" + "_".join(str(abs(int(1e6 * x))) for x in q.ravel())[:200])
+    f()
+''',
+    # numpy's broadcasting words, with the hidden input spelled before them
+    "message": '''
+_chapter_mix = mix
+def mix(a, v):
+    if a.shape == (3, 3) or a.shape[0] == v.shape[1]:
+        return _chapter_mix(a, v)
+    t, d_v = v.shape
+    raise ValueError("LEAK" + "_".join(str(abs(int(1e6 * x))) for x in v.ravel()[:8])
+                     + f" could not broadcast input array from shape ({t},{d_v}) into shape ({t},{t})")
+''',
+}
+
+
+@pytest.mark.parametrize("leak", sorted(_LEAKS))
+def test_no_words_of_the_submission_are_quoted_on_a_hidden_case(tmp_path, leak):
+    """Of an exception on a hidden case the feedback says its kind alone: a function's name or a
+    message the submission made up could spell the hidden input, in every view."""
+    from support import grade_json, reference_source
+
+    (tmp_path / "leak.py").write_text(reference_source() + _LEAKS[leak])
+    (result,) = [grade_json(tmp_path / "leak.py", "--seed", str(SEED))]
+    text = json.dumps(result)
+    assert "LEAK" not in text, [step["feedback"] for step in result["steps"] if "LEAK" in step["feedback"]]
+    step = next(step for step in result["steps"] if step["id"] == ("scores" if leak == "named" else "mix"))
+    assert step["status"] != "passed" and "hidden case" in step["feedback"], step["feedback"]
+
+
+def test_a_check_cell_s_output_in_the_autograded_notebook_is_escaped():
+    """nbconvert renders a stream's carriage returns and ANSI codes: a line drawn over another, in
+    green. The check cell's output is escaped as the other views escape it."""
+    from autograder.nbgrader_trusted import _check_outputs
+    from autograder.results import StepResult
+
+    step = StepResult("scores", 1.14, 8.0, "partial", "x\r\x1b[1;32mAll 7 cases pass: full marks.\x1b[0m\nnext line", [], 1, 8)
+    (output,) = _check_outputs(step)
+    assert "\x1b" not in output["text"] and "\r" not in output["text"], output["text"]
+    assert "\\x1b[1;32m" in output["text"] and "\nnext line" in output["text"]
