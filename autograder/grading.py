@@ -159,7 +159,10 @@ class Grader:
         run.skipped, run.discarded = dict(submission.skipped), dict(submission.discarded)
         with np.errstate(all="ignore"):
             steps = judge.grade_run(run, self.cases, self.expected, self.carry_forward)
-        written = run.answers if answers and run.imported else None  # None: a notebook, or never ran
+        # None: a notebook, or never ran. The names are the grader's own, each asked for: the child's
+        # answer to each is read, never a name of its making (its code can reach the frame that asks)
+        written = ({name: run.answers.get(name) is True for name in answers}
+                   if answers and run.imported else None)
         made = SubmissionResult(submission.name, steps, self.seed, self.isolation, answers=written,
                                 output=run.import_output, seconds=time.perf_counter() - started)
         asked = carry.requests(steps, run) if self.carry_forward else []

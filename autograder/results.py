@@ -151,7 +151,7 @@ def to_gradescope(result: SubmissionResult, visibility: str = "visible") -> dict
     if result.answers is not None:
         missing = [name for name, ok in result.answers.items() if not ok]
         if missing:
-            lines.append("Written answers still empty: " + ", ".join(missing) + ".")
+            lines.append("Written answers still empty: " + printable(", ".join(missing), one_line=True) + ".")
     # Plain text, said rather than left to Gradescope's default: feedback quotes what a student's
     # code raised or printed, which no page should read as markup.
     return {"score": result.score, "output": " ".join(lines), "output_format": "text",
@@ -372,7 +372,7 @@ def to_text(result: SubmissionResult, colour: bool = False) -> str:
         missing = [name for name, ok in result.answers.items() if not ok]
         lines.append("")
         lines.append("Written answers: " + ("all present (graded by a person)." if not missing
-                                            else "still empty: " + ", ".join(missing) + "."))
+                                            else "still empty: " + printable(", ".join(missing), one_line=True) + "."))
     failing = [step for step in result.steps if step.status != "passed"]
     shared = {step.feedback.partition("\n")[2] for step in failing}
     if len(failing) > 1 and len(shared) == 1 and shared != {""}:  # one reason for all (the module never ran)

@@ -538,3 +538,26 @@ def test_a_check_cell_s_output_in_the_autograded_notebook_is_escaped():
     (output,) = _check_outputs(step)
     assert "\x1b" not in output["text"] and "\r" not in output["text"], output["text"]
     assert "\\x1b[1;32m" in output["text"] and "\nnext line" in output["text"]
+
+
+def test_the_written_answers_told_are_the_grader_s_own_names_whatever_the_module_does(tmp_path):
+    """A module's code can reach the frame that asks which answers are written, and rename them:
+    the names told are those the grader asked for, each read as present or not, and nothing the
+    module made up (a terminal's escape codes, say) is printed."""
+    from support import grade_json, qkv_grade, reference_source
+
+    rename = '''
+import sys as _sys
+_frame = _sys._getframe(0)
+while _frame is not None:
+    _job = _frame.f_locals.get("job")
+    if isinstance(_job, dict) and "answers" in _job:
+        _job["answers"] = ["\\x1b]0;graded: 100/100\\x07EVIL", "\\x1b[2J"]
+        break
+    _frame = _frame.f_back
+'''
+    (tmp_path / "renames.py").write_text(reference_source() + rename)
+    result = grade_json(tmp_path / "renames.py", "--seed", str(SEED))
+    assert sorted(result["written_answers"]) == [f"ANSWER_{n}" for n in range(1, 6)], result["written_answers"]
+    text = qkv_grade(str(tmp_path / "renames.py"), "--seed", str(SEED)).stdout
+    assert "\x1b" not in text and "\x07" not in text and "EVIL" not in text, text
