@@ -835,13 +835,29 @@ def _foreign(candidates: list[tuple[Path, tuple[str, ...]]], reasons: dict, cour
         if len({owner for _, _, owner in files}) < 2:
             continue
         path, parts, _ = files[0]
-        folder = _owner(path.parents[len(parts) - len(student.split("/")) - 1])
+        # whose folder it is: the account it is named for, where one is (in a folder the class may
+        # write, whoever makes a folder first owns it: a classmate's, made in the student's name,
+        # would make the student's own files the classmate's); else the account that made it
+        named = _named_account(student.split("/")[-1])
+        folder = named if named is not None else _owner(path.parents[len(parts) - len(student.split("/")) - 1])
+        whose = "the account it is named for" if named is not None else "the account that made the folder"
         if not any(owner == folder for _, _, owner in files):
             continue  # (a folder the instructor made, each student writing in their own: no owner tells)
         for path, parts, owner in files:
             if owner != folder:
-                found[parts] = "made by another account than its student folder's owner, whose own file is graded"
+                found[parts] = (f"made by {_account(owner)}, not by {_account(folder)} ({whose}), "
+                                "whose own file is graded")
     return found
+
+
+def _named_account(name: str) -> int | None:
+    """The user id of the account called `name`, or None where there is none."""
+    try:
+        import pwd
+
+        return pwd.getpwnam(name).pw_uid
+    except (ImportError, KeyError, UnicodeEncodeError, ValueError):
+        return None
 
 
 def _owner(path: Path) -> int | None:

@@ -750,7 +750,7 @@ def test_a_module_another_account_puts_beside_a_notebook_displaces_nothing(tmp_p
     assert [name for _, name in found.items] == ["bo/ps1/attention_head.py"]
     assert dict(found.skipped) == dict.fromkeys(
         ["bo/attention_head.py", "bo/ps1/attention_head.ipynb"],
-        "made by another account than its student folder's owner, whose own file is graded")
+        "made by uid 54321, not by root (uid 0) (the account that made the folder), whose own file is graded")
     # in a folder the instructor made for a student, which the class may write, no owner tells:
     # a classmate's notebook (first by name) beside the student's module takes nothing's place
     cy = class_ / "cy"
@@ -947,3 +947,31 @@ def test_one_account_s_many_submissions_in_a_drop_folder_are_graded_up_to_a_few_
     for name in ["00/attention_head.py"] + [f"0-{number:02d}.py" for number in range(3, 8)]:
         assert reasons[name] == (f"uid 54323 made more than {submission.MOST_PER_ACCOUNT} submissions here, "
                                  f"and only its first {submission.MOST_PER_ACCOUNT} by name are graded"), reasons
+
+
+def test_a_folder_made_first_in_a_student_s_name_by_a_classmate_does_not_make_the_student_s_file_theirs(tmp_path):
+    """In a drop folder the class may write, whoever makes a folder first owns it. A classmate who
+    makes the folder named for a student's account, and puts a notebook in it, is not the student:
+    the account the folder is named for is, and its file is graded; the classmate's is listed,
+    naming both accounts."""
+    import pwd
+
+    from autograder import submission
+
+    if os.geteuid() != 0:
+        pytest.skip("giving files to other accounts needs root")
+    student = pwd.getpwnam("nobody")
+    drop = tmp_path / "drop"
+    (drop / "nobody").mkdir(parents=True)
+    os.chmod(drop, 0o1777)
+    os.chmod(drop / "nobody", 0o1777)
+    os.chown(drop / "nobody", 54_325, 54_325)  # the squatter made it first
+    (drop / "nobody" / "attention_head.ipynb").write_text("{}")
+    os.chown(drop / "nobody" / "attention_head.ipynb", 54_325, 54_325)
+    (drop / "nobody" / "attention_head.py").write_text(reference_source())
+    os.chown(drop / "nobody" / "attention_head.py", student.pw_uid, student.pw_gid)
+    found = submission.discover(drop)
+    assert [name for _, name in found.items] == ["nobody/attention_head.py"], found
+    assert dict(found.skipped) == {"nobody/attention_head.ipynb": (
+        f"made by uid 54325, not by nobody (uid {student.pw_uid}) (the account it is named for), "
+        "whose own file is graded")}
