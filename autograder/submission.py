@@ -643,6 +643,7 @@ def discover(folder: Path) -> Found:
     course = _course_root(folder)
     items: list[tuple[Path, str]] = []
     skipped = _Skipped(course)
+    cap = _AccountCap(folder)
     # A student's folder is walked whole before the next, so its candidates are sorted out as soon as
     # the walk is past it; those of the folder graded itself, and those directly in a course's
     # submitted/ or autograded/ (which come among its students' folders), at the end.
@@ -668,18 +669,21 @@ def discover(folder: Path) -> Found:
                 skipped.add(name, reason)  # never kept: a student's folder may hold thousands
             else:
                 if whose != student:
-                    _sort_out_alone(candidates, course, items, skipped)
+                    _sort_out_alone(candidates, course, items, skipped, cap)
                     student, candidates = whose, []
                 candidates.append((Path(entry.path), here))
         elif entry.name.lower().endswith(SUFFIXES):
             suffix = "." + entry.name.rsplit(".", 1)[1]
             skipped.add(name, f"a {suffix} file: rename it to end in {suffix.lower()} to have it graded")
     for candidates in [candidates, *apart.values()]:
-        _sort_out_alone(candidates, course, items, skipped)
+        _sort_out_alone(candidates, course, items, skipped, cap)
     items.sort(key=lambda item: item[1].split("/"))  # the walk's order: by name, folder by folder
-    items = _per_account(items, folder, skipped)
-    return Found(items, skipped.lines(), _alike(items, course))
+    items = cap.keep(items, skipped)
+    return Found(items, skipped.lines(), _alike(items, course) + cap.notes())
 
+
+MOST_CAPPED_LISTED = 100
+"""Submissions past an account's cap listed one by one (`_AccountCap`); the rest are counted."""
 
 MOST_PER_ACCOUNT = 3
 """Submissions graded per account in a folder graded, other than those of the account grading, of
@@ -688,24 +692,54 @@ that nbgrader's collect copies, is theirs): in a drop folder the class may write
 one, perhaps as a module and a notebook."""
 
 
-def _per_account(items: list[tuple[Path, str]], folder: Path, skipped: _Skipped) -> list[tuple[Path, str]]:
-    """`items` but each account's past its first MOST_PER_ACCOUNT (by name), each listed as not
-    graded, with whose it is. Every bound a submission meets is its own (its time, its memory, its
-    folder's entries); this one is its maker's: a classmate's thousand copies of a module that runs
-    just under every limit held a class's run for hours, ahead of everyone."""
-    exempt = {0, os.geteuid(), _owner(folder)}
-    counted: dict[int | None, int] = {}
-    kept = []
-    for path, name in items:
-        owner = _owner(path)
-        if owner not in exempt:
-            counted[owner] = counted.get(owner, 0) + 1
-            if counted[owner] > MOST_PER_ACCOUNT:
-                skipped.add(name, f"{_account(owner)} made more than {MOST_PER_ACCOUNT} submissions here, and only "
-                                  f"its first {MOST_PER_ACCOUNT} by name are graded")
-                continue
-        kept.append((path, name))
-    return kept
+class _AccountCap:
+    """MOST_PER_ACCOUNT submissions per account (but the exempt ones: the account grading, root and
+    the folder's owner), counted as the folder is read: a folder of an account past its cap is not
+    sorted out at all (its module is never parsed to tell the starter), and each submission past it
+    is listed as not graded, the first MOST_CAPPED_LISTED of an account by name, the rest counted in
+    a note. Every bound a submission meets is its own (its time, its memory, its folder's entries);
+    this one is its maker's: a classmate's thousand copies of a module that runs just under every
+    limit held a class's run for hours, ahead of everyone, and sixty thousand folders of a module
+    slow to parse held the reading of the folder as long."""
+
+    def __init__(self, folder: Path):
+        self.exempt = {0, os.geteuid(), _owner(folder)}
+        self.found: dict[int | None, int] = {}
+        self.capped: dict[int | None, int] = {}
+
+    def full(self, owners: set) -> bool:
+        """Are the candidates of one student's folder, made by `owners`, all of one account past its cap?"""
+        return len(owners) == 1 and not owners & self.exempt and self.found.get(next(iter(owners)), 0) >= MOST_PER_ACCOUNT
+
+    def count(self, owner: int | None) -> None:
+        if owner not in self.exempt:
+            self.found[owner] = self.found.get(owner, 0) + 1
+
+    def tell(self, skipped: "_Skipped", name: str, owner: int | None) -> None:
+        self.capped[owner] = self.capped.get(owner, 0) + 1
+        if self.capped[owner] <= MOST_CAPPED_LISTED:
+            skipped.add(name, f"{_account(owner)} made more than {MOST_PER_ACCOUNT} submissions here, and only "
+                              f"its first {MOST_PER_ACCOUNT} by name are graded")
+
+    def keep(self, items: list[tuple[Path, str]], skipped: "_Skipped") -> list[tuple[Path, str]]:
+        """`items` but each account's past its first MOST_PER_ACCOUNT, by name."""
+        counted: dict[int | None, int] = {}
+        kept = []
+        for path, name in items:
+            owner = _owner(path)
+            if owner not in self.exempt:
+                counted[owner] = counted.get(owner, 0) + 1
+                if counted[owner] > MOST_PER_ACCOUNT:
+                    self.tell(skipped, name, owner)
+                    continue
+            kept.append((path, name))
+        return kept
+
+    def notes(self) -> list[str]:
+        return [f"{_account(owner)} made more than {MOST_PER_ACCOUNT} submissions here: {count} more of its files "
+                f"are not graded, of which {count - MOST_CAPPED_LISTED} are not listed"
+                for owner, count in sorted(self.capped.items(), key=lambda item: str(item[0]))
+                if count > MOST_CAPPED_LISTED]
 
 
 MOST_ALIKE_NOTED = 100
@@ -757,14 +791,26 @@ def _account(uid: int | None) -> str:
 
 
 def _sort_out_alone(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],
-                    skipped: _Skipped) -> None:
+                    skipped: _Skipped, cap: "_AccountCap | None" = None) -> None:
     """`_sort_out`, whose failure costs that student's folder alone: whatever its files make the
     sorting raise (a file moved away and back as it is read, say), its candidates are listed as not
-    graded, with why, and every other folder is sorted out as ever."""
+    graded, with why, and every other folder is sorted out as ever. A folder whose every candidate
+    is of one account past its cap (`_AccountCap`) is not sorted out: each is listed as capped."""
+    if not candidates:
+        return
     try:
+        if cap is not None:
+            owners = {path: _owner(path) for path, _ in candidates}
+            if cap.full(set(owners.values())):
+                for path, parts in candidates:
+                    cap.tell(skipped, "/".join(parts), owners[path])
+                return
         found: list[tuple[Path, str]] = []
         _sort_out(candidates, course, found, skipped)
         items += found
+        if cap is not None:
+            for path, _ in found:
+                cap.count(_owner(path))
     except Exception as error:  # noqa: BLE001 (one student's folder, never the class's run)
         from .results import printable
 

@@ -975,3 +975,35 @@ def test_a_folder_made_first_in_a_student_s_name_by_a_classmate_does_not_make_th
     assert dict(found.skipped) == {"nobody/attention_head.ipynb": (
         f"made by uid 54325, not by nobody (uid {student.pw_uid}) (the account it is named for), "
         "whose own file is graded")}
+
+
+def test_an_account_past_its_cap_costs_no_parse_and_a_bounded_listing(tmp_path, monkeypatch):
+    """Sixty thousand folders of one classmate, each a module slow to parse beside a notebook, held
+    the reading of the class's folder for an hour, before the cap on their submissions applied: a
+    folder of an account past its cap is not sorted out at all, and past MOST_CAPPED_LISTED its
+    submissions are counted in a note, not listed one by one."""
+    from autograder import submission
+
+    if os.geteuid() != 0:
+        pytest.skip("giving files to other accounts needs root")
+    monkeypatch.setattr(submission, "MOST_CAPPED_LISTED", 5)
+    parsed = []
+    real = submission.untouched_starter
+    monkeypatch.setattr(submission, "untouched_starter", lambda path, name=None: parsed.append(name) or real(path, name))
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    for number in range(20):
+        folder = drop / f"d{number:02d}"
+        folder.mkdir()
+        (folder / "attention_head.py").write_text(reference_source())
+        (folder / "attention_head.ipynb").write_text("{}")
+        for path in (folder, folder / "attention_head.py", folder / "attention_head.ipynb"):
+            os.chown(path, 54_326, 54_326)
+    (drop / "zoe.py").write_text(reference_source())
+    found = submission.discover(drop)
+    assert [name for _, name in found.items] == [f"d{n:02d}/attention_head.py" for n in range(3)] + ["zoe.py"]
+    assert len(parsed) == submission.MOST_PER_ACCOUNT, parsed
+    capped = [name for name, reason in found.skipped if "made more than" in reason]
+    assert len(capped) == 5, found.skipped
+    assert "uid 54326 made more than 3 submissions here: 34 more of its files are not graded, of which 29 are not listed" \
+        in found.notes, found.notes
