@@ -827,7 +827,7 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 # an operand used twice: which use was replaced
                 which = f"#{j + 1}" if exercise and args.count(arg) > 1 else ""
                 add(i, before + [new] + after, _line(new),
-                    f"{WORDS.get(arg, arg)} {'were' if arg in ('q', 'k', 'v', 'e', 'k_t') else 'was'} replaced by "
+                    f"{WORDS.get(arg, arg)} {_were(arg)} replaced by "
                     f"{WORDS.get(other, other)}" + (f" in its {('first', 'second')[min(j, 1)]} use" if which else ""),
                     f"operand:{arg}{which}->{other}")
                 if exercise and args.count(arg) > 1 and j == args.index(arg):

@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh25.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh26.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -76,7 +76,10 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # the twenty-fifth with structural slips (a diagonal or last column left at zero, a stage applied
 # twice, a residual added back, a clip where a shift belongs), numpy misuse on a batch (np.dot,
 # np.inner, concatenate for stack), exercises computing a related quantity, and predicates whose
-# conditions were swapped or loosened.
+# conditions were swapped or loosened; the twenty-sixth, half of them notebooks (their graded code
+# cells kept here as one module), with a global read for an argument, a cache keyed on the shapes,
+# a batch axis added and kept, np.squeeze, einsum with a transposed weight, divisors of a
+# neighbouring size, and predicates that test more than the contract asks.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -89,4 +92,4 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh20.json", "twentieth-"),
                            **_read("fresh21.json", "twenty-first-"), **_read("fresh22.json", "twenty-second-"),
                            **_read("fresh23.json", "twenty-third-"), **_read("fresh24.json", "twenty-fourth-"),
-                           **_read("fresh25.json", "twenty-fifth-")}
+                           **_read("fresh25.json", "twenty-fifth-"), **_read("fresh26.json", "twenty-sixth-")}
