@@ -77,7 +77,8 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # twice, a residual added back, a clip where a shift belongs), numpy misuse on a batch (np.dot,
 # np.inner, concatenate for stack), exercises computing a related quantity, and predicates whose
 # conditions were swapped or loosened; the twenty-sixth, half of them notebooks (their graded code
-# cells kept here as one module), with a global read for an argument, a cache keyed on the shapes,
+# cells kept here as one module, without magics; two whose cells only run as a notebook runs them,
+# an error in one cell and the next cells still run, are left out), with a global read for an argument, a cache keyed on the shapes,
 # a batch axis added and kept, np.squeeze, einsum with a transposed weight, divisors of a
 # neighbouring size, and predicates that test more than the contract asks.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
