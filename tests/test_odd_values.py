@@ -94,7 +94,8 @@ def test_a_submission_over_its_array_budget_loses_only_the_call_that_went_over(g
     refused; its bytes are not counted, so later results that still fit are graded as usual."""
     eight = protocol.MAX_VALUE_BYTES // 8  # float64s in the most one call may return
     source = variant([], append=(
-        f"\ndef zero_query_mixture(k, v):\n    return np.zeros({eight})\n"  # 6 calls: 48 MiB
+        f"\n_zq = []\n\ndef zero_query_mixture(k, v):\n    _zq.append(1)\n"
+        f"    return np.zeros({eight} if len(_zq) <= 6 else 3)\n"  # 6 calls of 8 MiB: 48 MiB
         f"\n_change = output_change\n_calls = []\n\ndef output_change(a, shift, rows=None):\n"
         f"    _calls.append(1)\n"  # 8 MiB, then 4, then 8 more: past the budget by 4
         f"    return np.zeros({eight} // (2 if len(_calls) == 2 else 1)) if len(_calls) <= 3 "
