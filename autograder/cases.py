@@ -348,12 +348,11 @@ def _with_example_shapes(made, rng):
 
 
 def _other_numbers(rng, arg, weights_for_weights: bool = True):
-    """Fresh numbers in `arg`'s shape: weights for weights (each row non-negative, summing to one),
-    except for the predicate, whose answer on the example (True) they would give again."""
+    """Fresh numbers in `arg`'s shape: weights for a matrix of weights (each row non-negative,
+    summing to one), except for the predicate, whose answer on the example (True) they would give
+    again. (The examples' weights are [T, T] matrices.)"""
     if not isinstance(arg, np.ndarray):
         return arg
-    if weights_for_weights and arg.ndim >= 2 and np.all(arg >= 0) and np.allclose(arg.sum(axis=-1), 1.0):
-        return _weights(rng, arg.shape[-2], arg.shape[-1]).reshape(arg.shape) if arg.ndim == 2 else \
-            np.stack([_weights(rng, arg.shape[-2], arg.shape[-1]) for _ in range(int(np.prod(arg.shape[:-2])))]
-                     ).reshape(arg.shape)
+    if weights_for_weights and arg.ndim == 2 and np.all(arg >= 0) and np.allclose(arg.sum(axis=-1), 1.0):
+        return _weights(rng, *arg.shape)
     return rng.normal(size=arg.shape)

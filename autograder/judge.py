@@ -2267,11 +2267,10 @@ _ZEROED = ("Those numbers were set to 0, or never computed: a loop whose range s
            "them, or an array made with np.zeros and not filled there.")
 
 
-def _zeroed(pairs: list[tuple[_CallVerdict, dict]]) -> str:
-    """Where every wrong number of every failing call is 0 and every other number is right: which
-    entries those are, where one region of the matrix (its diagonal, a triangle, its last column...)
-    holds them on every call, and is 0 throughout on each; else ""."""
-    regions, seen, whole_rows = None, False, True
+def _wrong_arrays(pairs: list[tuple[_CallVerdict, dict]]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """(got, expected) of every array of the same shape that a failing call got wrong; None where one
+    of them holds NaN or an infinity, which no simple relation describes."""
+    found = []
     for verdict, want in pairs:
         for name, part in want.items():
             got = (verdict.actual or {}).get(name)
@@ -2279,21 +2278,30 @@ def _zeroed(pairs: list[tuple[_CallVerdict, dict]]) -> str:
                     or not got.size or allclose(got, part, RTOL, ATOL, keep=False):
                 continue
             if not (np.all(np.isfinite(got)) and np.all(np.isfinite(part))):
-                return ""
-            wrong = ~(np.abs(got - part) <= np.abs(part) * RTOL + ATOL)
-            if np.any(got[wrong] != 0):
-                return ""
-            seen = True
-            zero = got == 0
-            if got.ndim < 2:
-                regions, whole_rows = (), False
-                continue
-            fitting = {label for label, mask in _layout(*got.shape[-2:])
-                       if np.all(zero[..., mask]) and not np.any(wrong[..., ~mask])}
-            regions = fitting if regions is None else regions & fitting
-            # each row holding a wrong number is 0 throughout
-            whole_rows &= bool(np.all(zero[np.any(wrong, axis=-1)]))
-    if not seen:
+                return None
+            found.append((got, part))
+    return found
+
+
+def _zeroed(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where every wrong number of every failing call is 0 and every other number is right: which
+    entries those are, where one region of the matrix (its diagonal, a triangle, its last column...)
+    holds them on every call, and is 0 throughout on each; else "". `arrays`: `_wrong_arrays`'s."""
+    regions, whole_rows = None, True
+    for got, part in arrays:
+        wrong = ~(np.abs(got - part) <= np.abs(part) * RTOL + ATOL)
+        if np.any(got[wrong] != 0):
+            return ""
+        zero = got == 0
+        if got.ndim < 2:
+            regions, whole_rows = (), False
+            continue
+        fitting = {label for label, mask in _layout(*got.shape[-2:])
+                   if np.all(zero[..., mask]) and not np.any(wrong[..., ~mask])}
+        regions = fitting if regions is None else regions & fitting
+        # each row holding a wrong number is 0 throughout
+        whole_rows &= bool(np.all(zero[np.any(wrong, axis=-1)]))
+    if not arrays:
         return ""
     named = [label for label, _ in _layout(2, 2) if label in (regions or ())]
     if named:
@@ -2309,44 +2317,40 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]]) -> str:
     """How every wrong array relates to the expected one, where one simple relation holds on all of
     them: some numbers left at 0 (see _zeroed), a constant added (to all, or per row, or per
     column), or a factor; else ""."""
-    zeroed = _zeroed(pairs)
+    arrays = _wrong_arrays(pairs)
+    if arrays is None:
+        return ""
+    zeroed = _zeroed(arrays)
     if zeroed:
         return zeroed
     holding, constants, informative = set(_RELATIONS), [], set()
-    for verdict, want in pairs:
-        for name, part in want.items():
-            got = (verdict.actual or {}).get(name)
-            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)) or got.shape != part.shape \
-                    or not got.size or allclose(got, part, RTOL, ATOL, keep=False):
-                continue
-            if not (np.all(np.isfinite(got)) and np.all(np.isfinite(part))):
-                return ""
-            scale = max(1.0, float(np.max(np.abs(part))))
-            difference = got - part
-            nonzero = np.abs(part) > 1e-12 * scale
-            ratio = np.divide(got, part, out=np.zeros_like(got), where=nonzero)
-            pick = ratio[nonzero]
-            tests = {
-                "shift": (difference, difference.reshape(-1)[:1]),
-                "factor": (got, part * pick[:1]) if pick.size else None,
-            }
-            if part.ndim >= 1 and part.shape[-1] > 1:
-                tests["rows shift"] = (difference, difference[..., :1])
-                rows = _per(ratio, nonzero, -1)
-                tests["rows factor"] = None if rows is None else (got, part * rows)
-            if part.ndim >= 2 and part.shape[-2] > 1:
-                tests["columns shift"] = (difference, difference[..., :1, :])
-                cols = _per(ratio, nonzero, -2)
-                tests["columns factor"] = None if cols is None else (got, part * cols)
-            for relation in list(holding):
-                if relation not in tests:
-                    continue  # a row or column of one number: any constant fits it
-                test = tests[relation]
-                if test is None or not np.allclose(*test, rtol=1e-6, atol=1e-9 * scale):
-                    holding.discard(relation)
-                elif got.size > 1 and (relation in ("shift", "factor") or np.ptp(test[1]) > 1e-9 * scale):
-                    informative.add(relation)  # seen on more than one number, not only trivially
-            constants.append((float(difference.reshape(-1)[0]), float(pick[0]) if pick.size else None))
+    for got, part in arrays:
+        scale = max(1.0, float(np.max(np.abs(part))))
+        difference = got - part
+        nonzero = np.abs(part) > 1e-12 * scale
+        ratio = np.divide(got, part, out=np.zeros_like(got), where=nonzero)
+        pick = ratio[nonzero]
+        tests = {
+            "shift": (difference, difference.reshape(-1)[:1]),
+            "factor": (got, part * pick[:1]) if pick.size else None,
+        }
+        if part.ndim >= 1 and part.shape[-1] > 1:
+            tests["rows shift"] = (difference, difference[..., :1])
+            rows = _per(ratio, nonzero, -1)
+            tests["rows factor"] = None if rows is None else (got, part * rows)
+        if part.ndim >= 2 and part.shape[-2] > 1:
+            tests["columns shift"] = (difference, difference[..., :1, :])
+            cols = _per(ratio, nonzero, -2)
+            tests["columns factor"] = None if cols is None else (got, part * cols)
+        for relation in list(holding):
+            if relation not in tests:
+                continue  # a row or column of one number: any constant fits it
+            test = tests[relation]
+            if test is None or not np.allclose(*test, rtol=1e-6, atol=1e-9 * scale):
+                holding.discard(relation)
+            elif got.size > 1 and (relation in ("shift", "factor") or np.ptp(test[1]) > 1e-9 * scale):
+                informative.add(relation)  # seen on more than one number, not only trivially
+        constants.append((float(difference.reshape(-1)[0]), float(pick[0]) if pick.size else None))
     holding &= informative
     # the most specific: one constant for all, before one per row or column
     for relation in ("factor", "shift", "rows shift", "columns shift", "rows factor", "columns factor"):

@@ -77,17 +77,18 @@ class LinkSafeCollect(ExchangeCollect):
         try:
             record = super()._path_to_record(path)
         except Exception as error:  # no time in the name, or no name at all: that entry alone
-            filename = os.path.basename(path)
-            self._tell(_maker(path), "%r: not a submission's name (%s), made by %r: not collected", filename,
-                       _plain(error), _maker(path))
+            filename, maker = os.path.basename(path), _maker(path)
+            self._tell(maker, "%r: not a submission's name (%s), made by %r: not collected", filename,
+                       _plain(error), maker)
             return {"username": "\0" + filename, "filename": filename, "timestamp": datetime.datetime.min,
                     "refused": "not a submission's name"}
         changed = _last_changed(path)
         if changed is not None and abs(record["timestamp"] - changed) > CLOCK_SLACK:
             # the time is the student's own text: the folder's name (and timestamp.txt), which
             # anyone can write; when its files last changed is the kernel's (their ctime)
-            self._tell(_maker(path), "%r, made by %r: its name says it was submitted at %s, but its files last "
-                       "changed at %s: collected as submitted then", record["filename"], _maker(path),
+            maker = _maker(path)
+            self._tell(maker, "%r, made by %r: its name says it was submitted at %s, but its files last "
+                       "changed at %s: collected as submitted then", record["filename"], maker,
                        record["timestamp"], changed)
             record.update(claimed=record["timestamp"], timestamp=changed)
         return record

@@ -706,12 +706,14 @@ class _AccountCap:
         self.exempt = {0, os.geteuid(), _owner(folder)}
         self.found: dict[int | None, int] = {}
         self.capped: dict[int | None, int] = {}
+        self.owner_of: dict[str, int | None] = {}  # each submission found: its account, as read once
 
     def full(self, owners: set) -> bool:
         """Are the candidates of one student's folder, made by `owners`, all of one account past its cap?"""
         return len(owners) == 1 and not owners & self.exempt and self.found.get(next(iter(owners)), 0) >= MOST_PER_ACCOUNT
 
-    def count(self, owner: int | None) -> None:
+    def count(self, name: str, owner: int | None) -> None:
+        self.owner_of[name] = owner
         if owner not in self.exempt:
             self.found[owner] = self.found.get(owner, 0) + 1
 
@@ -726,7 +728,7 @@ class _AccountCap:
         counted: dict[int | None, int] = {}
         kept = []
         for path, name in items:
-            owner = _owner(path)
+            owner = self.owner_of[name] if name in self.owner_of else _owner(path)
             if owner not in self.exempt:
                 counted[owner] = counted.get(owner, 0) + 1
                 if counted[owner] > MOST_PER_ACCOUNT:
@@ -799,18 +801,18 @@ def _sort_out_alone(candidates: list[tuple[Path, tuple[str, ...]]], course: bool
     if not candidates:
         return
     try:
-        if cap is not None:
-            owners = {path: _owner(path) for path, _ in candidates}
-            if cap.full(set(owners.values())):
-                for path, parts in candidates:
-                    cap.tell(skipped, "/".join(parts), owners[path])
-                return
+        owners = {parts: _owner(path) for path, parts in candidates}  # read once, for every decision
+        if cap is not None and cap.full(set(owners.values())):
+            for _, parts in candidates:
+                cap.tell(skipped, "/".join(parts), owners[parts])
+            return
         found: list[tuple[Path, str]] = []
-        _sort_out(candidates, course, found, skipped)
+        _sort_out(candidates, course, found, skipped, owners)
         items += found
         if cap is not None:
-            for path, _ in found:
-                cap.count(_owner(path))
+            by_name = {"/".join(parts): owner for parts, owner in owners.items()}
+            for _, name in found:
+                cap.count(name, by_name[name])
     except Exception as error:  # noqa: BLE001 (one student's folder, never the class's run)
         from .results import printable
 
@@ -820,13 +822,13 @@ def _sort_out_alone(candidates: list[tuple[Path, tuple[str, ...]]], course: bool
 
 
 def _sort_out(candidates: list[tuple[Path, tuple[str, ...]]], course: bool, items: list[tuple[Path, str]],
-              skipped: _Skipped) -> None:
+              skipped: _Skipped, owners: dict) -> None:
     """Of the candidate files of one student's folder (or of those the folder graded holds itself),
-    add to `items` those to grade, and to `skipped` each other with why it is not graded."""
+    add to `items` those to grade, and to `skipped` each other with why it is not graded. `owners`:
+    each candidate's account (by its parts), read once: every decision below takes that reading, for
+    a file a student moves away and back while the folder is read would otherwise give two answers
+    to one question."""
     names = {parts for _, parts in candidates}
-    # Each file's owner is read once, and every decision below takes that reading: a file a student
-    # moves away and back while the folder is read would otherwise give two answers to one question.
-    owners = {parts: _owner(path) for path, parts in candidates}
     reasons = {parts: _named_out(parts, course) for _, parts in candidates}
     reasons.update(_foreign(candidates, reasons, course, owners))
     # Of a student's folder, only the first holding a submission (by depth, then name) can be graded

@@ -483,10 +483,10 @@ def test_numbers_left_at_zero_are_told_where_they_are_and_nothing_more(tmp_path,
 def test_a_wrong_number_that_is_not_zero_is_never_told_as_left_at_zero():
     want = {"d": np.array([[1.0, 2.0], [3.0, 4.0]])}
     zeroed = judge._CallVerdict(False, "mismatch", actual={"d": np.array([[0.0, 2.0], [3.0, 0.0]])})
-    assert judge._zeroed([(zeroed, want)]).startswith("On every case it failed, the diagonal of each wrong array")
+    assert judge._zeroed(judge._wrong_arrays([(zeroed, want)])).startswith("On every case it failed, the diagonal of each wrong array")
     halved = judge._CallVerdict(False, "mismatch", actual={"d": np.array([[0.5, 2.0], [3.0, 0.0]])})
-    assert judge._zeroed([(halved, want)]) == ""
-    assert judge._zeroed([(zeroed, want), (halved, want)]) == ""
+    assert judge._zeroed(judge._wrong_arrays([(halved, want)])) == ""
+    assert judge._zeroed(judge._wrong_arrays([(zeroed, want), (halved, want)])) == ""
 
 
 _LEAKS = {
