@@ -1451,12 +1451,12 @@ def _autograded_path(coursedir, assignment: str, student: str) -> Path:
 def report(graded: list[Graded], assignment: str, seed: int, seconds: float, recorded: bool = True,
            missing: list[tuple[str, str]] = ()) -> str:
     """`missing`: (student, why) for each student who handed the assignment in and is not graded."""
-    from .results import printable
+    from .results import printable, printable_name
     from .submission import shown_name
 
     # student ids and their files' names are the students' own: one line each, escapes escaped, and
     # bytes that are not UTF-8 (kept by Python as lone surrogates) shown as their escapes
-    names = {student: printable(shown_name(student), one_line=True) for student in [one.student for one in graded]
+    names = {student: printable_name(shown_name(student)) for student in [one.student for one in graded]
              + [student for student, _ in missing]}
     width = max(len(name) for name in names.values())
     lines = []

@@ -258,10 +258,12 @@ def printable_name(name: str) -> str:
     marks are shown escaped, as are letters and digits a compatibility form draws like plain ones
     (fullwidth, mathematical, ligatures), and, in a word that mixes Latin letters with another script's or is written
     wholly in another script's letters that pass for Latin ones (`\u0430da`, `\u0441\u0441`), those
-    letters. A name written in one script, as its writer's keyboard types it, shows as it is."""
+    letters. A name written in one script, as its writer's keyboard types it, shows as it is. A
+    backslash of the name's own shows twice: a file named `a\\x09b.py` never shows as the one whose
+    name holds a tab, nor `\\u0430da.py` as `\u0430da.py`."""
     import unicodedata
 
-    text = printable(name, one_line=True)
+    text = printable(name.replace("\\", "\\\\"), one_line=True)
     if text.isascii():
         return text
     decomposed = unicodedata.normalize("NFC", text) != text

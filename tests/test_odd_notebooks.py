@@ -207,6 +207,30 @@ def test_in_kernel_scores_planted_in_a_notebook_never_reach_the_notebook_the_gra
     assert _inert_notebook(path, "planted.ipynb").metadata == {}
 
 
+def test_a_name_that_spells_an_escape_never_shows_as_the_name_escaped(tmp_path):
+    """The listing escapes a tab as `\\x09` and a Cyrillic a as `\\u0430`: a classmate's file named
+    with those very characters, backslash and all, showed as that student's, two rows of one name
+    in the listing and in summary.csv. A name's own backslashes show twice."""
+    from autograder.results import printable_name
+    from autograder.submission import shown_name
+
+    names = ["a\tb.py", "a\\x09b.py", "a\\\\x09b.py", "\u0430da.py", "\\u0430da.py", "a\x85.py", "a\\x85.py",
+             "a\\u0085.py", "ada\u202e.py", "ada\\u202e.py", "x\U000e0001.py", "x\\U000e0001.py", "a\\.py", "a\\\\.py"]
+    shown = [printable_name(shown_name(name)) for name in names]
+    assert len(set(shown)) == len(names), shown
+    require_sandbox()
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for name in ("a\tb.py", "a\\x09b.py", "\u0430da.py", "\\u0430da.py"):
+        (folder / name).write_text(reference_source())
+    done = qkv_grade(str(folder), "--seed", str(SEED), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    listing = [line.split()[0] for line in done.stdout.split("\n\n")[0].splitlines()]
+    summary = [line.split(",")[0] for line in (tmp_path / "out" / "latest" / "summary.csv").read_text().splitlines()[1:]]
+    assert sorted(listing) == sorted(summary) == sorted(["a\\x09b.py", "a\\\\x09b.py", "\\u0430da.py",
+                                                         "\\\\u0430da.py"]), (listing, summary)
+
+
 def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_path):
     """A name is escaped whole in the one-line-per-submission listing: a line break in it cannot
     print a line that passes for another submission's grade."""
