@@ -270,9 +270,15 @@ OPS: dict[str, tuple[Callable, str]] = {
     "round": (lambda a, p: np.round(a[0], p.get("n", 0)), "np.round({0}, {n})"),
     "square_": (lambda a, p: np.square(a[0]), "{0} ** 2"),
     "neg": (lambda a, p: -a[0], "-{0}"),
+    "dec": (lambda a, p: a[0] - 1, "{0} - 1"),
+    "inc": (lambda a, p: a[0] + 1, "{0} + 1"),
     "double": (lambda a, p: 2 * a[0], "2 * {0}"),
     "per_row": (lambda a, p: a[0] / np.shape(a[0])[-2], "{0} / {0}.shape[-2]"),
     "per_col": (lambda a, p: a[0] / np.shape(a[0])[-1], "{0} / {0}.shape[-1]"),
+    # the chapter's scaling done early: the queries or keys divided by the square root of their width
+    "per_sqrt_col": (lambda a, p: a[0] / np.sqrt(np.shape(a[0])[-1]), "{0} / np.sqrt({0}.shape[-1])"),
+    # the weights' softmax applied once more on the way out
+    "softmax_": (lambda a, p: _softmax_last(a[0]), "softmax_rows({0})"),
     "times_rows": (lambda a, p: a[0] * np.shape(a[0])[-2], "{0} * {0}.shape[-2]"),
     "residual": (lambda a, p: a[0] + a[1], "{0} + {1}"),
     # a value changed on its way in or out: normalized, cast, made hard
@@ -343,6 +349,12 @@ def _axis(a, axis):
     return tuple(range(1, np.ndim(a))) if axis == REST else axis
 
 
+def _softmax_last(a):
+    a = np.asarray(a, dtype=float)
+    e = np.exp(a - np.max(a, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
 def _onehot(a):
     a = np.asarray(a)
     return (np.arange(a.shape[-1]) == np.argmax(a, axis=-1)[..., None]).astype(float)
@@ -395,7 +407,7 @@ AXES = (-2, 0, 1, None)
 # matrix, but the whole matrix of each example in a batch. Tried for every reduction at once.
 REST = "1:"
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
-INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows")
+INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows", "per_sqrt_col")
 ROUNDINGS = (0, 2, 3, 4)
 # What may happen to one operand on its way into a stage.
 OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
@@ -639,7 +651,7 @@ def _kinds(fn: str, stages: list[Stage] | None = None) -> dict[str, str]:
     inputs, main = PROGRAMS[fn]
     kinds = dict(inputs)
     for name, op, args, _ in main if stages is None else stages:
-        if op in ("lastdim", "firstdim", "size"):
+        if op in ("lastdim", "firstdim", "size", "dec", "inc"):
             kinds[name] = "int"
         elif op in ("sqrt", "float"):
             kinds[name] = "scalar" if kinds.get(args[0]) in ("int", "scalar") else "array"
@@ -862,7 +874,8 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
             for j, arg in enumerate(args):
                 if kinds.get(arg) != "array":
                     continue
-                for change in OPERAND_CHANGES + (OPERAND_CHANGES_EX if exercise else ()):
+                for change in OPERAND_CHANGES + (OPERAND_CHANGES_EX if exercise else ()) + (
+                        ("softmax_",) if name == "return" and arg == "a" else ()):
                     inner = (f"{arg}'", change, (arg,), {})
                     new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
                     shown = OPS[change][1].format(arg)
@@ -902,6 +915,17 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                             _line(new).replace(f"{arg}'", f"np.round({arg}, {n})"),
                             f"{WORDS.get(arg, arg)} {'were' if arg in ('q', 'k', 'v') else 'was'} rounded to {n} "
                             f"decimals", f"round:{arg}:{n}")
+        # A size off by one on its way in (`√(d_k - 1)`, a count taken from one or to one past the end).
+        if name != "return" and op not in ("and", "guard", "const"):
+            for j, arg in enumerate(args):
+                if kinds.get(arg) != "int":
+                    continue
+                for change in ("dec", "inc"):
+                    inner = (f"{arg}'", change, (arg,), {})
+                    new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
+                    shown = OPS[change][1].format(arg)
+                    add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
+                        f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}")
         if op == "guard":
             add(i, before + after, "(no 2-D test)", "the 2-D test was left out", "drop")
         if exercise and op == "const" and isinstance(params.get("value"), int):
@@ -978,6 +1002,8 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 f"the step `{_line(stage)}` was applied twice", "twice")
         # A common extra stage after it.
         for extra in INSERTS + (INSERTS_EX if exercise else ()):
+            if extra == "per_sqrt_col" and name not in ("q", "k"):
+                continue  # the scaling done early, on the queries or keys as they are projected
             if extra == "residual":
                 sources = [a for a in args if kinds.get(a) == "array"] + [n for n, kind in inputs if kind == "array"]
                 for source in dict.fromkeys(sources):
