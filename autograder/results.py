@@ -226,12 +226,14 @@ def printable(text: str, one_line: bool = False) -> str:
     """`text` safe for a terminal: control characters (ESC, BEL, carriage returns, …) and the
     invisible direction marks that reorder a line are shown escaped, never sent as they are.
     Submission names, messages and output come from students. `one_line` escapes line breaks and
-    tabs too: a name in a listing of one line per submission must not start a line of its own."""
+    tabs too: a name in a listing of one line per submission must not start a line of its own. A
+    character from 0x80 on is `\\u0085`, never `\\x85`: that is a byte of a name that is not UTF-8
+    (`submission.shown_name`)."""
     if (_UNSAFE_ONE_LINE if one_line else _UNSAFE).search(text) is None:  # most text: nothing to escape
         return text
     kept = "" if one_line else "\n\t"
     return "".join(char if char in kept or (" " <= char < "\x7f") or (
-        ord(char) > 0x9f and ord(char) not in _INVISIBLE and not _PLANE_14[0] <= ord(char) <= _PLANE_14[1]) else "\\x%02x" % ord(char) if ord(char) < 0x100
+        ord(char) > 0x9f and ord(char) not in _INVISIBLE and not _PLANE_14[0] <= ord(char) <= _PLANE_14[1]) else "\\x%02x" % ord(char) if ord(char) < 0x80
         else "\\u%04x" % ord(char) if ord(char) <= 0xFFFF else "\\U%08x" % ord(char) for char in text)
 
 
@@ -252,6 +254,9 @@ LOOK_ALIKES = {pair[0]: pair[1] for pair in (
 _WORD = re.compile(r"[^\W\d_]+")
 
 
+_OWN_BACKSLASH = re.compile(r"\\(?!x[89a-f][0-9a-f])")
+
+
 def printable_name(name: str) -> str:
     """A submission's name for a listing, one line (`printable`), and never drawn like another's: in
     a name that is not as Unicode composes it (`jose\u0301.py` beside `jos\u00e9.py`), its combining
@@ -260,10 +265,11 @@ def printable_name(name: str) -> str:
     wholly in another script's letters that pass for Latin ones (`\u0430da`, `\u0441\u0441`), those
     letters. A name written in one script, as its writer's keyboard types it, shows as it is. A
     backslash of the name's own shows twice: a file named `a\\x09b.py` never shows as the one whose
-    name holds a tab, nor `\\u0430da.py` as `\u0430da.py`."""
+    name holds a tab, nor `\\u0430da.py` as `\u0430da.py`. (A byte of a name that is not UTF-8,
+    `\\xff` as `shown_name` writes it, stays as it is: such a file is listed, never graded.)"""
     import unicodedata
 
-    text = printable(name.replace("\\", "\\\\"), one_line=True)
+    text = printable(_OWN_BACKSLASH.sub(r"\\\\", name), one_line=True)
     if text.isascii():
         return text
     decomposed = unicodedata.normalize("NFC", text) != text
