@@ -66,8 +66,9 @@ def local_key() -> bytes:
         raise CaseKeyError(f"cannot read the grading key {path} ({getattr(exc, 'strerror', None) or exc})") from None
     try:  # made under a name of its own, then linked into place: two runs starting at once agree on one key
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        from .store import new_temporary
+
+        partial, descriptor = new_temporary(path, 0o600)
         with os.fdopen(descriptor, "w", encoding="ascii") as handle:
             handle.write(new_key() + "\n")
         try:

@@ -19,6 +19,7 @@ for the caller to report in one line. Nothing here imports numpy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -38,6 +39,23 @@ LATEST = "latest"
 _MAX_NAME = 200  # below every common file system's 255-byte limit, with room for the suffixes
 
 
+def new_temporary(target: Path, mode: int = 0o600) -> tuple[Path, int]:
+    """A new file beside `target`, made here and now, and open for writing: (its path, its descriptor).
+
+    Its name is `.{target's name}.{pid}.{random}.tmp`, and it is made with O_EXCL: in a folder
+    others may write (a sticky /tmp), a name planted there beforehand (a named pipe, a file of
+    theirs, a link) is never opened, only passed over for another."""
+    import secrets
+
+    for _ in range(100):
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+        try:
+            return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no new temporary name could be made", str(target.parent))
+
+
 def write_atomically(target: Path, data: bytes | str | Iterable[str], mode: int = 0o644) -> None:
     """Write `target` whole or not at all: a temporary file beside it, flushed, then a rename.
 
@@ -47,11 +65,10 @@ def write_atomically(target: Path, data: bytes | str | Iterable[str], mode: int 
     Renaming replaces a symbolic link at `target` instead of writing through it.
     """
     pieces = [data] if isinstance(data, (bytes, str)) else data
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary, descriptor = new_temporary(target, mode)
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
         try:
-            if mode != 0o644:  # a temporary file a killed run left has its own rights
+            if mode != 0o644:  # exactly these rights, whatever the umask
                 os.fchmod(descriptor, mode)
             for piece in pieces:
                 view = memoryview(piece.encode("utf-8") if isinstance(piece, str) else piece)

@@ -1007,3 +1007,40 @@ def test_an_account_past_its_cap_costs_no_parse_and_a_bounded_listing(tmp_path, 
     assert len(capped) == 5, found.skipped
     assert "uid 54326 made more than 3 submissions here: 34 more of its files are not graded, of which 29 are not listed" \
         in found.notes, found.notes
+
+
+def test_a_name_planted_beside_a_file_written_in_a_shared_folder_is_passed_over(tmp_path):
+    """Written into a sticky folder others may write (a bundle or a trace in /tmp), a file's
+    temporary name was `.name.PID.tmp`, opened without O_EXCL: a classmate who planted named pipes
+    under the coming pids hung the command, and world-writable files of theirs got the instructor's
+    data. The temporary file is now made new, under a random name; one taken is passed over."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    script = f"""
+import os, secrets, sys
+from pathlib import Path
+from autograder.store import write_atomically
+shared = Path({str(shared)!r})
+# the old names, for the next pids, and the first random name this run will draw
+for pid in range(os.getpid(), os.getpid() + 50):
+    os.mkfifo(shared / f".bundle.zip.{{pid}}.tmp")
+drawn = iter(["aaaaaaaaaaaa", "", "aaaaaaaaaaaa"])  # each write draws the planted name first ("": a random one)
+real = secrets.token_hex
+secrets.token_hex = lambda n: next(drawn, "") or real(n)
+os.mkfifo(shared / f".bundle.zip.{{os.getpid()}}.aaaaaaaaaaaa.tmp")
+planted = shared / f".trace.json.{{os.getpid()}}.aaaaaaaaaaaa.tmp"
+planted.write_text("theirs")
+os.chmod(planted, 0o666)
+write_atomically(shared / "bundle.zip", b"the instructor's bundle", mode=0o600)
+write_atomically(shared / "trace.json", "the instructor's trace")
+assert next(drawn, None) is None  # both planted names were drawn, and passed over
+print("done")
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+    assert (shared / "bundle.zip").read_bytes() == b"the instructor's bundle"
+    assert (shared / "trace.json").read_text() == "the instructor's trace"
+    assert oct((shared / "bundle.zip").stat().st_mode & 0o777) == oct(0o600)
+    planted = [path for path in shared.iterdir() if path.name.endswith(".tmp")]
+    assert len(planted) == 52 and all(path.is_fifo() or path.read_text() == "theirs" for path in planted), planted
