@@ -268,7 +268,11 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                 together = wanted[index] if whole.value is EXACT else judge.canonical(call.fn, whole.value, wanted[index])
                 apart = [judge.canonical(call.fn, value) for value in alone.value]
             except judge.WrongType:
-                return False
+                # a value of the wrong type (the output alone, for the pair): of that same type, part
+                # by part, on the batch as on each example
+                together, apart = _parts(whole.value), [_parts(value) for value in alone.value]
+                if together is None or any(one is None or one.keys() != together.keys() for one in apart):
+                    return False
             for name, part in together.items():
                 pieces = [value[name] for value in apart]
                 if not isinstance(part, np.ndarray) or any(piece.shape != part.shape[1:] for piece in pieces):
@@ -277,6 +281,20 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                     return False
                 varied = varied or any(not np.array_equal(piece, pieces[0], equal_nan=True) for piece in pieces[1:])
     return (varied or raised_alike) and position == len(batch) == len(each)
+
+
+def _parts(value) -> dict | None:
+    """The arrays of a value of the wrong type, by place (an array alone; a tuple, list or dict of
+    arrays), as float arrays; None for anything else."""
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)):
+        items = list(enumerate(value))
+    else:
+        items = [(None, value)]
+    if not items or any(type(part) is not np.ndarray or part.dtype.kind not in "fiu" for _, part in items):
+        return None
+    return {key: part.astype(float) for key, part in items}
 
 
 def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:

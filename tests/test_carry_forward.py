@@ -218,6 +218,12 @@ SUBMISSIONS.update({
         ("    k = x @ w_k", "    k = k"), ("    v = x @ w_v", "    v = v"),
         ("    output_after, weights_after = self_attention_head(x, w_q, w_k, w_v_new)\n",
          "    output_after, weights_after = output_before @ w_v_new, weights_before\n")]),
+    # a head that returns its output alone, not the pair: the wrong type, on a batch as on each of
+    # its examples; and one that also drops the batch's last example
+    "head_returns_output_only": variant([("    return attention(q, k, v)\n", "    return attention(q, k, v)[0]\n")]),
+    "head_returns_output_only_batch_short": variant([
+        ("    return attention(q, k, v)\n", "    o = attention(q, k, v)[0]\n    if o.ndim == 3:\n"
+                                          "        o[-1] = 0.0\n    return o\n")]),
     "head_of_zeros": variant([("    return attention(q, k, v)\n",
                                "    o, a = attention(q, k, v)\n    return np.zeros_like(o), np.zeros_like(a)\n")]),
     # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
@@ -372,20 +378,23 @@ def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_
     assert steps[home]["carried_from"] is None and "mismatched elements" in steps[home]["feedback"]
 
 
-def test_a_head_mistake_no_model_names_costs_the_batch_nothing_when_each_example_alone_agrees(carried, on_its_own):
+@pytest.mark.parametrize("name", ["head_layer_normed", "head_returns_output_only"])
+def test_a_head_mistake_no_model_names_costs_the_batch_nothing_when_each_example_alone_agrees(carried, on_its_own, name):
     """The head's own line is wrong, and no stand-in may replace the head in the batch step, which
     calls that very function: the batch is called again example by example, and since each example
-    alone gives what the batch gave, the batch keeps its points, carried from the head."""
-    result = carried["head_layer_normed"]
+    alone gives what the batch gave, the batch keeps its points, carried from the head. So too where
+    the head returns a value of the wrong type (its output alone), part by part."""
+    result = carried[name]
     steps = _steps(result)
     assert list(_lost(result)) == ["head"], {sid: steps[sid]["feedback"] for sid in _lost(result)}
     assert steps["batch"]["carried_from"] == "head"
     text = steps["batch"]["feedback"]
     assert "called again on each example of the batch alone" in text and "`head`" in text and len(text.splitlines()) == 2
-    assert _steps(on_its_own["head_layer_normed"])["batch"]["score"] == 0.0
+    assert _steps(on_its_own[name])["batch"]["score"] == 0.0
 
 
-@pytest.mark.parametrize("name", ["head_normed_whole", "head_layer_normed_batch_short", "head_of_zeros"])
+@pytest.mark.parametrize("name", ["head_normed_whole", "head_layer_normed_batch_short", "head_of_zeros",
+                                  "head_returns_output_only_batch_short"])
 def test_a_head_that_also_mixes_or_drops_the_examples_of_a_batch_still_costs_the_batch(carried, on_its_own, name):
     steps = _steps(carried[name])
     assert {"head", "batch"} <= set(_lost(carried[name])), _lost(carried[name])
