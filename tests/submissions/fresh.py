@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh27.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh28.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -84,7 +84,12 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # nearly half of them notebooks (kept the same way; one whose scipy import stops only its own cell
 # left out), with loops bounded by the wrong size, a query scaled in the projections, weights
 # softmaxed twice, a batch flattened into one sequence, plain-Python softmaxes that work on 2-D
-# alone, every array in long double, and exercises missing a sum or answering a neighbour's question.
+# alone, every array in long double, and exercises missing a sum or answering a neighbour's question;
+# the twenty-eighth, from students of other languages and libraries (PyTorch's [out, in] weights,
+# MATLAB's column vectors and one-based loops, float32), half-remembered formulas (a softmax in the
+# log domain, a temperature), pieces wired in the wrong order, a head that returns its output
+# alone, and exercises whose edge cases (no rows, one row, T = 1) are handled wrongly (one notebook
+# whose scratch cell raises, so that its cells run as one module stop there, left out).
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -98,4 +103,4 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh21.json", "twenty-first-"), **_read("fresh22.json", "twenty-second-"),
                            **_read("fresh23.json", "twenty-third-"), **_read("fresh24.json", "twenty-fourth-"),
                            **_read("fresh25.json", "twenty-fifth-"), **_read("fresh26.json", "twenty-sixth-"),
-                           **_read("fresh27.json", "twenty-seventh-")}
+                           **_read("fresh27.json", "twenty-seventh-"), **_read("fresh28.json", "twenty-eighth-")}
