@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-ATLAS = Path(__file__).resolve().parents[1] / "data" / "example-values.npz"
+ATLAS = Path(__file__).resolve().parent / "_data" / "example-values.npz"  # _data: the project's data/
 
 # What a model did on the example call.
 VALUE, NONFINITE, RAISES, INAPPLICABLE, OTHER = range(5)

@@ -34,7 +34,7 @@ import numpy as np
 from .keys import local_key
 from .steps import STEP_IDS
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "part-iv" / "attention.json"
+DATA = Path(__file__).resolve().parent / "_data" / "part-iv" / "attention.json"  # _data: the project's data/
 
 
 @dataclass(frozen=True)

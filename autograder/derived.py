@@ -1484,7 +1484,7 @@ def _kept(fn: str, edits: list) -> list[int]:
 # does not match is ignored and the work done afresh (the test also recomputes it under the numpy
 # installed). Write it again after changing this file: `python -m autograder.derived --write`
 # (tests/test_diagnoses.py checks that it equals a fresh computation).
-SCREENS = Path(__file__).resolve().parents[1] / "data" / "derived-edits.json"
+SCREENS = Path(__file__).resolve().parent / "_data" / "derived-edits.json"  # _data: the project's data/
 
 
 def screens_digest() -> str:

@@ -111,7 +111,7 @@ def _source_files() -> list[tuple[str, Path]]:
     for part in SOURCE_PARTS:
         path = REPO / part
         if path.is_file():
-            files.append((part, path))
+            files.append((_in_bundle(part), path))
             continue
         if not path.is_dir():
             raise BundleError(f"{path}: missing from the package source")
@@ -119,8 +119,14 @@ def _source_files() -> list[tuple[str, Path]]:
             relative = item.relative_to(REPO)
             if item.is_file() and not any(p.startswith(".") or p == "__pycache__" for p in relative.parts) \
                     and item.suffix != ".pyc":
-                files.append((relative.as_posix(), item))
+                files.append((_in_bundle(relative.as_posix()), item))
     return files
+
+
+def _in_bundle(name: str) -> str:
+    """Where a file of the project goes in the bundle: the data files where the package reads them,
+    in autograder/_data (which, in the project, links to data/), everything else where it is."""
+    return "autograder/_data/" + name[len("data/"):] if name.startswith("data/") else name
 
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:

@@ -25,8 +25,8 @@ import numpy as np
 from .store import changeable_above, write_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "data" / "part-iv" / "attention.json"
-SCHEMA = ROOT / "data" / "part-iv" / "attention.schema.json"
+DATA = ROOT / "autograder" / "_data" / "part-iv" / "attention.json"  # _data: the project's data/
+SCHEMA = DATA.with_name("attention.schema.json")
 REFERENCE = ROOT / "solutions" / "attention_head.py"
 TRACE = Path("runs") / "numpy-run.json"
 

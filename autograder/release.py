@@ -39,7 +39,7 @@ from autograder.steps import ANSWERS, STEPS, Step
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "solutions" / "attention_head.py"
 LESSONS = ROOT / "solutions" / "lessons.md"
-DATA = ROOT / "data" / "part-iv" / "attention.json"
+DATA = ROOT / "autograder" / "_data" / "part-iv" / "attention.json"  # _data: the project's data/
 PUBLIC = ROOT / "autograder" / "public"
 RELEASE = ROOT / "assignments" / "attention_head"
 SAMPLE = ROOT / "data" / "sample-submission"

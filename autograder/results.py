@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 
 from .steps import BY_ID, STEPS
 
-SCHEMA = Path(__file__).resolve().parents[1] / "data" / "results.schema.json"
+SCHEMA = Path(__file__).resolve().parent / "_data" / "results.schema.json"  # _data: the project's data/
 VERSION = "1"
 
 

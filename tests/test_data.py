@@ -328,3 +328,36 @@ def test_the_reference_solution_matches_the_file(data):
     assert list(facts["score_shape"]) == ex4["score_shape"]
     assert list(facts["output_shape"]) == ex4["output_shape"]
     assert facts["softmax_axis"] == ex4["softmax_axis"]
+
+
+def test_an_install_that_is_not_editable_ships_every_data_file_the_grader_reads(tmp_path):
+    """`pip install .` (not -e) put the package in site-packages without data/: every command
+    stopped on a FileNotFoundError. The grader reads its data in autograder/_data (a link to data/
+    here), which the wheel carries as package data; this builds the wheel and looks for each file."""
+    import zipfile
+
+    import shutil
+
+    from autograder import atlas, cases, derived, numpy_check, release, results
+
+    root = Path(cases.__file__).resolve().parents[1]
+    read = [atlas.ATLAS, cases.DATA, derived.SCREENS, results.SCHEMA, numpy_check.DATA, numpy_check.SCHEMA,
+            release.DATA, release.REFERENCE, release.LESSONS]
+    assert all(path.is_file() for path in read), read
+    # built from a copy, so that the build's own folders never land in the project
+    copy = tmp_path / "project"
+    copy.mkdir()
+    for part in ("pyproject.toml", "README.md", "autograder", "solutions", "data"):
+        if (root / part).is_dir():
+            shutil.copytree(root / part, copy / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(root / part, copy / part)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path),
+                           str(copy)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for path in read:
+        inside = path.relative_to(root).as_posix()
+        assert inside in names, f"{inside} is read by the grader and missing from the wheel"

@@ -116,10 +116,10 @@ def test_the_bundle_has_gradescopes_layout_and_carries_only_the_grader(bundle):
         config = json.loads(archive.read("gradescope.json"))
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
     for needed in ("requirements.txt", "pyproject.toml", "autograder/gradescope.py", "autograder/grading.py",
-                   "solutions/attention_head.py", "data/part-iv/attention.json", "data/derived-edits.json",
-                   "data/example-values.npz"):
+                   "solutions/attention_head.py", "autograder/_data/part-iv/attention.json",
+                   "autograder/_data/derived-edits.json", "autograder/_data/example-values.npz"):
         assert needed in modes, needed
-    assert not [name for name in modes if name.startswith(("tests/", "assignments/", "data/sample-class/"))
+    assert not [name for name in modes if name.startswith(("tests/", "assignments/", "data/", "autograder/_data/sample-class/"))
                 or "__pycache__" in name]
     assert config["seed"] == SEED and config["call_timeout"] == TIMEOUT and config["visibility"] == "visible"
 
