@@ -305,6 +305,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     "half": (lambda a, p: a[0] / 2, "{0} ** 1 / 2"),
     "clipc": (lambda a, p: np.clip(a[0], -p["c"], p["c"]), "np.clip({0}, -{c}, {c})"),
     "logratio": (lambda a, p: a[0] - np.log(a[1]), "{0} - np.log({1})"),
+    "logdiv": (lambda a, p: np.exp(np.log(a[0]) - np.log(a[1])), "np.exp(np.log({0}) - np.log({1}))"),
     "red_idx": (lambda a, p: getattr(np, p["red"])(a[0], axis=p["axis"])[:, None], "{0}.{red}(axis={axis})[:, None]"),
     "red_col": (lambda a, p: getattr(np, p["red"])(a[0], axis=p["axis"]).reshape(-1, 1),
                 "{0}.{red}(axis={axis}).reshape(-1, 1)"),
@@ -1233,6 +1234,12 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             add(i, before + [new] + after, _line(new),
                 f"the logarithm of {WORDS.get(name, name)} was computed (`{y} - np.log({args[1]})`), "
                 f"not {WORDS.get(name, name)} themselves", "log_space")
+        if op == "div":
+            # The quotient taken through logarithms: right where both are positive, NaN where one is not.
+            new = (name, "logdiv", args, {})
+            add(i, before + [new] + after, _line(new),
+                f"the division was done through logarithms, which gives NaN wherever "
+                f"{WORDS.get(args[0], args[0])} or {WORDS.get(args[1], args[1])} is negative", "log_div")
         if op == "div" and args[1] in producer and producer[args[1]][1] == "sqrt":
             b = producer[args[1]][2][0]
             new = (name, "precedence", (args[0], b), {})
