@@ -142,6 +142,12 @@ def _head(x, w_q, w_k, w_v):
     return reference.self_attention_head(x, w_q, w_k, w_v)
 
 
+def _softmax_rows(a):
+    from solutions import attention_head as reference
+
+    return reference.softmax_rows(np.asarray(a, dtype=float))
+
+
 def _guard(ok):
     if not ok:
         raise _Stop
@@ -278,7 +284,7 @@ OPS: dict[str, tuple[Callable, str]] = {
     # the chapter's scaling done early: the queries or keys divided by the square root of their width
     "per_sqrt_col": (lambda a, p: a[0] / np.sqrt(np.shape(a[0])[-1]), "{0} / np.sqrt({0}.shape[-1])"),
     # the weights' softmax applied once more on the way out
-    "softmax_": (lambda a, p: _softmax_last(a[0]), "softmax_rows({0})"),
+    "softmax_": (lambda a, p: _softmax_rows(a[0]), "softmax_rows({0})"),
     "times_rows": (lambda a, p: a[0] * np.shape(a[0])[-2], "{0} * {0}.shape[-2]"),
     "residual": (lambda a, p: a[0] + a[1], "{0} + {1}"),
     # a value changed on its way in or out: normalized, cast, made hard
@@ -350,12 +356,6 @@ def _axis(a, axis):
     return tuple(range(1, np.ndim(a))) if axis == REST else axis
 
 
-def _softmax_last(a):
-    a = np.asarray(a, dtype=float)
-    e = np.exp(a - np.max(a, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
-
-
 def _onehot(a):
     a = np.asarray(a)
     return (np.arange(a.shape[-1]) == np.argmax(a, axis=-1)[..., None]).astype(float)
@@ -412,6 +412,7 @@ INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_c
 ROUNDINGS = (0, 2, 3, 4)
 # What may happen to one operand on its way into a stage.
 OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
+SIZE_CHANGES = ("dec", "inc")  # ... and what may happen to a size (an int)
 # Conditions a predicate may add: each a stage whose value joins the final `and`.
 ADDED_CONDITIONS = ("at_most_one", "square_matrix", "positive", "cols_close")
 # The exercises (EXERCISES) also see these: an operand cast to float32, kept as a [1, n] row, or
@@ -870,13 +871,18 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 new = (name, op, args + (cond,), params)
                 add(i, before + [extra, new] + after, f"{_line(stage)} and {OPS[cond][1].format('a')}",
                     f"an extra condition ({OPS[cond][1].format('a')}) was added", f"add:{cond}")
-        # One operand changed on its way in (squared, its absolute value, transposed, negated, doubled).
+        # One operand changed on its way in (squared, its absolute value, transposed, negated, doubled;
+        # a size off by one, `√(d_k - 1)`, a count taken from one or to one past the end).
         if op not in ("and", "guard", "head", "intervention", "facts") or (exercise and op in ("head", "interv4")):
             for j, arg in enumerate(args):
-                if kinds.get(arg) != "array":
+                if kinds.get(arg) == "int" and name != "return":
+                    changes = SIZE_CHANGES
+                elif kinds.get(arg) == "array":
+                    changes = OPERAND_CHANGES + (OPERAND_CHANGES_EX if exercise else ()) + (
+                        ("softmax_",) if name == "return" and arg == "a" else ())
+                else:
                     continue
-                for change in OPERAND_CHANGES + (OPERAND_CHANGES_EX if exercise else ()) + (
-                        ("softmax_",) if name == "return" and arg == "a" else ()):
+                for change in changes:
                     inner = (f"{arg}'", change, (arg,), {})
                     new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
                     shown = OPS[change][1].format(arg)
@@ -897,6 +903,8 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                             _line(new).replace(f"{arg}'", f"({shown})").replace(f"{twin}'", f"({shown2})"),
                             f"{WORDS.get(arg, arg)} and {WORDS.get(twin, twin)} went in as `{shown}` and `{shown2}`",
                             f"operand:{arg}+{twin}:{change}")
+                if kinds.get(arg) != "array":
+                    continue
                 if exercise and (op == "head" or name == "return"):
                     # another value in scope added to it, or taken from it
                     for other in scope:
@@ -916,17 +924,6 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                             _line(new).replace(f"{arg}'", f"np.round({arg}, {n})"),
                             f"{WORDS.get(arg, arg)} {'were' if arg in ('q', 'k', 'v') else 'was'} rounded to {n} "
                             f"decimals", f"round:{arg}:{n}")
-        # A size off by one on its way in (`√(d_k - 1)`, a count taken from one or to one past the end).
-        if name != "return" and op not in ("and", "guard", "const"):
-            for j, arg in enumerate(args):
-                if kinds.get(arg) != "int":
-                    continue
-                for change in ("dec", "inc"):
-                    inner = (f"{arg}'", change, (arg,), {})
-                    new = (name, op, args[:j] + (f"{arg}'",) + args[j + 1:], params)
-                    shown = OPS[change][1].format(arg)
-                    add(i, before + [inner, new] + after, _line(new).replace(f"{arg}'", f"({shown})"),
-                        f"{WORDS.get(arg, arg)} went in as `{shown}`", f"operand:{arg}:{change}")
         if op == "guard":
             add(i, before + after, "(no 2-D test)", "the 2-D test was left out", "drop")
         if exercise and op == "const" and isinstance(params.get("value"), int):
