@@ -533,6 +533,10 @@ def self_attention_head(x, w_q, w_k, w_v):
 what stands in for a failing earlier step when a later step is called again. It is the chapter's
 printed computation and nothing more (the grader checks that it agrees with the reference)."""
 CHAPTER = compile(CHAPTER_SOURCE, "the chapter's head (§15.6)", "exec")
+CHAPTER_FUNCTIONS = {part.split("(", 1)[0]: "def " + part for part in CHAPTER_SOURCE.split("\ndef ")[1:]}
+"""Each of the chapter's functions, its source alone. A child holds none of them, and no copy of
+the head: a job that calls steps again is sent those it stands in for and those they call, and
+nothing else (a child that could reach the whole head would hand it in as its own)."""
 CHAPTER_NAMES = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head")
 CHAPTER_CALLS = {"attention": ("scores", "scale", "softmax_rows", "mix"), "self_attention_head": ("project_qkv", "attention")}
 """Which of the chapter's functions each calls: a stand-in reaches these, and nothing else of it."""
@@ -783,8 +787,10 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
 
     # The child's own helpers, bound before the submission can touch builtins or modules.
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
-    run_code, numpy_module, chapter, absent = exec, sys.modules["numpy"], CHAPTER, object()
     replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
+    # the stand-ins this job was sent (none but on a run called again), compiled before any student code
+    chapter = compile(job.pop("chapter", None) or "", "the chapter's head (§15.6)", "exec")
+    run_code, numpy_module, absent = exec, sys.modules["numpy"], object()
     # Called again example by example: a batch call is made once for each example alone, and its
     # results returned together, for the grader to compare with what the batch call gave.
     per_example = protocol.PER_EXAMPLE in (job.get("replace") or ())
@@ -936,7 +942,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
         needed = chapter_needs(replaced)
         for name in CHAPTER_NAMES:
             if name not in needed:
-                del fresh[name]
+                fresh.pop(name, None)
             elif name not in replaced:
                 mine = namespace.get(name, absent)
                 if callable(mine) and mine is not own:
@@ -1099,6 +1105,11 @@ class ForkServer:
 def _serve_forks(sock, seal, arguments):
     import builtins
     import socket
+
+    # The chapter's head is the worker's, to send the stand-ins a job calls for: no child forked
+    # from here inherits a copy of it, in any form (see CHAPTER_FUNCTIONS).
+    for name in ("CHAPTER", "CHAPTER_SOURCE", "CHAPTER_FUNCTIONS"):
+        globals().pop(name, None)
 
     os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
@@ -1312,7 +1323,9 @@ class Worker:
         calls = sum(len(step) for step in job["steps"][start:])
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
-                "replace": job.get("replace"),
+                "replace": job.get("replace"), "chapter": "".join(
+                    CHAPTER_FUNCTIONS[name] for name in CHAPTER_NAMES
+                    if name in chapter_needs(name for name in job.get("replace") or () if name in CHAPTER_NAMES)),
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
         key = (job["filename"], job["cells"])
         codes = self.codes.pop(key, None)

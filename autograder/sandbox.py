@@ -65,7 +65,8 @@ MODES = {mode.name: mode for mode in (
          identity="the instructor's uid, with no capabilities, inside its own user namespace",
          needs="the bwrap command and unprivileged user namespaces"),
     Mode("landlock", "Landlock, seccomp and resource limits, without namespaces",
-         sees="through Landlock only: Python's standard library, numpy, shared libraries, its scratch folder",
+         sees="through Landlock only: Python's standard library, numpy, shared libraries, its scratch folder "
+              "(elsewhere, names and metadata through stat, never contents)",
          network="none (seccomp refuses sockets; Landlock refuses TCP)",
          processes="cannot start any (seccomp)",
          identity="the instructor's uid; as root, nobody (or uid 0 without capabilities where nobody "

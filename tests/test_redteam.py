@@ -102,7 +102,8 @@ GROUPS = {
     "mutation": lambda: _between_classmates(attacker("b", "mutation_forged_check", base="correct"),
                                             attacker("d", "mutation_restored", base="correct")),
     "information": lambda: _between_classmates(attacker("b", "classmate"), attacker("d", "read_proc"),
-                                               attacker("f", "import_solutions"), attacker("h", "network")),
+                                               attacker("f", "import_solutions"), attacker("h", "network"),
+                                               attacker("j", "grader_objects")),
     "deep_notebook": lambda: _between_classmates(attacker("b", "deep_notebook", suffix=".ipynb")),
     # Three tries: what survives in freed memory varies from run to run.
     "heap": lambda: _between_classmates(*(attacker(prefix, "heap_scan") for prefix in "bdf")),
@@ -400,6 +401,14 @@ def test_importing_the_reference_or_the_grader_gains_nothing(mode):
 
 
 @per_mode
+def test_the_graders_own_head_is_nowhere_in_the_child(mode):
+    """A child is forked from the worker: neither the worker's modules, nor the frames that run the
+    submission, nor any object the collector tracks holds a working copy of the chapter's head (the
+    stand-ins a step called again is given), in code, source or functions."""
+    check(mode, "information", "grader_objects")
+
+
+@per_mode
 def test_a_classmates_source_cannot_be_found_in_memory_the_worker_left(mode):
     check(mode, "heap")
 
@@ -628,6 +637,7 @@ def test_the_harmless_attacks_succeed_without_a_sandbox():
         "classmate reads the grading key": any("grading key" in hole for hole in attacked(
             "none-user", "information").holes("b_classmate.py")),
         "import_solutions": information.results["f_import_solutions.py"]["score"] > stub,
+        "grader_objects": information.results["j_grader_objects.py"]["score"] > stub,
         "network": information.network,
         "collusion_reader": collusion.results["c_collusion_reader.py"]["score"] > stub,
         "deprioritize": attacked("none", "deprioritize").holes("b_deprioritize.py"),
