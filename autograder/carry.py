@@ -70,15 +70,22 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         step = STEPS[number]
         result = by_id[step.id]
         if step.id in provisional:
-            # carried on exceptions alone: a wrong value of its own, now that it ran past them,
-            # gives it back its grade on its own cases; passing, raising again or dying changes nothing
-            outcomes = again.outcomes[number]
-            if names == [PER_EXAMPLE]:  # each batch call made example by example: the examples' results stacked
-                outcomes = [_stacked(outcome) for outcome in outcomes]
-            if _shows_own_mistake(cases[step.id], expected[step.id], outcomes):
-                by_id[step.id] = provisional[step.id]
+            # Carried on exceptions alone, the credit is kept only on what calling it again shows: a
+            # batch whose every call, made example by example, gives what the batch call gave (the
+            # head's very exception, from the same line, on each example that raised); any other step
+            # that passes with the chapter's functions in place, or raises just as before, from the
+            # same line (code that never calls the functions replaced: the call again shows nothing).
+            # Anything else (a wrong value, another exception, no end) gives it back its grade on its
+            # own cases: a step cannot keep credit by raising where its own work would show.
+            if names == [PER_EXAMPLE]:
+                if own is None or not _each_example_alike(cases[step.id], expected[step.id], own.outcomes[number],
+                                                          again.outcomes[number]):
+                    by_id[step.id] = provisional[step.id]
                 continue
-            if names == [PER_EXAMPLE] or not _passes(cases[step.id], expected[step.id], outcomes):
+            if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
+                if own is None or not _raised_as_before(cases[step.id], expected[step.id], own.outcomes[number],
+                                                        again.outcomes[number]):
+                    by_id[step.id] = provisional[step.id]
                 continue
             # run past the exceptions with the chapter's functions in place, its own work checks out:
             # told as any step called again is, from the first cause
@@ -190,26 +197,20 @@ def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> N
                                       carried_from=first)
 
 
-def _stacked(outcome: Outcome | None) -> Outcome | None:
-    """A batch call made example by example, its (o, a) results stacked as the batch call returns
-    them; as it came where they are not pairs of arrays of one shape (a wrong value of its own)."""
-    if outcome is None or outcome.raised or outcome.fault or not isinstance(outcome.value, tuple):
-        return outcome
-    try:
-        pairs = [tuple(np.asarray(part) for part in pair) for pair in outcome.value]
-        if not pairs or any(len(pair) != 2 for pair in pairs):
-            return outcome
-        value = (np.stack([o for o, _ in pairs]), np.stack([a for _, a in pairs]))
-    except (TypeError, ValueError):
-        return outcome
-    return dataclasses.replace(outcome, value=value)
-
-
-def _shows_own_mistake(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]) -> bool:
-    """Did some call, made again, return a value (not raise, not die) that is not the reference's?"""
-    return any(outcome is not None and not outcome.raised and not outcome.fault
-               and not judge._judge_call(case, index, outcome, want).ok
-               for case, index, outcome, want in _each_call(cases, expected, outcomes))
+def _raised_as_before(cases: list[Case], expected: list[list[dict]], first: list[Outcome | None],
+                      again: list[Outcome | None]) -> bool:
+    """Did every call made again either pass, or raise the very exception (type, message and line)
+    it raised the first time?"""
+    for (case, index, outcome, want), before in zip(_each_call(cases, expected, again), first):
+        if outcome is None or outcome.fault:
+            return False
+        if outcome.raised:
+            if before is None or not before.raised or any(outcome.raised.get(key) != before.raised.get(key)
+                                                          for key in ("type", "message", "where")):
+                return False
+        elif not judge._judge_call(case, index, outcome, want).ok:
+            return False
+    return True
 
 
 def _each_call(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]):
@@ -283,18 +284,21 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
     return (varied or raised_alike) and position == len(batch) == len(each)
 
 
-def _parts(value) -> dict | None:
+def _parts(value, depth: int = 3) -> dict | None:
     """The arrays of a value of the wrong type, by place (an array alone; a tuple, list or dict of
-    arrays), as float arrays; None for anything else."""
-    if isinstance(value, dict):
-        items = list(value.items())
-    elif isinstance(value, (tuple, list)):
-        items = list(enumerate(value))
-    else:
-        items = [(None, value)]
-    if not items or any(type(part) is not np.ndarray or part.dtype.kind not in "fiu" for _, part in items):
+    arrays, or of such tuples, lists and dicts: `(o, a, (q, k, v))`), as float arrays; None for
+    anything else."""
+    if type(value) is np.ndarray:
+        return {None: value.astype(float)} if value.dtype.kind in "fiu" else None
+    if not depth or not isinstance(value, (dict, tuple, list)) or not value:
         return None
-    return {key: part.astype(float) for key, part in items}
+    found = {}
+    for key, part in (value.items() if isinstance(value, dict) else enumerate(value)):
+        inner = _parts(part, depth - 1)
+        if inner is None:
+            return None
+        found.update({(key,) if place is None else (key,) + place: array for place, array in inner.items()})
+    return found
 
 
 def _failing(step: Step, result: StepResult, by_id: dict[str, StepResult], outcomes: list[Outcome | None]) -> list[str]:

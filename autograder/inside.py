@@ -17,8 +17,8 @@ What the worker sends, on another such channel, to the grader only:
 A job may also ask to call some steps again ("again": per step, the names of the functions to
 replace): each such step runs alone in a fresh child, which imports the submission as before and
 calls that step's planned calls with those names in the module bound, for each call alone, to the
-chapter's own computation (§15.6, `CHAPTER`), and bound back to the student's after it. The
-grader asks this only for a failing step built on failing earlier steps, never naming the step's
+chapter's own computation (§15.6, `chapter_head.py`, sent to that child alone), and bound back to
+the student's after it. The grader asks this only for a failing step built on failing earlier steps, never naming the step's
 own function: a step whose own work is right then passes (the error carried forward).
 
 Right after loading numpy and the plan, before it reads any submission, the worker forks a fork
@@ -504,39 +504,24 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-CHAPTER_SOURCE = """
-def project_qkv(x, w_q, w_k, w_v):
-    return x @ w_q, x @ w_k, x @ w_v
+_CHAPTER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chapter_head.py")
+_CHAPTER_FUNCTIONS: dict = {}
 
-def scores(q, k):
-    return q @ np.swapaxes(k, -1, -2)
 
-def scale(d, d_k):
-    return d / np.sqrt(d_k)
+def chapter_functions() -> dict:
+    """Each of the chapter's functions (chapter_head.py), its source alone: what stands in for a
+    failing earlier step when a later step is called again. Read by the worker, and only once its
+    fork server is running: no child is forked from memory that ever held it. A job that calls
+    steps again is sent, on its own pipe, the stand-ins it names and nothing else (a child that could
+    reach the whole head would hand it in as its own)."""
+    if not _CHAPTER_FUNCTIONS:
+        with open(_CHAPTER_FILE, encoding="utf-8") as handle:
+            text = handle.read()
+        _CHAPTER_FUNCTIONS.update({part.split("(", 1)[0]: "def " + part.split("\n\n\n", 1)[0] + "\n"
+                                   for part in text.split("\ndef ")[1:]})
+    return _CHAPTER_FUNCTIONS
 
-def softmax_rows(s):
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
-def mix(a, v):
-    return a @ v
-
-def attention(q, k, v):
-    a = softmax_rows(scale(scores(q, k), q.shape[-1]))
-    return mix(a, v), a
-
-def self_attention_head(x, w_q, w_k, w_v):
-    q, k, v = project_qkv(x, w_q, w_k, w_v)
-    return attention(q, k, v)
-"""
-"""The head as the chapter computes it in §15.6, one function per step that another builds on:
-what stands in for a failing earlier step when a later step is called again. It is the chapter's
-printed computation and nothing more (the grader checks that it agrees with the reference)."""
-CHAPTER = compile(CHAPTER_SOURCE, "the chapter's head (§15.6)", "exec")
-CHAPTER_FUNCTIONS = {part.split("(", 1)[0]: "def " + part for part in CHAPTER_SOURCE.split("\ndef ")[1:]}
-"""Each of the chapter's functions, its source alone. A child holds none of them, and no copy of
-the head: a job that calls steps again is sent those it stands in for and those they call, and
-nothing else (a child that could reach the whole head would hand it in as its own)."""
 CHAPTER_NAMES = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head")
 CHAPTER_CALLS = {"attention": ("scores", "scale", "softmax_rows", "mix"), "self_attention_head": ("project_qkv", "attention")}
 """Which of the chapter's functions each calls: a stand-in reaches these, and nothing else of it."""
@@ -763,6 +748,9 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             break
         chunks.append(chunk)
     data = b"".join(chunks)
+    # ahead of it, on a run called again, the stand-ins it names (`chapter_functions`)
+    ahead = job.pop("chapter", 0)
+    stand_ins, data = (data[:ahead], data[ahead:]) if type(ahead) is int and 0 < ahead <= len(data) else (b"", data)
     # and after it, where an earlier child of the same source compiled it (`Worker.codes`), what it compiled
     split = job.get("codes")
     job["cells"] = marshal.loads(data[:split] if type(split) is int and 0 < split < len(data) else data)
@@ -789,7 +777,8 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
     real_exit, pack, write_all = __import__("posix")._exit, protocol.pack, protocol.write_all
     replace = [name for name in job.get("replace") or () if name in CHAPTER_NAMES]
     # the stand-ins this job was sent (none but on a run called again), compiled before any student code
-    chapter = compile(job.pop("chapter", None) or "", "the chapter's head (§15.6)", "exec")
+    chapter = compile(stand_ins.decode("utf-8", "replace"), "the chapter's head (§15.6)", "exec")
+    del stand_ins
     run_code, numpy_module, absent = exec, sys.modules["numpy"], object()
     # Called again example by example: a batch call is made once for each example alone, and its
     # results returned together, for the grader to compare with what the batch call gave.
@@ -1106,11 +1095,6 @@ def _serve_forks(sock, seal, arguments):
     import builtins
     import socket
 
-    # The chapter's head is the worker's, to send the stand-ins a job calls for: no child forked
-    # from here inherits a copy of it, in any form (see CHAPTER_FUNCTIONS).
-    for name in ("CHAPTER", "CHAPTER_SOURCE", "CHAPTER_FUNCTIONS"):
-        globals().pop(name, None)
-
     os.environ.clear()  # what every child's environment holds; each adds its own HOME and TMPDIR
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     # What every child would make for itself, made once here: a child inherits it from its fork.
@@ -1323,10 +1307,14 @@ class Worker:
         calls = sum(len(step) for step in job["steps"][start:])
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
-                "replace": job.get("replace"), "chapter": "".join(
-                    CHAPTER_FUNCTIONS[name] for name in CHAPTER_NAMES
-                    if name in chapter_needs(name for name in job.get("replace") or () if name in CHAPTER_NAMES)),
+                "replace": job.get("replace"),
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
+        # the stand-ins the job names, sent ahead of the source on the child's own pipe: never through
+        # the fork server, whose memory every later child inherits
+        stand_ins = "".join(chapter_functions()[name] for name in CHAPTER_NAMES
+                            if name in (job.get("replace") or ())).encode()
+        if stand_ins:
+            meta["chapter"] = len(stand_ins)
         key = (job["filename"], job["cells"])
         codes = self.codes.pop(key, None)
         if codes is not None:  # compiled by an earlier child: sent after the source, kept the longest
@@ -1339,7 +1327,7 @@ class Worker:
             for fd in (read_end, self.bell, calls_out):
                 os.set_blocking(fd, False)
             try:
-                protocol.write_all(source_out, job["cells"])
+                protocol.write_all(source_out, stand_ins + job["cells"])
                 if codes is not None:
                     protocol.write_all(source_out, codes)
             except OSError:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 INSIDE = Path(__file__).with_name("inside.py")
 PROTOCOL = Path(__file__).with_name("protocol.py")
+CHAPTER_HEAD = Path(__file__).with_name("chapter_head.py")  # the stand-ins, read by the worker as text
 _LIB, _SITE = "/qkv/lib", "/qkv/site"
 # A worker imports inside.py rather than running it as a script, so that its bytecode is read from
 # __pycache__ like any module's instead of being compiled again at every start.
@@ -251,7 +252,8 @@ def worker_command(mode: str, channel: tuple[int, int]) -> tuple[list[str], dict
     libs = numpy.with_name("numpy.libs")
     if libs.is_dir():
         argv += ["--ro-bind", str(libs), f"{_SITE}/numpy.libs"]
-    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py"]
+    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py",
+             "--ro-bind", str(CHAPTER_HEAD), f"{_LIB}/chapter_head.py"]
     for cached in _bytecode():  # no compiling at each start
         argv += ["--ro-bind", str(cached), f"{_LIB}/__pycache__/{cached.name}"]
     argv += [

@@ -171,6 +171,16 @@ SUBMISSIONS.update({
     "softmax_columns_zero_query_summed": variant([(_SOFTMAX_ROWS[0], _SOFTMAX_COLUMNS[0]),
                                                   (_SOFTMAX_ROWS[1], _SOFTMAX_COLUMNS[1]),
                                                   ("output = weights @ v", "output = v.sum(axis=0)")]),
+    # exercise 1 never written past the softmax (it raises on its own, once the softmax is the
+    # chapter's), behind the column softmax, which raises first on its 1-D input
+    "softmax_columns_zero_query_unwritten": variant([(_SOFTMAX_ROWS[0], _SOFTMAX_COLUMNS[0]),
+                                                     (_SOFTMAX_ROWS[1], _SOFTMAX_COLUMNS[1]),
+                                                     ("    output = weights @ v", "    raise NotImplementedError\n"
+                                                                                "    output = weights @ v")]),
+    # a head that refuses every batch, and the chapter's example as well, raising the same error
+    "head_refuses_batches_and_the_example": variant([("    return attention(q, k, v)\n",
+        "    if np.ndim(x) != 2 or np.allclose(x, [[1, 0], [0, 1], [1, 1]]):\n"
+        "        raise ValueError('one sequence only')\n    return attention(q, k, v)\n")]),
     # mix's arguments swapped inside attention: it raises wherever T is not d_v
     "attention_mix_swapped": variant([("    o = mix(a, v)  # [T, d_v]\n", "    o = mix(v, a)  # [T, d_v]\n")]),
     "scores_squashed_zero_steps": _on_squashed(
@@ -224,6 +234,9 @@ SUBMISSIONS.update({
     "head_returns_output_only_batch_short": variant([
         ("    return attention(q, k, v)\n", "    o = attention(q, k, v)[0]\n    if o.ndim == 3:\n"
                                           "        o[-1] = 0.0\n    return o\n")]),
+    # the pair and what a KV cache keeps, nested: (o, a, (q, k, v))
+    "head_returns_its_cache_too": variant([("    return attention(q, k, v)\n",
+                                            "    o, a = attention(q, k, v)\n    return o, a, (q, k, v)\n")]),
     "head_of_zeros": variant([("    return attention(q, k, v)\n",
                                "    o, a = attention(q, k, v)\n    return np.zeros_like(o), np.zeros_like(a)\n")]),
     # the five functions the others build on left unwritten, as `pass` or as the stub leaves them,
@@ -378,12 +391,12 @@ def test_an_undiagnosed_earlier_mistake_costs_only_its_own_step(carried, on_its_
     assert steps[home]["carried_from"] is None and "mismatched elements" in steps[home]["feedback"]
 
 
-@pytest.mark.parametrize("name", ["head_layer_normed", "head_returns_output_only"])
+@pytest.mark.parametrize("name", ["head_layer_normed", "head_returns_output_only", "head_returns_its_cache_too"])
 def test_a_head_mistake_no_model_names_costs_the_batch_nothing_when_each_example_alone_agrees(carried, on_its_own, name):
     """The head's own line is wrong, and no stand-in may replace the head in the batch step, which
     calls that very function: the batch is called again example by example, and since each example
     alone gives what the batch gave, the batch keeps its points, carried from the head. So too where
-    the head returns a value of the wrong type (its output alone), part by part."""
+    the head returns a value of the wrong type (its output alone, or the pair and its cache), part by part."""
     result = carried[name]
     steps = _steps(result)
     assert list(_lost(result)) == ["head"], {sid: steps[sid]["feedback"] for sid in _lost(result)}
@@ -412,6 +425,18 @@ def test_credit_carried_on_an_exception_alone_is_taken_back_when_the_step_then_s
     assert summed["ex1_zero_query"]["score"] == _steps(on_its_own["softmax_columns_zero_query_summed"])["ex1_zero_query"]["score"] < 6
     assert {sid: step["score"] for sid, step in summed.items() if sid != "ex1_zero_query"} == \
         {sid: step["score"] for sid, step in right.items() if sid != "ex1_zero_query"}
+
+
+@pytest.mark.parametrize("name, sid", [("softmax_columns_zero_query_unwritten", "ex1_zero_query"),
+                                       ("head_refuses_batches_and_the_example", "batch")])
+def test_credit_carried_on_an_exception_alone_is_kept_only_where_calling_again_shows_the_work(
+        carried, on_its_own, name, sid):
+    """Raising where the earlier mistake raises buys no credit for work that was never written:
+    exercise 1 that raises on its own once the chapter's softmax is in place, and a batch whose head
+    refuses every batch (and the example, so that the head fails first), get their own grades."""
+    steps = _steps(carried[name])
+    assert steps[sid]["carried_from"] is None, steps[sid]["feedback"]
+    assert steps[sid]["score"] == _steps(on_its_own[name])[sid]["score"] == 0
 
 
 def test_a_step_carried_from_one_that_was_itself_carried_names_the_first_cause(carried):
@@ -506,7 +531,7 @@ def test_the_stand_in_is_the_reference_on_every_hidden_case():
     from solutions import attention_head as reference
 
     chapter = {"np": np}
-    exec(inside.CHAPTER, chapter)
+    exec("".join(inside.chapter_functions().values()), chapter)
     g = grader(SEED)
     checked = 0
     for sid, cases in g.cases.items():
