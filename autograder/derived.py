@@ -40,6 +40,11 @@ def _swap(x):
     return np.swapaxes(x, -1, -2)
 
 
+def _causal(a, fill):
+    """`a` with every entry above the diagonal (a later position's key) replaced by `fill`."""
+    return np.where(np.tril(np.ones(np.shape(a)[-2:], dtype=bool)), a, fill)
+
+
 def _matrix(edit):
     """An edit of a matrix's layout (its diagonal, a triangle, its transpose, running down its rows),
     which cannot show on a value of fewer than two axes: numpy would spread a vector into a matrix
@@ -224,6 +229,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     "reflow": (lambda a, p: np.reshape(_swap(a[0]), np.shape(a[0])), "{0}ᵀ.reshape({0}.shape)"),
     # the columns normalized as well, after the line (each column divided by its total)
     "sumcols": (lambda a, p: a[0] / np.sum(a[0], axis=-2, keepdims=True), "{0} / {0}.sum(axis=-2, keepdims=True)"),
+    # every axis of length one dropped: a [1, d] row becomes [d], a batch of one loses its batch axis
+    "squeeze": (lambda a, p: np.squeeze(a[0]), "np.squeeze({0})"),
     "isqrt": (lambda a, p: np.floor(np.sqrt(a[0])), "floor(√{0})"),
     "subrows": (lambda a, p: _addrows(a[0], -np.asarray(a[1]), a[2]), "{0} with {1} subtracted from {0}[{2}]"),
     "selmean": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.mean), "{0}[:, {1}].mean(axis={axis})"),
@@ -287,6 +294,9 @@ OPS: dict[str, tuple[Callable, str]] = {
     "softmax_": (lambda a, p: _softmax_rows(a[0]), "softmax_rows({0})"),
     "times_rows": (lambda a, p: a[0] * np.shape(a[0])[-2], "{0} * {0}.shape[-2]"),
     "residual": (lambda a, p: a[0] + a[1], "{0} + {1}"),
+    # a residual connection kept only where it fits, as a block that checks the shapes first does
+    "residual_if": (lambda a, p: a[0] + a[1] if np.shape(a[0]) == np.shape(a[1]) else a[0],
+                    "{0} + {1} (where their shapes agree)"),
     # a value changed on its way in or out: normalized, cast, made hard
     "l2rows": (lambda a, p: a[0] / np.linalg.norm(a[0], axis=-1, keepdims=True),
                "{0} / np.linalg.norm({0}, axis=-1, keepdims=True)"),
@@ -334,6 +344,10 @@ OPS: dict[str, tuple[Callable, str]] = {
     "mirror_lower": (_matrix(lambda a, p: np.tril(a[0]) + _swap(np.tril(a[0], -1))), "np.tril({0}) + np.tril({0}, -1)ᵀ"),
     "mirror_upper": (_matrix(lambda a, p: np.triu(a[0]) + _swap(np.triu(a[0], 1))), "np.triu({0}) + np.triu({0}, 1)ᵀ"),
     # one triangle of the scores computed and the other left at zero, as a loop over j <= i leaves it
+    # a causal mask: each position's later keys filled with -inf, or with a large negative number
+    # as `masked_fill(mask, -1e9)` does
+    "causal_inf": (_matrix(lambda a, p: _causal(a[0], -np.inf)), "np.where(np.tri(T, dtype=bool), {0}, -np.inf)"),
+    "causal_1e9": (_matrix(lambda a, p: _causal(a[0], -1e9)), "np.where(np.tri(T, dtype=bool), {0}, -1e9)"),
     "tril": (_matrix(lambda a, p: np.tril(a[0])), "np.tril({0})"),
     "triu": (_matrix(lambda a, p: np.triu(a[0])), "np.triu({0})"),
     # a running total down the positions: an accumulator kept from one row to the next, never reset
@@ -394,7 +408,7 @@ CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
-MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow")
+MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow", "squeeze")
 # Stages inserted after a line that computes an array (of rows), beyond those.
 ARRAY_INSERTS = ("cumrows",)
 # Inserted only in the function whose contract takes rows of any batch ([..., T, T]), whose loop
@@ -408,7 +422,8 @@ AXES = (-2, 0, 1, None)
 # matrix, but the whole matrix of each example in a batch. Tried for every reduction at once.
 REST = "1:"
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
-INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows", "per_sqrt_col")
+MASKS = ("causal_inf", "causal_1e9")
+INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows", "per_sqrt_col") + MASKS
 ROUNDINGS = (0, 2, 3, 4)
 # What may happen to one operand on its way into a stage.
 OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
@@ -1002,6 +1017,8 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
         for extra in INSERTS + (INSERTS_EX if exercise else ()):
             if extra == "per_sqrt_col" and name not in ("q", "k"):
                 continue  # the scaling done early, on the queries or keys as they are projected
+            if extra in MASKS and name not in ("d", "s"):
+                continue  # a causal mask, put on the scores
             if extra == "residual":
                 sources = [a for a in args if kinds.get(a) == "array"] + [n for n, kind in inputs if kind == "array"]
                 for source in dict.fromkeys(sources):
@@ -1010,6 +1027,11 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     add(i, before + [first, new] + after, f"{_line(stage)} + {source}",
                         f"{WORDS.get(source, source)} {_were(source)} added back to {WORDS.get(name, name)}",
                         f"insert:residual:{source}")
+                    # ... only where the shapes agree: a residual connection behind `if o.shape == x.shape`
+                    new = (name, "residual_if", (name + "'", source), {})
+                    add(i, before + [first, new] + after, f"{_line(stage)} + {source}, where their shapes agree",
+                        f"{WORDS.get(source, source)} {_were(source)} added back to {WORDS.get(name, name)} wherever "
+                        f"the two have the same shape (a skip connection)", f"insert:residual_if:{source}")
                 continue
             for n in ROUNDINGS if extra == "round" else (0,):
                 first = (name + "'", op, args, params)
@@ -1090,7 +1112,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             outs = [a for a in args if kinds.get(a) == "array"]
             if op == "tuple" and len(outs) > 1:
                 # Every returned array changed the same way: the column-vector convention, say.
-                for change in ("T", "f32"):
+                for change in ("T", "f32", "squeeze"):
                     inner = [(f"{a}'", change, (a,), {}) for a in outs]
                     new = (name, op, tuple(f"{a}'" if a in outs else a for a in args), params)
                     line = _line(new)

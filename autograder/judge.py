@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import operator
 import re
 import threading
@@ -386,8 +387,9 @@ class _CallVerdict:
                                          for got, want in self.arrays)
 
     def close16(self) -> bool:
-        """Is every array within float16-sized errors of the reference's (about 1e-3)?"""
-        return bool(self.arrays) and all(got.shape == want.shape and allclose(got, want, 4e-3, 2e-3)
+        """Is every array within float16-sized errors of the reference's: about 1e-3 of each number,
+        or of the array's largest (a dot product whose terms cancel keeps its terms' rounding)?"""
+        return bool(self.arrays) and all(got.shape == want.shape and allclose(got, want, 4e-3, _half_atol(want))
                                          for got, want in self.arrays)
 
     def float16(self) -> bool:
@@ -406,6 +408,11 @@ class _CallVerdict:
     def full_detail(self) -> str:
         described = self.describe() if self.describe else ""
         return "\n".join(part for part in (self.detail, described, self.note) if part)
+
+
+def _half_atol(want: np.ndarray) -> float:
+    """The absolute part of the float16 tolerance of an array: its rounding, relative to its largest number."""
+    return 2e-3 + 4e-3 * float(np.max(np.abs(want), initial=0.0)) if np.isfinite(want).all() else 2e-3
 
 
 _RAISED_IN = re.compile(r", in (\w+)$")
@@ -1665,6 +1672,18 @@ def inspect_names(fn: str) -> tuple[str, ...]:
     return _NAMES[fn]
 
 
+_TYPE_LOOKS = {
+    "bool": "Return one answer, True or False, for the whole matrix: reduce a test of every entry or every "
+            "row to one with `np.all(...)`, or `bool(...)`, and check that every path through the function "
+            "ends in `return`.",
+    "facts": "Return a dict with the four keys the docstring names: divisor (a float), score_shape and "
+             "output_shape (tuples), softmax_axis (an int).",
+    "dict": "Return a dict with the four keys the docstring names, each holding a plain numpy array: "
+            "weights_before, weights_after, output_before, output_after.",
+}
+"""The advice for a value of the wrong type, where the function returns something other than arrays."""
+
+
 _NOTHING_TOLD = Run(outcomes=[])
 """A run that tells nothing besides its outcomes (for a step graded on its own)."""
 
@@ -1722,6 +1741,12 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     failing_uses = _failing_uses(step, status, {v.raised_in for v in flat if v.raised_in}, earlier)
     found = _Findings([]) if status == "passed" else _diagnose(step, cases, verdicts, passed, expected, failing_uses,
                                                              earlier, raised)
+    if "wrong-type" in found.codes and "wrong-type" not in found.looks:
+        # what the function returns, in the words of its docstring, where "plain arrays" is not it
+        kinds = {RETURNS[call.fn][0] for case, case_verdicts in zip(cases, verdicts)
+                 for call, v in zip(case.calls, case_verdicts) if v.kind == "wrong-type"}
+        if len(kinds) == 1 and kinds <= _TYPE_LOOKS.keys():
+            found.looks["wrong-type"] = _TYPE_LOOKS[kinds.pop()]
     codes = found.codes
     first = _first_failure(cases, verdicts, _showing(found))
     if "crashed" in codes and "crashed" not in found.looks and (first is None or first[2].kind != "raised"):
@@ -1983,6 +2008,23 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
 
 
 # Where to look when every batch raised and every single sequence ran: code for one sequence only.
+# What an exception's own message says of the line that raised it, whatever the code around it.
+_MESSAGE_ADVICE = (
+    ("axes don't match array",
+     "numpy's `transpose` takes a new place for every axis (`k.transpose(0, 2, 1)` on a batch), not the two "
+     "axes to swap, as torch's `k.transpose(-1, -2)` does: `np.swapaxes(k, -1, -2)` swaps the last two, "
+     "whatever comes before them."),
+)
+
+
+def _raised_advice(verdicts: list) -> str | None:
+    """The advice of `_MESSAGE_ADVICE` where every one of the calls raised with that message."""
+    for text, advice in _MESSAGE_ADVICE:
+        if verdicts and all(v.kind == "raised" and text in (v.raised_message or "") for v in verdicts):
+            return advice
+    return None
+
+
 _RAISES_ON_A_BATCH = (
     "Each batch that failed raised, where every single sequence ran: some line takes a [T, d] array "
     "only. Look for einsum subscripts with two axes (`'ti,ij->tj'`; `'...ti,ij->...tj'` takes a batch), "
@@ -2070,7 +2112,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             return found
         missing = _examples_left_out([flat[i] for i in wrong], wants, wrong)
         if "batch-axes-mixed" in found.codes and all(flat[i].kind == "raised" for i in wrong):
-            found.looks["batch-axes-mixed"] = _RAISES_ON_A_BATCH
+            found.looks["batch-axes-mixed"] = _raised_advice([flat[i] for i in wrong]) or _RAISES_ON_A_BATCH
         typed = [i for i in wrong if flat[i].kind == "wrong-type"]
         if typed:  # (those that raised show their own exception: `np.stack` of pairs of two shapes)
             per_example = [_pairs_per_example(flat[i].raw, wants[i]) for i in typed]
@@ -2113,6 +2155,10 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                    "assignment, outside the loop's body)" if kept == "last" else
                    "leaves them where it returns from inside its first pass")
                 + ". Keep every example's output and weights, and stack them: o [B, T, d_v], a [B, T, T].")
+        misplaced = None if missing or kept or unfilled else _examples_misplaced([flat[i] for i in wrong],
+                                                                                 [wants[i] for i in wrong])
+        if misplaced and "batch-axes-mixed" in found.codes:
+            found.looks["batch-axes-mixed"] = misplaced
         if missing and "batch-axes-mixed" in found.codes:
             short = "range(B - 1)" if missing == "last" else "range(1, B)"
             found.looks["batch-axes-mixed"] = (
@@ -2133,7 +2179,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         models, explained, alternatives = _explanations(calls, flat, wants, failing_uses, earlier, own=False)
         if set(wrong) <= explained:
             return _Findings(codes + [code for code in models if code not in codes], alternatives)
-        return _Findings(codes + ["batch-axes-mixed"], looks={"batch-axes-mixed": _RAISES_ON_A_BATCH})
+        return _Findings(codes + ["batch-axes-mixed"], looks={
+            "batch-axes-mixed": _raised_advice([flat[i] for i in wrong]) or _RAISES_ON_A_BATCH})
 
     calls = [call for case in cases for call in case.calls]
     wants = [want for case_expected in expected for want in case_expected]
@@ -2206,7 +2253,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             shape_sized = sized
     if not models and not derived_codes and all(v.kind in ("ok", "mismatch") for v in flat):
         # "on every case it failed": only where every failing call returned numbers
-        found.relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone])
+        found.relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone],
+                                   [call for call, v in zip(calls, flat) if v.kind == "mismatch" and id(v) in alone])
     if any(v.kind == "raised" for v in unexplained):
         derived_codes.append("crashed")
         found.seen["crashed"] = _labels(cases, verdicts, lambda v: v.kind == "raised" and id(v) in alone)
@@ -2223,6 +2271,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             elif sized and set(raised) <= sized[1]:
                 found.looks["crashed"] = sized[0]
                 found.sized.add("crashed")
+            elif _raised_advice([flat[i] for i in raised]):
+                found.looks["crashed"] = _raised_advice([flat[i] for i in raised])
             elif any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
                 found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
@@ -2313,10 +2363,10 @@ def _zeroed(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
     return f"On every case it failed, {where}, and every other number is right. {_ZEROED}"
 
 
-def _relation(pairs: list[tuple[_CallVerdict, dict]]) -> str:
+def _relation(pairs: list[tuple[_CallVerdict, dict]], calls: list | None = None) -> str:
     """How every wrong array relates to the expected one, where one simple relation holds on all of
     them: some numbers left at 0 (see _zeroed), a constant added (to all, or per row, or per
-    column), or a factor; else ""."""
+    column), or a factor, and which of the call's sizes that factor is, where one is; else ""."""
     arrays = _wrong_arrays(pairs)
     if arrays is None:
         return ""
@@ -2360,9 +2410,120 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]]) -> str:
                 each = f" ({values.pop():g})" if len(values) == 1 else ", one for each case"
                 if relation == "factor" and each == " (1)":
                     continue
+                sized = _size_factor(pairs, calls) if relation == "factor" and calls else None
+                if sized:
+                    return (f"On every case it failed, each wrong array of yours is the expected one times {sized} "
+                            f"of that call: something multiplies by {sized}, which the chapter's computation "
+                            "does not.")
                 return _RELATIONS[relation].format(each=each)
             return _RELATIONS[relation]
-    return ""
+    return _dropped(arrays) or _affine(arrays) or _rows_affine(arrays)
+
+
+def _dropped(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where some numbers of the wrong arrays are 0 where the expected ones are not, and every other
+    is the expected one times one factor above 1, the same in every array: what dropout leaves."""
+    factors, zeroed = [], 0
+    for got, part in arrays:
+        scale = max(1.0, float(np.max(np.abs(part))))
+        nonzero = np.abs(part) > 1e-12 * scale
+        dropped = nonzero & (np.abs(got) <= 1e-12 * scale)
+        kept = nonzero & ~dropped
+        if np.any(np.abs(got[~nonzero]) > 1e-12 * scale) or not kept.any():
+            return ""
+        ratio = got[kept] / part[kept]
+        if not np.allclose(ratio, ratio[0], rtol=1e-6, atol=0):
+            return ""
+        factors.append(float(ratio[0]))
+        zeroed += int(dropped.sum())
+    if not zeroed or not factors or factors[0] <= 1 + 1e-6 or not np.allclose(factors, factors[0], rtol=1e-6, atol=0):
+        return ""
+    return (f"On every case it failed, some numbers of each wrong array are 0 where the expected ones are not, and "
+            f"every other number is the expected one times {factors[0]:.6g}: as dropout with p = "
+            f"{1 - 1 / factors[0]:.3g} leaves them. The chapter's head applies no dropout.")
+
+
+def _rows_affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where each row of every wrong array is the expected row times a factor plus a constant, both
+    its own (shown by rows of three numbers or more, not all alike; one of two numbers fits any):
+    so much, and, where every row of the student's not alike has mean 0 and standard deviation 1
+    (to 1e-3), that the rows were standardized."""
+    standard, shown = True, 0
+    for got, part in arrays:
+        if part.ndim < 1:
+            return ""
+        scale = max(1.0, float(np.max(np.abs(part))))
+        for row, want in zip(got.reshape(-1, part.shape[-1]), part.reshape(-1, part.shape[-1])):
+            if np.ptp(want) <= 1e-9 * scale:
+                continue  # a row of one number: any factor and constant fit it
+            standard = standard and abs(float(row.mean())) <= 1e-6 and abs(float(row.std()) - 1) <= 1e-3
+            if len(want) < 3:
+                continue
+            alpha, beta = np.polyfit(want, row, 1)
+            if not np.allclose(row, alpha * want + beta, rtol=1e-6, atol=1e-9 * scale):
+                return ""
+            shown += 1
+    if not shown:
+        return ""
+    if standard:
+        return ("On every case it failed, each row of a wrong array is the expected row shifted and rescaled, with mean "
+                "0 and standard deviation 1: the rows were standardized (the row's mean subtracted and its spread "
+                "divided out, as layer norm does), which the chapter's computation does not.")
+    return ("On every case it failed, each row of a wrong array is the expected row times a factor plus a constant, "
+            "both of its own: something shifts and rescales each row, which the chapter's computation does not.")
+
+
+def _affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where each wrong array is the expected one times one factor (other than 1, the same in every
+    array) plus a constant of its own (not 0 in all): so much, and, where each constant is the rest of
+    that factor spread over a row (1 - α)/n, that the rows were blended with uniform ones."""
+    factors, uniform = [], True
+    for got, part in arrays:
+        scale = max(1.0, float(np.max(np.abs(part))))
+        if part.size < 2 or np.ptp(part) <= 1e-9 * scale:
+            return ""  # one number, or all alike: any factor and constant fit it
+        alpha, beta = np.polyfit(part.ravel(), got.ravel(), 1)
+        if not np.allclose(got, alpha * part + beta, rtol=1e-6, atol=1e-9 * scale):
+            return ""
+        factors.append((float(alpha), float(beta)))
+        uniform = uniform and part.ndim >= 1 and isclose(beta, (1 - alpha) / part.shape[-1], 1e-6, 1e-12)
+    alphas = [alpha for alpha, _ in factors]
+    if not alphas or not np.allclose(alphas, alphas[0], rtol=1e-6, atol=1e-12) or isclose(alphas[0], 1.0, 1e-6, 1e-9) \
+            or all(isclose(beta, 0.0, 0.0, 1e-9) for _, beta in factors):
+        return ""
+    said = (f"On every case it failed, each wrong array of yours is the expected one times the same factor "
+            f"({alphas[0]:.6g}) plus a constant")
+    if uniform and 0 < alphas[0] < 1:
+        return (said + f": (1 - ε)·A + ε/n with ε = {1 - alphas[0]:.6g} and n the length of a row, a blend with "
+                "uniform weights, as label smoothing makes. The chapter's softmax returns the weights themselves.")
+    constants = {round(beta, 6) for _, beta in factors}
+    return said + (f" ({constants.pop():g})." if len(constants) == 1 else ", one for each case.")
+
+
+_SIZE_FORMS = (("{}", lambda n: n), ("√{}", math.sqrt), ("1/{}", lambda n: 1 / n), ("1/√{}", lambda n: 1 / math.sqrt(n)))
+
+
+def _size_factor(pairs: list[tuple[_CallVerdict, dict]], calls: list) -> str | None:
+    """Where each failing call's wrong arrays are its expected ones times one factor, and that factor
+    is, on every call, one form of one of the docstrings' sizes (√d_in, 1/T, ...) the same on all,
+    and not 1 everywhere: that form (with sizes differing between the calls, so that it is told
+    apart from a constant); else None."""
+    factors = []
+    for (verdict, want), call in zip(pairs, calls):
+        arrays = _wrong_arrays([(verdict, want)])
+        if not arrays:
+            return None
+        ratios = {round(float(np.divide(got, part, where=np.abs(part) > 1e-12).flat[int(np.argmax(np.abs(part)))]), 9)
+                  for got, part in arrays}
+        if len(ratios) != 1:
+            return None
+        factors.append((ratios.pop(), _sizes_of(call)))
+    if len(factors) < 2 or len({factor for factor, _ in factors}) < 2:
+        return None
+    fitting = [form.format(symbol) for symbol in factors[0][1] for form, of in _SIZE_FORMS
+               if all(symbol in sizes and sizes[symbol] > 0 and isclose(factor, of(sizes[symbol]), 1e-6, 1e-9)
+                      for factor, sizes in factors)]
+    return fitting[0] if len(fitting) == 1 else None
 
 
 def _rows_reached(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]]) -> str:
@@ -2768,6 +2929,53 @@ def _examples_left_out(verdicts: list[_CallVerdict], wants: list[dict], indexes:
             if not which:
                 return None
     return "last" if "last" in which else "first" if which else None
+
+
+# Orders in which a loop may store a batch's examples, each slot b holding example order(b, B)'s results.
+_SLOT_ORDERS = {
+    "behind": lambda b, B: (b - 1) % B,
+    "ahead": lambda b, B: (b + 1) % B,
+    "reversed": lambda b, B: B - 1 - b,
+}
+
+
+def _examples_misplaced(verdicts: list[_CallVerdict], wants: list[dict]) -> str | None:
+    """Where every wrong batch result has the asked shape and each of its slots holds some example's
+    right numbers, not always its own: what the feedback says of the order they came in; else None."""
+    orders, shown = set(_SLOT_ORDERS), None
+    for verdict, want in zip(verdicts, wants):
+        if verdict.kind != "mismatch" or not verdict.actual:
+            return None
+        held = None  # per slot, the examples whose numbers it holds, in every part
+        for name, part in want.items():
+            got = verdict.actual.get(name)
+            if not (isinstance(got, np.ndarray) and isinstance(part, np.ndarray) and got.shape == part.shape
+                    and part.ndim >= 3 and part.shape[0] >= 2):
+                return None
+            slots = [{e for e in range(len(part)) if allclose(got[b], part[e], RTOL, ATOL, keep=False)}
+                     for b in range(len(part))]
+            held = slots if held is None else [one & other for one, other in zip(held, slots)]
+        if not held or not all(held) or all(b in examples for b, examples in enumerate(held)):
+            return None
+        size = len(held)
+        orders &= {order for order, slot in _SLOT_ORDERS.items() if all(slot(b, size) in held[b] for b in range(size))}
+        if shown is None:
+            shown = held
+    lead = "Your results hold each example's right numbers, but in the wrong slots of the batch: "
+    fix = " Store example b's output and weights at slot b (`o[b]`, `a[b]`), or stack the results in order."
+    if len(orders) == 1:
+        order = orders.pop()
+        return lead + {
+            "behind": "slot b holds example b - 1's, and slot 0 the last example's, as `x[b - 1]` in a loop over "
+                      "b gives (index -1 is the last example).",
+            "ahead": "slot b holds example b + 1's, and the last slot the first example's.",
+            "reversed": "they come in reverse order, the last example's in slot 0.",
+        }[order] + fix
+    if orders:  # only batches of two were wrong: every order above swaps them
+        return lead + "the two examples' results are swapped." + fix
+    where = ", ".join(f"slot {b} example {' or '.join(map(str, sorted(examples)))}'s"
+                      for b, examples in enumerate(shown))
+    return lead + f"on the call shown, {where}." + fix
 
 
 def _one_example_kept(verdicts: list[_CallVerdict], wants: list[dict]) -> str | None:

@@ -8,6 +8,7 @@ codes, every other step passes with none. Correct variants of the reference get 
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from autograder import derived
 from autograder.diagnoses import CODES, describe
 from autograder.steps import STEP_IDS
+from support import qkv_grade, reference_source
 from submissions.realistic import MISTAKES, UNNAMED, UNUSUAL
 from submissions.variants import CORRECT, WRONG, graded
 
@@ -136,6 +138,32 @@ def test_wrong_shape_is_said_only_beside_a_call_whose_shape_is_wrong(seed):
             if name in MISTAKES and MISTAKES[name].expected.get(step["id"]):
                 assert "wrong-shape" not in step["diagnoses"], (name, step["id"])
     assert flagged, "no submission is diagnosed wrong-shape: the assertion above would be vacuous"
+
+
+def test_float16_errors_are_half_precision_where_the_terms_of_a_product_cancel(tmp_path):
+    """Under seed 1 (and the tests' key) a large hidden case has projections whose terms cancel:
+    the float16 rounding of the terms stays, larger than 1e-3 of the small result. That is still
+    half precision, and not a number taken from the example (which float16 holds exactly)."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(MISTAKES["qkv_half_precision"].text())
+    done = qkv_grade(str(path), "--format", "json", "--seed", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = _steps(json.loads(done.stdout))
+    assert steps["qkv"]["diagnoses"] == ["half-precision"], steps["qkv"]["feedback"]
+
+
+def test_a_predicate_returning_one_answer_per_row_is_told_to_return_one_bool(tmp_path):
+    """A bool asked, an array of per-row answers returned: the advice is about one answer, never
+    "return plain numpy arrays", which the function already does."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(reference_source().replace("return bool(np.all(a >= 0) and rows_sum_to_one)",
+                                               "return np.all(a >= 0, axis=-1) & (np.abs(a.sum(axis=-1) - 1) <= 1e-9)"))
+    done = qkv_grade(str(path), "--format", "json", "--seed", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    step = _steps(json.loads(done.stdout))["ex2_row_normalization"]
+    assert "wrong-type" in step["diagnoses"], step
+    assert "Return one answer, True or False, for the whole matrix" in step["feedback"], step["feedback"]
+    assert "Return plain numpy arrays" not in step["feedback"], step["feedback"]
 
 
 def test_a_wrong_predicate_is_told_which_property_failed_without_the_hidden_matrix():

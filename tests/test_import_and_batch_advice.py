@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from support import qkv_grade, reference_source, require_sandbox
 
 SEED = 3
@@ -166,6 +168,90 @@ def test_a_batch_whose_examples_are_joined_not_stacked_is_told_so(tmp_path):
     batch = _steps(path)["batch"]
     assert batch["diagnoses"] == ["batch-axes-mixed"]
     assert "the examples were joined along the positions (`np.concatenate`, or a reshape to B·T rows)" in batch["feedback"]
+
+
+@pytest.mark.parametrize("index, told", [
+    ("x[b - 1]", "slot b holds example b - 1's, and slot 0 the last example's"),
+    ("x[len(x) - 1 - b]", "they come in reverse order, the last example's in slot 0"),
+])
+def test_a_batch_whose_examples_land_in_the_wrong_slots_is_told_which_slot_holds_which(tmp_path, index, told):
+    """Each example computed right and stored at another example's slot (a loop that reads `x[b - 1]`
+    for slot b, or the batch reversed): the feedback says in what order they came, where the
+    batches of three examples or more tell the orders apart, and never names a line."""
+    require_sandbox()
+    path = tmp_path / "slots.py"
+    path.write_text(_replaced("self_attention_head",
+                              "    if np.ndim(x) == 3:\n"
+                              "        o = np.zeros(x.shape[:2] + (w_v.shape[1],))\n"
+                              "        a = np.zeros(x.shape[:2] + (x.shape[1],))\n"
+                              "        for b in range(len(x)):\n"
+                              f"            o[b], a[b] = self_attention_head({index}, w_q, w_k, w_v)\n"
+                              "        return o, a\n"
+                              "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n"
+                              "    return attention(q, k, v)\n"))
+    batch = _steps(path)["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"], batch
+    assert "Your results hold each example's right numbers, but in the wrong slots of the batch: " + told \
+        in batch["feedback"], batch["feedback"]
+
+
+def test_a_transpose_written_as_torch_writes_it_is_told_from_its_own_message(tmp_path):
+    """`k.transpose(-1, -2)` swaps two axes in torch; numpy reads it as a new order for every axis,
+    which a matrix has and a batch does not ("axes don't match array"): the message says which line,
+    and the advice says how numpy's transpose differs."""
+    require_sandbox()
+    path = tmp_path / "torchlike.py"
+    path.write_text(reference_source().replace("k_t = np.swapaxes(k, -1, -2)", "k_t = k.transpose(-1, -2)"))
+    steps = _steps(path)
+    assert steps["scores"]["status"] == "passed" and steps["head"]["status"] == "passed", steps["scores"]
+    batch = steps["batch"]
+    assert batch["diagnoses"] == ["batch-axes-mixed"], batch
+    assert "It raised ValueError: axes don't match array" in batch["feedback"], batch["feedback"]
+    assert "numpy's `transpose` takes a new place for every axis" in batch["feedback"], batch["feedback"]
+
+
+def test_a_factor_that_is_a_size_of_the_call_is_named_by_that_size(tmp_path):
+    """The input scaled by √d_in before it is projected, as embeddings often are: every wrong array is
+    the expected one times a factor that differs from case to case and is √d_in on each."""
+    require_sandbox()
+    path = tmp_path / "scaled.py"
+    path.write_text(_replaced("project_qkv", "    x = x * np.sqrt(x.shape[-1])\n"
+                                             "    return x @ w_q, x @ w_k, x @ w_v\n"))
+    qkv = _steps(path)["qkv"]
+    assert "each wrong array of yours is the expected one times √d_in of that call" in qkv["feedback"], qkv["feedback"]
+
+
+@pytest.mark.parametrize("extra, told", [
+    ("    return 0.9 * a + 0.1 / a.shape[-1]\n",
+     "times the same factor (0.9) plus a constant: (1 - ε)·A + ε/n with ε = 0.1 and n the length of a row"),
+    ("    keep = np.random.default_rng(0).random(a.shape) >= 0.2\n    return a * keep / 0.8\n",
+     "some numbers of each wrong array are 0 where the expected ones are not, and every other number is the "
+     "expected one times 1.25: as dropout with p = 0.2 leaves them"),
+])
+def test_weights_smoothed_or_dropped_out_are_told_by_how_they_relate_to_the_right_ones(tmp_path, extra, told):
+    """Habits of training code no model of the chapter's computation holds: label smoothing blends
+    each row with uniform weights, dropout zeroes some weights and scales the rest. What the numbers
+    show is said, checked on every case that failed."""
+    require_sandbox()
+    path = tmp_path / "trained.py"
+    source = reference_source()
+    body = "    a = e / e.sum(axis=-1, keepdims=True)  # each row divided by its own total\n    return a\n"
+    assert body in source
+    path.write_text(source.replace(body, "    a = e / e.sum(axis=-1, keepdims=True)\n" + extra, 1))
+    softmax = _steps(path)["softmax"]
+    assert told in softmax["feedback"], softmax["feedback"]
+
+
+def test_an_output_put_through_layer_norm_is_told_its_rows_were_standardized(tmp_path):
+    """Layer norm with its epsilon after the mix: no model holds the epsilon, but every row of the
+    output is the expected row shifted and rescaled to mean 0 and standard deviation 1."""
+    require_sandbox()
+    path = tmp_path / "normed.py"
+    path.write_text(_replaced("mix", "    o = a @ v\n    mu, sd = o.mean(axis=-1, keepdims=True), o.std(axis=-1, keepdims=True)\n"
+                                     "    return (o - mu) / (sd + 1e-5)\n"))
+    mix = _steps(path)["mix"]
+    assert "each row of a wrong array is the expected row shifted and rescaled, with mean 0 and standard deviation 1" \
+        in mix["feedback"], mix["feedback"]
 
 
 def test_pairs_stacked_into_one_array_are_told_as_pairs_per_example(tmp_path):

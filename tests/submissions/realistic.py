@@ -35,14 +35,31 @@ MISTAKES: dict[str, Submission] = {
     "qkv_fused_and_split_in_three": Submission(
         ((Q_LINE, "    qkv = x @ np.concatenate([w_q, w_k, w_v], axis=-1)  # one fused product\n"),
          (K_LINE, "    q, k, v = np.split(qkv, 3, axis=-1)\n"), (V_LINE, "")), _on(QKV_ON, "fused-split-wrongly")),
+    # mixed precision, as model.half() gives: exact on the example's small integers; on a large
+    # hidden case the terms of a dot product cancel, and their float16 rounding stays
+    "qkv_half_precision": Submission(((Q_LINE, "    x, w_q, w_k, w_v = (m.astype(np.float16) for m in (x, w_q, w_k, w_v))\n"
+                                                "    q = (x @ w_q).astype(float)\n"),
+                                      (K_LINE, "    k = (x @ w_k).astype(float)\n"),
+                                      (V_LINE, "    v = (x @ w_v).astype(float)\n")), _on(QKV_ON, "half-precision")),
     "qkv_rounded": _one(QKV_RETURN, "    return np.round(q, 4), np.round(k, 4), np.round(v, 4)\n", QKV_ON,
                         "rounded-result"),
+    # every axis of length one dropped on the way out: T = 1 or a width of 1 on one sequence, and a
+    # batch of one, lose an axis; the batch built on the head is carried from it
+    "head_squeezed": _one(HEAD_RETURN, "    o, a = attention(q, k, v)\n    return o.squeeze(), a.squeeze()\n", HEAD_ON,
+                          "derived-self_attention_head-return-all-squeeze"),
+    # a residual connection, kept only where the shapes let it be added
+    "head_residual_where_it_fits": _one(HEAD_RETURN, "    o, a = attention(q, k, v)\n    if o.shape == x.shape:\n"
+                                        "        o = o + x  # residual\n    return o, a\n", HEAD_ON,
+                                        "derived-self_attention_head-o-insert-residual_if-x"),
     "head_without_projection": _one(HEAD_RETURN, "    return attention(x, x, x)\n", HEAD_ON, "no-projection"),
     "head_values_from_queries": _one("    q, k, v = project_qkv(x, w_q, w_k, w_v)",
                                      "    q, k, v = project_qkv(x, w_q, w_k, w_q)", HEAD_ON, "swapped-roles"),
     # -- §15.2 -------------------------------------------------------------------------------
     "scores_np_dot_without_transpose": _one("d = q @ k_t  #", "d = np.dot(q, k)  #", SCORES_ON,
                                             "keys-not-transposed"),
+    # a decoder's causal mask, as masked_fill(mask, -1e9) writes it, put on the scores themselves
+    "scores_causal_mask_filled": _one("d = q @ k_t  #", "d = np.where(np.tri(q.shape[-2], dtype=bool), q @ k_t, -1e9)  #",
+                                      SCORES_ON, "derived-scores-d-insert-causal_1e9"),
     "scores_elementwise": _one("d = q @ k_t  #", "d = q * k  #", SCORES_ON, "elementwise-product"),
     "attention_causal_mask": _one(
         "    a = softmax_rows(scale(scores(q, k), d_k))  # [T, T]\n",
