@@ -553,17 +553,24 @@ def _check_rows_reached(graded, step_id, text):
     assert any(fits), f"{step_id}: rows {rows} said to give the {what} on {label}, which they do not"
 
 
-def _check_examples_merged(graded, step_id, text):
-    """"the examples were joined along the positions": every failing batch value is the expected one
-    with its batch axis merged into the positions."""
-    if "the examples were joined along the positions" not in text:
-        return
+def _wrong_values(graded, step_id, said):
+    """(value, expected) of every call of the step whose value is not the reference's; every such
+    call returned a value (`said` of one that raised fails)."""
     for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
         kind, value = _value(call.fn, outcome)
         want = _reference(call.fn, call)
         if kind == "value" and _same(value, want):
             continue
-        assert kind == "value", f"{step_id}: examples said joined, where a call raised"
+        assert kind == "value", f"{step_id}: {said}, where a call raised"
+        yield value, want
+
+
+def _check_examples_merged(graded, step_id, text):
+    """"the examples were joined along the positions": every failing batch value is the expected one
+    with its batch axis merged into the positions."""
+    if "the examples were joined along the positions" not in text:
+        return
+    for value, want in _wrong_values(graded, step_id, "examples said joined"):
         for name, part in want.items():
             got = value[name]
             assert got.shape == (part.shape[0] * part.shape[1],) + part.shape[2:] and np.allclose(
@@ -575,12 +582,7 @@ def _check_slots(graded, step_id, text):
     of its slots holds some example's expected numbers, not every slot its own."""
     if "in the wrong slots of the batch" not in text:
         return
-    for (case, call), outcome in zip(_labelled(graded, step_id), graded.outcomes[step_id]):
-        kind, value = _value(call.fn, outcome)
-        want = _reference(call.fn, call)
-        if kind == "value" and _same(value, want):
-            continue
-        assert kind == "value", f"{step_id}: examples said misplaced, where a call raised"
+    for value, want in _wrong_values(graded, step_id, "examples said misplaced"):
         held = [set(range(len(part))) for part in list(want.values())[:1]][0]
         slots = [set(held) for _ in held]
         for name, part in want.items():
