@@ -12,12 +12,15 @@ _CHAPTER = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention"
 def _from_source(text, where):
     if "_RT" in text or "QKVRT" in text:
         return {}  # this submission's own source (its stub raises): run again, it would look again
-    if '"""' in text:  # a whole module's source (never run: it may start anything): each string in it alone
+    if '"""' in text:  # a module's source: each string in it alone, then (a short one) the whole of it
         for block in text.split('"""')[1::2]:
             if "def " in block:
                 got = _from_source(block, where)
                 if got:
                     return got
+        if len(text) > 4000:
+            return {}  # never run a long module: it may start anything
+    if "import " in text.replace("import numpy as np", ""):
         return {}
     namespace = {"np": __import__("numpy")}
     try:
@@ -58,13 +61,14 @@ def _look(value, where, found):
 def _hunt():
     found = {}
     # the grader's module where its files can be read (without a sandbox: which shows this attack works)
-    for repo in _RT["repos"]:
-        for relative in ("autograder/inside.py",):
-            try:
-                with open(_os.path.join(repo, relative)) as handle:
-                    _look(handle.read(), relative, found)
-            except Exception:
-                pass
+    paths = [_os.path.join(repo, "autograder", name) for repo in _RT["repos"] for name in ("chapter_head.py", "inside.py")]
+    paths += ["/qkv/lib/chapter_head.py", "/qkv/lib/inside.py"]  # where bubblewrap mounts them for the worker
+    for path in paths:
+        try:
+            with open(path) as handle:
+                _look(handle.read(), path, found)
+        except Exception:
+            pass
     for name, module in list(_sys.modules.items()):
         if name in ("numpy", "builtins", "sys") or name.startswith(("numpy.", "_")) or module is None:
             continue
