@@ -197,6 +197,12 @@ def _through_carried(by_id: dict[str, StepResult], steps: list[StepResult]) -> N
                                       carried_from=first)
 
 
+def _raised_alike(one: Outcome | None, other: Outcome | None) -> bool:
+    """Did both calls raise the very same exception: its type, its message and the line it came from?"""
+    return bool(one is not None and other is not None and one.raised and other.raised
+                and all(one.raised.get(key) == other.raised.get(key) for key in ("type", "message", "where")))
+
+
 def _raised_as_before(cases: list[Case], expected: list[list[dict]], first: list[Outcome | None],
                       again: list[Outcome | None]) -> bool:
     """Did every call made again either pass, or raise the very exception (type, message and line)
@@ -205,8 +211,7 @@ def _raised_as_before(cases: list[Case], expected: list[list[dict]], first: list
         if outcome is None or outcome.fault:
             return False
         if outcome.raised:
-            if before is None or not before.raised or any(outcome.raised.get(key) != before.raised.get(key)
-                                                          for key in ("type", "message", "where")):
+            if not _raised_alike(outcome, before):
                 return False
         elif not judge._judge_call(case, index, outcome, want).ok:
             return False
@@ -257,8 +262,7 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
             if whole.raised or alone.raised:
                 # the very exception, from the same line, on the batch and on its examples alone:
                 # the head fails on one sequence as it fails on the batch
-                if not (whole.raised and alone.raised and all(whole.raised.get(key) == alone.raised.get(key)
-                                                              for key in ("type", "message", "where"))):
+                if not _raised_alike(whole, alone):
                     return False
                 raised_alike = True
                 continue

@@ -2271,8 +2271,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             elif sized and set(raised) <= sized[1]:
                 found.looks["crashed"] = sized[0]
                 found.sized.add("crashed")
-            elif _raised_advice([flat[i] for i in raised]):
-                found.looks["crashed"] = _raised_advice([flat[i] for i in raised])
+            elif advice := _raised_advice([flat[i] for i in raised]):
+                found.looks["crashed"] = advice
             elif any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
                 found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
@@ -2443,6 +2443,12 @@ def _dropped(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
             f"{1 - 1 / factors[0]:.3g} leaves them. The chapter's head applies no dropout.")
 
 
+def _line_through(want: np.ndarray, got: np.ndarray, scale: float) -> tuple[float, float] | None:
+    """(α, β) where every number of `got` is α times `want`'s plus β (to 1e-6, and 1e-9 of `scale`); else None."""
+    alpha, beta = np.polyfit(want, got, 1)
+    return (float(alpha), float(beta)) if np.allclose(got, alpha * want + beta, rtol=1e-6, atol=1e-9 * scale) else None
+
+
 def _rows_affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
     """Where each row of every wrong array is the expected row times a factor plus a constant, both
     its own (shown by rows of three numbers or more, not all alike; one of two numbers fits any):
@@ -2459,8 +2465,7 @@ def _rows_affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
             standard = standard and abs(float(row.mean())) <= 1e-6 and abs(float(row.std()) - 1) <= 1e-3
             if len(want) < 3:
                 continue
-            alpha, beta = np.polyfit(want, row, 1)
-            if not np.allclose(row, alpha * want + beta, rtol=1e-6, atol=1e-9 * scale):
+            if _line_through(want, row, scale) is None:
                 return ""
             shown += 1
     if not shown:
@@ -2482,10 +2487,11 @@ def _affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
         scale = max(1.0, float(np.max(np.abs(part))))
         if part.size < 2 or np.ptp(part) <= 1e-9 * scale:
             return ""  # one number, or all alike: any factor and constant fit it
-        alpha, beta = np.polyfit(part.ravel(), got.ravel(), 1)
-        if not np.allclose(got, alpha * part + beta, rtol=1e-6, atol=1e-9 * scale):
+        line = _line_through(part.ravel(), got.ravel(), scale)
+        if line is None:
             return ""
-        factors.append((float(alpha), float(beta)))
+        alpha, beta = line
+        factors.append(line)
         uniform = uniform and part.ndim >= 1 and isclose(beta, (1 - alpha) / part.shape[-1], 1e-6, 1e-12)
     alphas = [alpha for alpha, _ in factors]
     if not alphas or not np.allclose(alphas, alphas[0], rtol=1e-6, atol=1e-12) or isclose(alphas[0], 1.0, 1e-6, 1e-9) \

@@ -451,42 +451,48 @@ _RELATION = re.compile(r"On every case it failed, (every number of each wrong ar
                        r"of a wrong array is the expected \5 (plus a constant|times a factor) of its own)")
 
 
+def _related_arrays(graded, step_id):
+    """(call, got, expected) of every wrong array a failing call returned, of which a relation is said
+    "on every case it failed": every such call returned a value."""
+    for call, kind, value in _failing(graded, step_id):
+        assert kind == "value", f"{step_id}: a relation said on every case it failed, yet one of them {kind}"
+        for name, want in _reference(call.fn, call).items():
+            got = value.get(name)
+            if isinstance(want, np.ndarray) and not np.allclose(got, want, rtol=1e-9, atol=1e-9):
+                yield call, got, want
+
+
 def _check_relation(graded, step_id, text):
     """"On every case it failed, …": the relation holds of every wrong array returned, checked here
     with numbers, whatever the judge computed."""
     said = _RELATION.search(text)
     if not said:
         return
-    for call, kind, value in _failing(graded, step_id):
-        assert kind == "value", f"{step_id}: a relation said on every case it failed, yet one of them {kind}"
-        for name, want in _reference(call.fn, call).items():
-            got = value.get(name)
-            if not isinstance(want, np.ndarray) or np.allclose(got, want, rtol=1e-9, atol=1e-9):
-                continue
-            assert got.shape == want.shape, f"{step_id}: a relation said of an array of another shape"
-            tol = dict(rtol=1e-6, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
-            if said.group(1).startswith("every number"):
+    for call, got, want in _related_arrays(graded, step_id):
+        assert got.shape == want.shape, f"{step_id}: a relation said of an array of another shape"
+        tol = dict(rtol=1e-6, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
+        if said.group(1).startswith("every number"):
+            gap = got - want
+            assert np.allclose(gap, gap.flat[0], **tol), f"{step_id}: no constant added to every number"
+        elif said.group(1).startswith("each wrong array"):
+            where = np.abs(want) > 1e-9
+            factor = (got[where] / want[where]).flat[0]
+            assert np.allclose(got, factor * want, **tol), f"{step_id}: no single factor"
+            if said.group(4):  # the factor named as a size of the call
+                size = float(judge._sizes_of(call)[said.group(4)])
+                size = np.sqrt(size) if said.group(3) else size
+                assert np.isclose(factor, 1 / size if said.group(2) else size, rtol=1e-6), \
+                    f"{step_id}: the factor is not {said.group(0)}"
+        else:
+            axis = -1 if said.group(5) == "row" else -2
+            if said.group(6) == "plus a constant":
                 gap = got - want
-                assert np.allclose(gap, gap.flat[0], **tol), f"{step_id}: no constant added to every number"
-            elif said.group(1).startswith("each wrong array"):
-                where = np.abs(want) > 1e-9
-                factor = (got[where] / want[where]).flat[0]
-                assert np.allclose(got, factor * want, **tol), f"{step_id}: no single factor"
-                if said.group(4):  # the factor named as a size of the call
-                    size = float(judge._sizes_of(call)[said.group(4)])
-                    size = np.sqrt(size) if said.group(3) else size
-                    assert np.isclose(factor, 1 / size if said.group(2) else size, rtol=1e-6), \
-                        f"{step_id}: the factor is not {said.group(0)}"
+                assert np.allclose(gap, np.take(gap, [0], axis=axis), **tol), f"{step_id}: no constant per {said.group(5)}"
             else:
-                axis = -1 if said.group(5) == "row" else -2
-                if said.group(6) == "plus a constant":
-                    gap = got - want
-                    assert np.allclose(gap, np.take(gap, [0], axis=axis), **tol), f"{step_id}: no constant per {said.group(5)}"
-                else:
-                    for line in np.moveaxis(got / np.where(want == 0, np.nan, want), axis, -1).reshape(-1, got.shape[axis]):
-                        line = line[np.isfinite(line)]
-                        assert line.size and np.allclose(line, line[0], rtol=1e-6, atol=1e-8), \
-                            f"{step_id}: no factor per {said.group(5)}"
+                for line in np.moveaxis(got / np.where(want == 0, np.nan, want), axis, -1).reshape(-1, got.shape[axis]):
+                    line = line[np.isfinite(line)]
+                    assert line.size and np.allclose(line, line[0], rtol=1e-6, atol=1e-8), \
+                        f"{step_id}: no factor per {said.group(5)}"
 
 
 _SHAPE_SAID = re.compile(r"Each wrong shape (is the expected one with an extra axis of length 1|is the expected one "
@@ -610,30 +616,25 @@ def _check_more_relations(graded, step_id, text):
     if not (dropped or affine or rows):
         return
     zeros = 0
-    for call, kind, value in _failing(graded, step_id):
-        assert kind == "value", f"{step_id}: a relation said on every case it failed, yet one of them {kind}"
-        for name, want in _reference(call.fn, call).items():
-            got = value.get(name)
-            if not isinstance(want, np.ndarray) or np.allclose(got, want, rtol=1e-9, atol=1e-9):
-                continue
-            tol = dict(rtol=1e-5, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
-            if dropped:
-                gone = (got == 0) & (want != 0)
-                zeros += int(gone.sum())
-                assert np.allclose(got[~gone], float(dropped.group(1)) * want[~gone], **tol), f"{step_id}: not dropout"
-            if affine:
-                alpha = float(affine.group(1))
-                beta = (1 - alpha) / want.shape[-1] if affine.group(2) else np.mean(got - alpha * want)
-                assert np.allclose(got, alpha * want + beta, **tol), f"{step_id}: not the expected one times {alpha} plus a constant"
-            if rows:
-                for row, part in zip(got.reshape(-1, want.shape[-1]), want.reshape(-1, want.shape[-1])):
-                    if np.ptp(part) <= 1e-9:
-                        continue
-                    if row.size >= 3:
-                        fit = np.polyval(np.polyfit(part, row, 1), part)
-                        assert np.allclose(row, fit, **tol), f"{step_id}: a row is not the expected row shifted and rescaled"
-                    if rows.group(1).startswith("shifted"):
-                        assert abs(row.mean()) <= 1e-6 and abs(row.std() - 1) <= 1e-3, f"{step_id}: a row is not standardized"
+    for _, got, want in _related_arrays(graded, step_id):
+        tol = dict(rtol=1e-5, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
+        if dropped:
+            gone = (got == 0) & (want != 0)
+            zeros += int(gone.sum())
+            assert np.allclose(got[~gone], float(dropped.group(1)) * want[~gone], **tol), f"{step_id}: not dropout"
+        if affine:
+            alpha = float(affine.group(1))
+            beta = (1 - alpha) / want.shape[-1] if affine.group(2) else np.mean(got - alpha * want)
+            assert np.allclose(got, alpha * want + beta, **tol), f"{step_id}: not the expected one times {alpha} plus a constant"
+        if rows:
+            for row, part in zip(got.reshape(-1, want.shape[-1]), want.reshape(-1, want.shape[-1])):
+                if np.ptp(part) <= 1e-9:
+                    continue
+                if row.size >= 3:
+                    fit = np.polyval(np.polyfit(part, row, 1), part)
+                    assert np.allclose(row, fit, **tol), f"{step_id}: a row is not the expected row shifted and rescaled"
+                if rows.group(1).startswith("shifted"):
+                    assert abs(row.mean()) <= 1e-6 and abs(row.std() - 1) <= 1e-3, f"{step_id}: a row is not standardized"
     assert not dropped or zeros, f"{step_id}: dropout said where no number was dropped"
 
 
