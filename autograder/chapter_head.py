@@ -1,7 +1,8 @@
 """The head as the chapter computes it in §15.6, one function per step that another builds on:
 what stands in for a failing earlier step when a later step is called again (see inside.py). It is
 the chapter's printed computation and nothing more (the tests check that it agrees with the
-reference). The worker reads it as text once its fork server runs; nothing that grades imports it.
+reference). The grader reads it as text and sends a job that calls steps again the functions it
+names; no worker has it in view, and nothing that grades imports it.
 """
 import numpy as np
 

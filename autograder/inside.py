@@ -17,7 +17,8 @@ What the worker sends, on another such channel, to the grader only:
 A job may also ask to call some steps again ("again": per step, the names of the functions to
 replace): each such step runs alone in a fresh child, which imports the submission as before and
 calls that step's planned calls with those names in the module bound, for each call alone, to the
-chapter's own computation (§15.6, `chapter_head.py`, sent to that child alone), and bound back to
+chapter's own computation (§15.6, `chapter_head.py`: the grader sends the job the functions it
+names, and the worker passes them to that child alone), and bound back to
 the student's after it. The grader asks this only for a failing step built on failing earlier steps, never naming the step's
 own function: a step whose own work is right then passes (the error carried forward).
 
@@ -69,6 +70,7 @@ import json
 import math
 import os
 import select
+import stat
 import sys
 import time
 
@@ -504,24 +506,6 @@ def _seal_descriptors(keep):
     os.closerange(low, 1 << 20)
 
 
-_CHAPTER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chapter_head.py")
-_CHAPTER_FUNCTIONS: dict = {}
-
-
-def chapter_functions() -> dict:
-    """Each of the chapter's functions (chapter_head.py), its source alone: what stands in for a
-    failing earlier step when a later step is called again. Read by the worker, and only once its
-    fork server is running: no child is forked from memory that ever held it. A job that calls
-    steps again is sent, on its own pipe, the stand-ins it names and nothing else (a child that could
-    reach the whole head would hand it in as its own)."""
-    if not _CHAPTER_FUNCTIONS:
-        with open(_CHAPTER_FILE, encoding="utf-8") as handle:
-            text = handle.read()
-        _CHAPTER_FUNCTIONS.update({part.split("(", 1)[0]: "def " + part.split("\n\n\n", 1)[0] + "\n"
-                                   for part in text.split("\ndef ")[1:]})
-    return _CHAPTER_FUNCTIONS
-
-
 CHAPTER_NAMES = ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head")
 CHAPTER_CALLS = {"attention": ("scores", "scale", "softmax_rows", "mix"), "self_attention_head": ("project_qkv", "attention")}
 """Which of the chapter's functions each calls: a stand-in reaches these, and nothing else of it."""
@@ -748,7 +732,7 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             break
         chunks.append(chunk)
     data = b"".join(chunks)
-    # ahead of it, on a run called again, the stand-ins it names (`chapter_functions`)
+    # ahead of it, on a run called again, the stand-ins it names (runner.chapter_functions)
     ahead = job.pop("chapter", 0)
     stand_ins, data = (data[:ahead], data[ahead:]) if type(ahead) is int and 0 < ahead <= len(data) else (b"", data)
     # and after it, where an earlier child of the same source compiled it (`Worker.codes`), what it compiled
@@ -1309,10 +1293,12 @@ class Worker:
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "replace": job.get("replace"),
                 "cpu": int(limits["import_timeout"] + calls * limits["call_timeout"] + 5)}
-        # the stand-ins the job names, sent ahead of the source on the child's own pipe: never through
+        # the stand-ins the job names, as the grader sent them with it (the chapter's head is never
+        # in the worker's view), passed on ahead of the source on the child's own pipe: never through
         # the fork server, whose memory every later child inherits
-        stand_ins = "".join(chapter_functions()[name] for name in CHAPTER_NAMES
-                            if name in (job.get("replace") or ())).encode()
+        sent = job.get("stand_ins") if type(job.get("stand_ins")) is dict else {}
+        stand_ins = "".join(sent[name] for name in CHAPTER_NAMES
+                            if name in (job.get("replace") or ()) and type(sent.get(name)) is str).encode()
         if stand_ins:
             meta["chapter"] = len(stand_ins)
         key = (job["filename"], job["cells"])
@@ -1348,6 +1334,10 @@ class Worker:
             if os.path.lexists(scratch):  # what is left, the child may still be writing: once it is gone
                 self.forks.ended(pid)
                 remove_tree(scratch)
+            # (what a child left elsewhere in a private /tmp: again once it is gone, where it left any)
+            if self.config.get("private_tmp") and _sweep(os.path.dirname(self.scratch_root), self.scratch_root):
+                self.forks.ended(pid)
+                _sweep(os.path.dirname(self.scratch_root), self.scratch_root)
 
     def wait_watching(self, reader, deadline, scratch):
         """Wait until the child's next frame is whole in `reader`'s buffer; meanwhile, every
@@ -1367,7 +1357,9 @@ class Worker:
             now = time.monotonic()
             if now - self.checked > DISK_POLL:
                 self.checked = now
-                if _over_quota(scratch):
+                # where the worker's /tmp is its own, all of it: a child that Landlock does not
+                # confine may write anywhere there
+                if _over_quota(os.path.dirname(self.scratch_root) if self.config.get("private_tmp") else scratch):
                     raise OverQuota("it wrote more than %d MiB or %d files, or made a folder that cannot be counted"
                                     % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
             if now >= deadline:
@@ -1571,6 +1563,45 @@ def _over_quota(scratch):
         except OSError:
             return True
     return False
+
+
+def _sweep(top, keep):
+    """Remove everything in `top` but the folder `keep`, and everything in `keep` (made again, empty,
+    if it is no longer a folder): what a child left outside its own folder, where nothing but this
+    confines it (the worker's private /tmp, on a kernel without Landlock). Says whether there was any."""
+    left = False
+    for folder, mode in ((top, 0o1777), (keep, 0o700)):  # as the worker made them, whatever a child did
+        try:
+            if stat.S_IMODE(os.lstat(folder).st_mode) != mode and os.path.isdir(folder) and not os.path.islink(folder):
+                left = True
+                os.chmod(folder, mode)
+        except OSError:
+            pass
+    try:
+        if not os.path.isdir(keep) or os.path.islink(keep):
+            left = True
+            os.unlink(keep)
+    except FileNotFoundError:
+        pass
+    if left or not os.path.lexists(keep):
+        left = True
+        os.mkdir(keep, 0o700)
+    for folder, spare in ((top, keep), (keep, None)):
+        try:
+            with os.scandir(folder) as entries:
+                found = [(entry.path, entry.is_dir(follow_symlinks=False)) for entry in entries if entry.path != spare]
+        except OSError:
+            continue
+        left = left or bool(found)
+        for path, folder_too in found:
+            if folder_too:
+                remove_tree(path)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    return left
 
 
 def remove_tree(path):

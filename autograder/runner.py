@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import protocol, sandbox
@@ -33,6 +34,21 @@ BUDGET_CALLS = 20
 
 STARTING_GRACE = 2.0
 """Seconds a worker closed while still starting is given to end on its own, removing its scratch folder."""
+
+
+_CHAPTER_FUNCTIONS: dict[str, str] = {}
+
+
+def chapter_functions() -> dict[str, str]:
+    """Each of the chapter's functions (chapter_head.py), its source alone: what stands in for a
+    failing earlier step when a later step is called again. Only the grader reads the file; a job
+    that calls steps again carries those it names (a child that could reach the whole head would
+    hand it in as its own)."""
+    if not _CHAPTER_FUNCTIONS:
+        text = Path(__file__).with_name("chapter_head.py").read_text(encoding="utf-8")
+        _CHAPTER_FUNCTIONS.update({part.split("(", 1)[0]: "def " + part.split("\n\n\n", 1)[0] + "\n"
+                                   for part in text.split("\ndef ")[1:]})
+    return _CHAPTER_FUNCTIONS
 
 
 @dataclass(frozen=True)
@@ -367,6 +383,10 @@ class Worker:
                            "memory": limits.memory, "output": limits.output}}
         if again is not None:  # a step of the plan: both its parts, in one child
             head["again"] = [[_parts_of(prepared, index), list(names)] for index, names in again]
+            # the chapter's functions those names stand for, from the grader: the head is never in a
+            # worker's view, where a child without Landlock could read it
+            head["stand_ins"] = {name: source for name, source in chapter_functions().items()
+                                 if any(name in names for _, names in again)}
         # The cells in marshal's format: read by the submission's own process only, and decoded
         # there without running any of the JSON module's Python code (cheaper in a fresh fork).
         frames.append(protocol.pack(head, marshal.dumps(cells)))

@@ -26,7 +26,6 @@ from pathlib import Path
 
 INSIDE = Path(__file__).with_name("inside.py")
 PROTOCOL = Path(__file__).with_name("protocol.py")
-CHAPTER_HEAD = Path(__file__).with_name("chapter_head.py")  # the stand-ins, read by the worker as text
 _LIB, _SITE = "/qkv/lib", "/qkv/site"
 # A worker imports inside.py rather than running it as a script, so that its bytecode is read from
 # __pycache__ like any module's instead of being compiled again at every start.
@@ -252,17 +251,19 @@ def worker_command(mode: str, channel: tuple[int, int]) -> tuple[list[str], dict
     libs = numpy.with_name("numpy.libs")
     if libs.is_dir():
         argv += ["--ro-bind", str(libs), f"{_SITE}/numpy.libs"]
-    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py",
-             "--ro-bind", str(CHAPTER_HEAD), f"{_LIB}/chapter_head.py"]
+    argv += ["--ro-bind", str(INSIDE), f"{_LIB}/inside.py", "--ro-bind", str(PROTOCOL), f"{_LIB}/protocol.py"]
     for cached in _bytecode():  # no compiling at each start
         argv += ["--ro-bind", str(cached), f"{_LIB}/__pycache__/{cached.name}"]
     argv += [
              "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
              "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+             # Nothing but /tmp can be written, even by a child on a kernel without Landlock; and the
+             # worker sweeps all of /tmp after each child (config "private_tmp"), not only its folder.
+             "--remount-ro", "/", "--remount-ro", "/dev",
              "--chdir", "/tmp", "--clearenv"]
     for name, value in {**env, "HOME": "/tmp"}.items():
         argv += ["--setenv", name, value]
-    config["numpy"] = f"{_SITE}/numpy"
+    config["numpy"], config["private_tmp"] = f"{_SITE}/numpy", True
     return _with_open_parents(argv) + [str(python), "-I", "-S", "-c", _BOOT % _LIB, json.dumps(config)], env
 
 

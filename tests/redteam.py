@@ -37,6 +37,7 @@ import pytest
 from support import IN_CI, REPO, STUB, reference_source, variant
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
+TOOLS = Path(__file__).resolve().parent / "tools"
 VARIANTS = {
     "bwrap": ("bwrap", False),
     "bwrap-userns": ("bwrap-userns", True),
@@ -44,12 +45,19 @@ VARIANTS = {
     "landlock-user": ("landlock", True),
     "none": ("none", False),
     "none-user": ("none", True),
+    # bubblewrap on a kernel without Landlock, which the bwrap modes allow (tools/without_landlock.py)
+    "bwrap-no-landlock": ("bwrap", False),
+    "bwrap-userns-no-landlock": ("bwrap-userns", True),
 }
+WITHOUT_LANDLOCK = {"bwrap-no-landlock", "bwrap-userns-no-landlock"}
 """How each mode is run here: its QKV_SANDBOX name, and whether the grader runs as a normal user
 (else as root). Landlock is run both ways: as root it drops the submission's identity, as a
 normal user (the instructor in a container without namespaces) it cannot."""
 MODES = ("bwrap", "bwrap-userns", "landlock", "landlock-user")
 """The modes every attack must fail against."""
+FILE_MODES = MODES + tuple(sorted(WITHOUT_LANDLOCK))
+"""... and those an attack on files must fail against: without Landlock, bubblewrap's view alone
+holds what a child may read and write."""
 USER = "qkvtest"
 SEED = 20261201
 CALL_LIMIT = 0.5
@@ -87,6 +95,9 @@ def honest(kind: str) -> str:
         return reference_source() + (f"\n\nimport time as _time\n_honest_head_facts = head_facts\n\n\n"
                                      f"def head_facts(t, d_k, d_v):\n    _time.sleep({SLOW})\n"
                                      f"    return _honest_head_facts(t, d_k, d_v)\n")
+    if kind == "tempfile":  # correct, and opens a temporary file as it is imported (where TMPDIR says)
+        return (reference_source() + "\n\nimport tempfile as _tempfile\n\nwith _tempfile.TemporaryFile() as _scratch:\n"
+                "    _scratch.write(b\"\\0\" * 4096)\n")
     if kind == "mutating":
         return variant([(SOFTMAX_MAX, "s -= s.max(axis=-1, keepdims=True)\n    shifted = s")])
     if kind == "stdlib":  # the smoke test: a correct submission that leans on the standard library
@@ -98,7 +109,7 @@ def honest(kind: str) -> str:
     raise KeyError(kind)
 
 
-BASELINE = ("correct", "colnorm", "stub", "slow", "mutating")
+BASELINE = ("correct", "colnorm", "stub", "slow", "mutating", "tempfile")
 
 RAW = {
     # A notebook nested 200,000 levels deep: the grader parses it before anything runs.
@@ -340,6 +351,8 @@ class Runtime:
     site_dirs: list[str] = field(default_factory=list)
     """The grader Python's site-packages and user site: no file may appear in them."""
     runs: int = 0
+    without_landlock: bool = False
+    """Run the grader as on a kernel without Landlock (tools/without_landlock.py)."""
 
     @property
     def as_user(self) -> bool:
@@ -347,6 +360,8 @@ class Runtime:
 
     def argv(self, *args: str) -> list[str]:
         command = [self.python, "-m", "autograder.cli", *args]
+        if self.without_landlock:
+            command = [self.python, str(self.base / "without_landlock.py"), *command]
         if self.as_user:
             command = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", *command]
         return command
@@ -418,9 +433,11 @@ def _scratch(label: str, mode: int = 0o755) -> Path:
 @functools.lru_cache(maxsize=None)
 def runtime(mode: str) -> Runtime:
     base = _scratch(mode)
+    if mode in WITHOUT_LANDLOCK:  # where the grading user can read it
+        shutil.copy(TOOLS / "without_landlock.py", base / "without_landlock.py")
     name, as_user = VARIANTS[mode]
     if not as_user:
-        return Runtime(name, base, site_dirs=_site_dirs(sys.executable))
+        return Runtime(name, base, site_dirs=_site_dirs(sys.executable), without_landlock=mode in WITHOUT_LANDLOCK)
     # A normal instructor: their own venv (Debian's python, which they can run) holding what the
     # grader imports, and their own copy of the project.
     user = _ensure_user()
@@ -444,7 +461,7 @@ def runtime(mode: str) -> Runtime:
     _chown_tree(repo, user.pw_uid, user.pw_gid)
     python = str(venv / "bin" / "python")
     return Runtime(name, base, user.pw_uid, user.pw_gid, python, repo,
-                   site_dirs=_site_dirs(python) + [str(site)])
+                   site_dirs=_site_dirs(python) + [str(site)], without_landlock=mode in WITHOUT_LANDLOCK)
 
 
 # ------------------------------------------------------------------ the listeners -------------

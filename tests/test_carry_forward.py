@@ -526,12 +526,12 @@ def test_the_stand_in_is_the_reference_on_every_hidden_case():
     the reference's very values on every case the grader calls it with."""
     import numpy as np
 
-    from autograder import inside, judge
+    from autograder import inside, judge, runner
     from inprocess import grader
     from solutions import attention_head as reference
 
     chapter = {"np": np}
-    exec("".join(inside.chapter_functions().values()), chapter)
+    exec("".join(runner.chapter_functions().values()), chapter)
     g = grader(SEED)
     checked = 0
     for sid, cases in g.cases.items():

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from redteam import (SECRETS, MODES, VARIANTS, Entry, Outcome, attack_source, attacker, baseline, grade, graded_view,
+from redteam import (SECRETS, FILE_MODES, MODES, VARIANTS, Entry, Outcome, attack_source, attacker, baseline, grade, graded_view,
                      require, runtime, verdict, victim)
 from support import steps_by_id
 
@@ -50,6 +50,8 @@ def modes(*names: str) -> pytest.MarkDecorator:
 
 
 per_mode = modes(*MODES)
+file_modes = modes(*FILE_MODES)
+"""For the attacks on files: also bubblewrap on a kernel without Landlock, which the bwrap modes allow."""
 
 
 def _between_classmates(*attacks: Entry) -> list[Entry]:
@@ -113,6 +115,8 @@ GROUPS = {
                     attacker("c", "shm_reader", "collusion_reader"), victim("d", "colnorm"),
                     attacker("z", "shm_reader", "collusion_reader")],
     "disk_burst": lambda: _between_classmates(attacker("b", "disk_burst")),
+    "fill_shared": lambda: [victim("a", "correct"), attacker("b", "fill_shared", base="correct"), victim("c", "tempfile"),
+                            victim("d", "colnorm")],
     "disk_hidden": lambda: _between_classmates(attacker("b", "hidden_folder")),
     "locked": lambda: [victim("a", "correct"),
                        attacker("b", "locked_writer", "collusion_writer", "locked_writer", base="correct"),
@@ -385,7 +389,7 @@ def test_a_write_into_an_argument_is_caught_where_it_happens_and_a_forced_one_to
 
 # ------------------------------------------------------------------ what it may see -----------
 
-@per_mode
+@file_modes
 def test_classmates_and_instructors_files_cannot_be_read(mode):
     check(mode, "information", "classmate")
 
@@ -395,12 +399,12 @@ def test_the_graders_proc_reveals_no_secret(mode):
     check(mode, "information", "read_proc")
 
 
-@per_mode
+@file_modes
 def test_importing_the_reference_or_the_grader_gains_nothing(mode):
     check(mode, "information", "import_solutions")
 
 
-@per_mode
+@file_modes
 def test_the_graders_own_head_is_nowhere_in_the_child(mode):
     """A child is forked from the worker: neither the worker's modules, nor the frames that run the
     submission, nor any object the collector tracks holds a working copy of the chapter's head (the
@@ -420,7 +424,7 @@ def test_no_connection_reaches_a_listener_on_this_machine(mode):
 
 # ------------------------------------------------------------------ what it may leave ----------
 
-@per_mode
+@file_modes
 def test_answers_left_behind_do_not_score_for_a_later_stub(mode):
     check(mode, "collusion")
     # ... nor for one graded in a later run.
@@ -434,27 +438,34 @@ def test_answers_left_in_system_v_shared_memory_do_not_score_for_a_later_stub(mo
     check(mode, "shm")
 
 
-@per_mode
+@file_modes
+def test_filling_every_shared_folder_costs_the_next_classmate_nothing(mode):
+    """A submission that fills /tmp, /dev/shm and the rest outside its scratch folder: the classmate
+    after it, who opens a temporary file, still gets the grade it gets alone."""
+    check(mode, "fill_shared")
+
+
+@file_modes
 def test_answers_left_in_a_folder_locked_against_removal_do_not_score_for_a_later_stub(mode):
     check(mode, "locked")
 
 
-@per_mode
+@file_modes
 def test_a_folder_made_unreadable_hides_nothing_from_the_quota(mode):
     check(mode, "disk_hidden")
 
 
-@per_mode
+@file_modes
 def test_a_planted_pth_or_sitecustomize_never_lands(mode):
     check(mode, "files", "plant_site")
 
 
-@per_mode
+@file_modes
 def test_the_instructors_home_cannot_be_changed(mode):
     check(mode, "files", "home_writes")
 
 
-@per_mode
+@file_modes
 def test_no_file_outside_the_scratch_folder_has_its_mode_owner_times_or_attributes_changed(mode):
     check(mode, "metadata")
 
