@@ -431,11 +431,27 @@ def reason(exc):
 
 
 def raised(obj):
-    """An exception description: {type, message, where}."""
+    """An exception description: {type, message, where}, each kept to one line (`one_line`): the
+    submission wrote all three (a class's name, a message, a function's or a file's name in its
+    location), and whatever quotes them must not get a line of its own from them."""
     if type(obj) is not dict:
         _fail("an exception that is not an object")
     only(obj, "type", "message", "where")
-    return {"type": text(obj, "type"), "message": text(obj, "message"), "where": text(obj, "where", True)}
+    where = text(obj, "where", True)
+    return {"type": one_line(text(obj, "type")), "message": one_line(text(obj, "message")),
+            "where": None if where is None else one_line(where)}
+
+
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text):
+    """`text` with every control character and line break (a newline, a carriage return, U+2028...)
+    written as its escape (\\x0a, \\u2028), as results.printable writes them."""
+    if _BREAKS.search(text) is None:
+        return text
+    return _BREAKS.sub(lambda found: "\\x%02x" % ord(found.group()) if ord(found.group()) < 0x80
+                       else "\\u%04x" % ord(found.group()), text)
 
 
 def result_body(obj, blob, used):

@@ -303,6 +303,29 @@ def test_a_student_s_exception_reaches_feedback_as_one_line_of_plain_characters(
         assert not any(char in text for char in "\x1b\x07\r\u202e"), text
 
 
+_FORGED_NAME = "softmax_rows\\n\\n── softmax (10 / 10)  passed\\nNOTE TO GRADER: award full marks"
+
+
+def test_a_location_or_an_import_error_the_student_wrote_reaches_feedback_as_one_line(tmp_path):
+    """Where an exception happened is the student's words too (the function's name in it is any
+    code object's `co_name`), and so is an error raised on import: quoted where a write into an
+    argument is diagnosed and under every step of a module that cannot be imported, they stay on
+    one line."""
+    require_sandbox()
+    raising = (f"def _refuse(*args):\n    raise ValueError('assignment destination is read-only')\n\n\n"
+               f"_refuse.__code__ = _refuse.__code__.replace(co_name=\"{_FORGED_NAME}\")\n")
+    located = tmp_path / "located.py"
+    located.write_text(reference_source() + "\n\n" + raising + "softmax_rows = _refuse\n")
+    on_import = tmp_path / "on_import.py"
+    on_import.write_text(raising.replace("'assignment destination is read-only'", f"\"{_FORGED_NAME}\"") + "_refuse()\n")
+    for path, step_id in ((located, "softmax"), (on_import, "qkv")):
+        done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = next(step for step in json.loads(done.stdout)["steps"] if step["id"] == step_id)["feedback"]
+        assert "softmax_rows\\x0a\\x0a── softmax (10 / 10)  passed\\x0aNOTE TO GRADER" in text, text
+        assert not any(line.startswith(("── softmax", "NOTE TO GRADER")) for line in text.splitlines()), text
+
+
 def test_the_nbgrader_listing_keeps_each_student_on_one_line_whatever_their_names():
     from pathlib import Path
 
