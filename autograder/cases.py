@@ -254,7 +254,20 @@ def _cases_ex2(rng, ex):
                    # a clearly negative entry where every entry is at most 1 and every row sums to
                    # one: only a test of the signs rejects it, whatever else is tested
                    np.array([[0.25, 0.25, 0.25, 0.25], [0.625, 0.5, -0.125, 0.0], [0.5, 0.5, 0.0, 0.0],
-                             [0.125, 0.125, 0.25, 0.5]])):
+                             [0.125, 0.125, 0.25, 0.5]]),
+                   # one row wrong, every other right: the first (summing to 1.5), a middle one summing
+                   # to a half (below one, which a test without the absolute value lets through), and
+                   # the last (negative, summing to one): a loop over the rows that skips the first or
+                   # the last, or a test phrased one-sidedly, is caught on its own
+                   np.array([[0.75, 0.5, 0.25, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.25, 0.125, 0.125],
+                             [0.125, 0.375, 0.25, 0.25]]),
+                   np.array([[0.5, 0.25, 0.25, 0.0, 0.0], [0.125, 0.125, 0.125, 0.125, 0.0],
+                             [0.2, 0.2, 0.2, 0.2, 0.2], [0.0, 0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.125, 0.125]]),
+                   np.array([[0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [0.125, 0.375, 0.25, 0.25],
+                             [0.5, 0.75, -0.25, 0.0]]),
+                   # valid weights of two positions, and an invalid stack of two: a test of the
+                   # length (`len(a) == 2`, the rows counted) where the axes are meant tells them apart
+                   np.array([[0.75, 0.25], [0.5, 0.5]]), np.full((2, 2, 2), 0.5)):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 

@@ -196,6 +196,8 @@ OPS: dict[str, tuple[Callable, str]] = {
                   "{0}[{1}, :].sum(axis=0)"),
     "ndim2": (lambda a, p: np.asarray(a[0]).ndim == 2, "{0}.ndim == 2"),
     "ndim_at_least_2": (lambda a, p: np.asarray(a[0]).ndim >= 2, "{0}.ndim >= 2"),
+    # the length (the first axis's) tested where the number of axes is meant
+    "len2": (lambda a, p: len(a[0]) == 2 if np.ndim(a[0]) else False, "len({0}) == 2"),
     # a square test for the 2-D one: raises, as `a.shape[1]` does, on a 1-D array
     "square": (lambda a, p: np.asarray(a[0]).shape[0] == np.asarray(a[0]).shape[1], "{0}.shape[0] == {0}.shape[1]"),
     "guard": (lambda a, p: _guard(a[0]), "return False unless {0}"),
@@ -276,6 +278,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     "recip": (lambda a, p: 1.0 / a[0], "1 / {0}"),
     "float32": (lambda a, p: np.asarray(a[0]).astype(np.float32), "{0}.astype(np.float32)"),
     "row": (lambda a, p: np.asarray(a[0])[None], "{0}[None, :]"),
+    "skip_first": (lambda a, p: np.asarray(a[0])[1:], "{0}[1:]"),
+    "skip_last": (lambda a, p: np.asarray(a[0])[:-1], "{0}[:-1]"),
     "uniform_like": (lambda a, p: np.full_like(a[0], 1.0 / np.shape(a[0])[-1]), "np.full_like({0}, 1 / {0}.shape[-1])"),
     # inserted stages
     "abs": (lambda a, p: np.abs(a[0]), "abs({0})"),
@@ -387,6 +391,7 @@ SWAPS: dict[str, tuple[str, ...]] = {
 SWAPS["close"] += ("close_mean", "close_total", "no_far")
 SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
 SWAPS["lastdim"] += ("axes_count", "dim1")
+SWAPS["ndim2"] += ("len2",)
 SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
 SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
@@ -406,6 +411,9 @@ NUMPY_PHRASED = {"close_first": "np.isclose({0}[0], 1)", "close_any": "np.isclos
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
 INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
+# ... and in the exercises, the first or the last row left out: a loop over the rows that starts at
+# 1 or stops one short (`range(1, len(a))`, `range(len(a) - 1)`) never looks at it.
+INPUT_CHANGES_EX = ("skip_first", "skip_last")
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
 MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow", "squeeze")
@@ -582,7 +590,8 @@ OP_WORDS = {
     "dim1": "the second axis's length, counted from the front",
     "axes_count": "the number of its axes (`.ndim`)",
     "dot": "`np.dot`, which on a batch pairs every example with every other", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
-    "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D", "square": "a square test",
+    "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
+    "len2": "a test of the length (the rows counted, `len(a) == 2`)", "square": "a square test",
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
     "close_first": "the first row's sum only", "close_any": "any row summing to one",
     "close_below": "the sums compared without their absolute value", "close_rel": "np.allclose's default tolerance",
@@ -945,8 +954,12 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
             for value in (0, 1, 2, -1, -2):
                 if value != params["value"]:
                     new = (name, op, args, {**params, "value": value})
+                    counted = name == "softmax_axis" and value == 2  # the keys' axis, counted from 1
                     add(i, before + [new] + after, _line(new), f"{WORDS.get(name, name)} became {value}",
-                        f"value:{value}")
+                        f"value:{value}", look=(
+                            "numpy counts axes from 0: a [T, T] score matrix has axes 0 and 1, and the keys run "
+                            "along axis 1 (or -1, the last). Axis 2 is theirs only when axes are counted from 1, "
+                            "as MATLAB, R and Julia count them.") if counted else "")
         if exercise and name == "return" and op == "interv4":
             new = (name, "values4", args, params)
             add(i, before + [new] + after, _line(new), "a tuple of the values was returned in place of the dict",
@@ -1069,6 +1082,14 @@ def _inline(name: str, chain: dict) -> str:
     return OPS[op][1].format(*shown, **{k: ("None" if v is None else v) for k, v in params.items()})
 
 
+_ROWS_LEFT_OUT = {
+    "skip_first": "The first row is never looked at: a loop over the rows that starts at 1 (`range(1, len(a))`, a "
+                  "habit of counting from 1) skips it. Python counts from 0: `range(len(a))` visits every row.",
+    "skip_last": "The last row is never looked at: a loop over the rows that stops one short (`range(len(a) - 1)`, "
+                 "or a slice `[:-1]`) skips it. `range(len(a))` visits every row, the last included.",
+}
+
+
 def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
     """Edits beyond the single-line ones of `_edits`: the arguments changed as the function starts,
     one change made the same way to parallel lines, a group of lines run twice, a step left out for
@@ -1079,7 +1100,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
     arrays = [n for n, kind in inputs if kind == "array" and n in used]
     section = SECTIONS.get(stages[0][0], "§15.4")
     # The arguments changed as the function starts: each array argument alone, then all of them.
-    for change in INPUT_CHANGES:
+    for change in INPUT_CHANGES + (INPUT_CHANGES_EX if fn in EXERCISES else ()):
         groups = [[n] for n in arrays] + ([arrays] if len(arrays) > 1 else [])
         for group in groups:
             inserted = [(n, change, (n,), {}) for n in group]
@@ -1090,7 +1111,8 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 f"input:{'all' if len(group) > 1 else group[0]}:{change}", old="",
                 what=f"your `{fn}` gives what the reference gives with `{lines}` before its first line: "
                      f"as if {_and([WORDS.get(n, n) for n in group])} went in as {shown}.",
-                look=f"Find where `{fn}` changes {'its arguments' if len(group) > 1 else f'`{group[0]}`'} "
+                look=_ROWS_LEFT_OUT[change] if change in _ROWS_LEFT_OUT else
+                     f"Find where `{fn}` changes {'its arguments' if len(group) > 1 else f'`{group[0]}`'} "
                      f"before using {'them' if len(group) > 1 else 'it'}.",
                 stage_name="inputs" if len(group) > 1 else group[0])
     for i, stage in enumerate(stages):
@@ -1112,7 +1134,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
             outs = [a for a in args if kinds.get(a) == "array"]
             if op == "tuple" and len(outs) > 1:
                 # Every returned array changed the same way: the column-vector convention, say.
-                for change in ("T", "f32", "squeeze"):
+                for change in ("T", "f32", "squeeze", "trunc"):
                     inner = [(f"{a}'", change, (a,), {}) for a in outs]
                     new = (name, op, tuple(f"{a}'" if a in outs else a for a in args), params)
                     line = _line(new)

@@ -171,7 +171,8 @@ CODES: dict[str, Diagnosis] = dict([
     # The exercises.
     _d("zero-output", "a zero query still mixes the values: every score is 0, so the weights are equal and "
        "the output is the mean of the value rows, not zero.",
-       "Compute the weights from the zero scores with the softmax, then mix the value rows.", "§15.8"),
+       "Compute the weights from the zero scores with the softmax, then mix the value rows, into an array of "
+       "floats: one made with `dtype=int` cuts each share of the mixture to a whole number, 0 here.", "§15.8"),
     _d("summed-values", "your output is the sum of the value rows, not their mean: a zero query gives every "
        "position the same score, so each of the T weights is 1/T and the output averages the value rows (as "
        "if the values were mixed with weights of 1, exp(0), never divided by their total).",

@@ -2353,6 +2353,8 @@ def _zeroed(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
         whole_rows &= bool(np.all(zero[np.any(wrong, axis=-1)]))
     if not arrays:
         return ""
+    # every wrong number between -1 and 1 and cut to 0: what an array of an integer dtype keeps
+    cut = all(np.array_equal(got, np.trunc(part)) for got, part in arrays)
     named = [label for label, _ in _layout(2, 2) if label in (regions or ())]
     if named:
         where = f"{named[0]} of each wrong array is 0 throughout"
@@ -2360,7 +2362,65 @@ def _zeroed(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
         where = "each row of a wrong array that holds a wrong number is 0 throughout"
     else:
         where = "each wrong number is 0"
-    return f"On every case it failed, {where}, and every other number is right. {_ZEROED}"
+    return (f"On every case it failed, {where}, and every other number is right. {_ZEROED}"
+            + (f" Or they were written into an array of an integer dtype {_INTEGER_DTYPE}, which cuts every number "
+               "between -1 and 1 to 0." if cut else ""))
+
+
+_INTEGER_DTYPE = "(`np.zeros(..., dtype=int)`, or `np.zeros_like` of an array of integers)"
+
+
+def _whole(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where every number of every wrong array is a whole number, and some expected one is not: so
+    much, and where each is the expected one cut toward 0, or rounded down, that too."""
+    if not all(np.array_equal(got, np.trunc(got)) for got, _ in arrays) \
+            or all(np.array_equal(part, np.trunc(part)) for _, part in arrays):
+        return ""
+    how = next((words for words, cut in (("cut to a whole number, toward 0", np.trunc), ("rounded down", np.floor))
+                if all(np.array_equal(got, cut(part)) for got, part in arrays)), None)
+    said = (f"each number of yours is the expected one {how}" if how else
+            "every number of yours is a whole number, where the expected ones are not")
+    return (f"On every case it failed, {said}: an array of an integer dtype {_INTEGER_DTYPE} keeps only the whole "
+            f"part of what is written into it{'' if how else ', at every step that writes into it'}. Make the "
+            f"arrays you fill of floats (`np.zeros(shape)`), or cast to float before computing.")
+
+
+def _running(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where every wrong array is the running total of the expected one along one axis (the same on
+    all), or across the whole array in reading order: an accumulator reset too seldom."""
+    readings = (("along each row", lambda a: np.cumsum(a, axis=-1), "reset once per row, not before each entry"),
+                ("down each column", lambda a: np.cumsum(a, axis=-2) if a.ndim >= 2 else None,
+                 "reset once per column, not before each entry"),
+                ("through the whole array in reading order", lambda a: np.cumsum(a.ravel()).reshape(a.shape),
+                 "never reset"))
+    for where, total, when in readings:
+        fits = True
+        for got, part in arrays:
+            running = total(part) if part.ndim >= 1 and part.size > 1 else None
+            if running is None or not allclose(got, running, 1e-9, 1e-9 * max(1.0, float(np.max(np.abs(running)))),
+                                               keep=False):
+                fits = False
+                break
+        if fits:
+            return (f"On every case it failed, each number of yours is the expected one plus all those before it "
+                    f"{where}: a running total. An accumulator (`total += ...`) that is {when} keeps adding; set it "
+                    "to 0 right before the loop that sums one entry.")
+    return ""
+
+
+def _aliased(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where every row of every wrong array (of two rows or more) is the expected last row, or the
+    first: rows that were one array, filled again for each row and kept by reference."""
+    for which, index in (("last", -1), ("first", 0)):
+        if arrays and all(part.ndim >= 2 and part.shape[-2] > 1
+                          and allclose(got, np.broadcast_to(part[..., index:index + 1 or None, :], part.shape), RTOL,
+                                       ATOL, keep=False)
+                          for got, part in arrays):
+            return (f"On every case it failed, every row of a wrong array is the expected {which} row: the rows were "
+                    f"one array, filled again for each row and kept by reference (`rows.append(row)` keeps the very "
+                    f"same array every time), so each shows what was written {which}. Keep a copy (`row.copy()`), or "
+                    "make a new row for each position.")
+    return ""
 
 
 def _relation(pairs: list[tuple[_CallVerdict, dict]], calls: list | None = None) -> str:
@@ -2368,9 +2428,9 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]], calls: list | None = None)
     them: some numbers left at 0 (see _zeroed), a constant added (to all, or per row, or per
     column), or a factor, and which of the call's sizes that factor is, where one is; else ""."""
     arrays = _wrong_arrays(pairs)
-    if arrays is None:
+    if not arrays:  # (None: NaN or an infinity; [] no array at all, a predicate's answers say)
         return ""
-    zeroed = _zeroed(arrays)
+    zeroed = _zeroed(arrays) or _whole(arrays) or _aliased(arrays) or _running(arrays)
     if zeroed:
         return zeroed
     holding, constants, informative = set(_RELATIONS), [], set()
@@ -2816,6 +2876,9 @@ def _sized_wrongly(calls: list, verdicts: list[_CallVerdict], wants: list[dict],
 def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
     """Where to look when every wrong shape differs from the expected one in the same way: axes of
     length 1 added, or taken away, or one axis more, or one fewer, than asked; else None."""
+    permuted = _axes_permuted(pairs)
+    if permuted:
+        return permuted
     found, first = [], None  # (more axes than asked, only axes of length 1 differ, by one axis)
     for verdict, want in pairs:
         for name, part in want.items():
@@ -2835,6 +2898,37 @@ def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
     if all(by_one for _, _, by_one in found):
         return _SHAPE_LOOKS["one more" if more else "one fewer"].format(pair=first)
     return None
+
+
+def _axes_permuted(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
+    """Where every array of a wrong shape holds the expected numbers with the axes in another order,
+    the same order on every call (a batch's axes reversed by `.T`, say): so much; else None."""
+    order, first = None, None
+    for verdict, want in pairs:
+        for name, part in want.items():
+            got = (verdict.actual or {}).get(name)
+            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)) or got.shape == part.shape:
+                continue
+            if got.ndim != part.ndim or not 2 <= got.ndim <= 4 or sorted(got.shape) != sorted(part.shape):
+                return None
+            fitting = [perm for perm in itertools.permutations(range(part.ndim))
+                       if (order is None or perm == order) and part.transpose(perm).shape == got.shape
+                       and allclose(got, part.transpose(perm), RTOL, ATOL, keep=False)]
+            if not fitting:
+                return None
+            order = order or fitting[0]
+            first = first or (name, got.shape, part.shape)
+    if order is None:
+        return None
+    name, got_shape, part_shape = first
+    said = f"{list(got_shape)} for {list(part_shape)}"
+    if order == tuple(reversed(range(len(order)))):
+        return (f"Each wrong array holds the expected numbers with its axes in reverse order (`{name}` {said}): "
+                f"`.T` and `np.transpose` without axes reverse every axis, a batch's too. To swap the last two "
+                f"alone, use `np.swapaxes({name}, -1, -2)` (or `{name}.transpose(0, 2, 1)` for three axes).")
+    return (f"Each wrong array holds the expected numbers with its axes in another order (`{name}` {said}: axes "
+            f"{order} of the expected): a transpose, `np.moveaxis` or `np.swapaxes` moved an axis it should have "
+            f"left in place.")
 
 
 def _raised_off_the_example(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong: list[int]) -> str:

@@ -638,6 +638,68 @@ def _check_more_relations(graded, step_id, text):
     assert not dropped or zeros, f"{step_id}: dropout said where no number was dropped"
 
 
+_WHOLE = re.compile(r"On every case it failed, (each number of yours is the expected one (cut to a whole number, "
+                    r"toward 0|rounded down)|every number of yours is a whole number, where the expected ones are not)")
+_RUNNING = re.compile(r"each number of yours is the expected one plus all those before it (along each row|down each "
+                      r"column|through the whole array in reading order): a running total")
+_ALIASED = re.compile(r"every row of a wrong array is the expected (last|first) row")
+_PERMUTED = re.compile(r"Each wrong array holds the expected numbers with its axes in (reverse order|another order)"
+                       r"(?: \(`\w+` \[[\d, ]+\] for \[[\d, ]+\]: axes \(([\d, ]+)\) of the expected\))?")
+
+
+def _check_whole_running_aliased(graded, step_id, text):
+    """Whole numbers (an array of integers), a running total (an accumulator reset too seldom), and
+    rows that are one row kept by reference: each checked with numbers on every wrong array."""
+    whole, running, aliased = _WHOLE.search(text), _RUNNING.search(text), _ALIASED.search(text)
+    if not (whole or running or aliased):
+        return
+    seen = 0
+    for _, got, want in _related_arrays(graded, step_id):
+        seen += 1
+        tol = dict(rtol=1e-9, atol=1e-9 * max(1.0, float(np.max(np.abs(want)))))
+        if whole:
+            assert np.array_equal(got, np.trunc(got)), f"{step_id}: said whole numbers, where one is not"
+            how = whole.group(2)
+            if how:
+                assert np.array_equal(got, (np.trunc if how.startswith("cut") else np.floor)(want)), \
+                    f"{step_id}: not the expected numbers {how}"
+        if running:
+            total = {"along each row": lambda a: np.cumsum(a, axis=-1), "down each column": lambda a: np.cumsum(a, axis=-2)
+                     }.get(running.group(1), lambda a: np.cumsum(a.ravel()).reshape(a.shape))
+            assert np.allclose(got, total(want), **tol), f"{step_id}: not a running total {running.group(1)}"
+        if aliased:
+            row = want[..., -1:, :] if aliased.group(1) == "last" else want[..., :1, :]
+            assert np.allclose(got, np.broadcast_to(row, want.shape), rtol=judge.RTOL, atol=judge.ATOL), \
+                f"{step_id}: a row is not the expected {aliased.group(1)} row"
+    assert seen, f"{step_id}: a relation said where no array is wrong"
+    if whole and not whole.group(2):
+        assert any(not np.array_equal(want, np.trunc(want)) for _, _, want in _related_arrays(graded, step_id)), \
+            f"{step_id}: said the expected numbers are not whole, where they are"
+
+
+def _check_axes_permuted(graded, step_id, text):
+    """"holds the expected numbers with its axes in reverse (another) order": every array returned
+    in another shape is the expected one transposed so."""
+    said = _PERMUTED.search(text)
+    if not said:
+        return
+    seen = 0
+    for call, kind, value in _failing(graded, step_id):
+        if kind != "value":
+            continue
+        for name, want in _reference(call.fn, call).items():
+            got = value.get(name)
+            if not isinstance(want, np.ndarray) or got.shape == want.shape:
+                continue
+            seen += 1
+            order = (tuple(reversed(range(want.ndim))) if said.group(1) == "reverse order"
+                     else tuple(int(axis) for axis in said.group(2).split(",")))
+            moved = want.transpose(order)
+            assert got.shape == moved.shape and np.allclose(got, moved, rtol=judge.RTOL, atol=judge.ATOL), \
+                f"{step_id}: {name} is not the expected one with its axes {order}"
+    assert seen, f"{step_id}: axes said moved where no shape is wrong"
+
+
 def check(graded: Graded) -> None:
     """Assert every claim of every failing step's feedback."""
     for step in STEPS:
@@ -663,6 +725,8 @@ def check(graded: Graded) -> None:
         _check_examples_merged(graded, step.id, result.feedback)
         _check_slots(graded, step.id, result.feedback)
         _check_more_relations(graded, step.id, result.feedback)
+        _check_whole_running_aliased(graded, step.id, result.feedback)
+        _check_axes_permuted(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

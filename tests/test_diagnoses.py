@@ -386,3 +386,68 @@ def test_a_derived_edit_s_prose_uses_words_not_the_grader_s_names_for_operations
         leaked = {word for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", prose)
                   if word in derived.OPS and word not in _ENGLISH}
         assert not leaked, f"{code}: {sorted(leaked)} in {prose}"
+
+
+# Loop habits, each the reference with one function written as a loop goes wrong: what the feedback
+# must say of each (a code, or a sentence said from the numbers where no model holds).
+_LOOP_HABITS = {
+    # every key row kept by reference to one buffer: each shows the last row written
+    "row_buffer": ("qkv", None, "every row of a wrong array is the expected last row", reference_source().replace(
+        "    k = x @ w_k  # [T, d_in] @ [d_in, d_k] -> [T, d_k]\n",
+        "    rows, row = [], np.zeros(w_k.shape[-1])\n    for t in range(x.shape[-2]):\n"
+        "        row[:] = x[..., t, :] @ w_k\n        rows.append(row)\n    k = np.array(rows)\n")),
+    # the dot product's total reset once per query, not before each key
+    "running_total": ("scores", None, "plus all those before it along each row: a running total",
+                      reference_source().replace(
+        "    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n",
+        "    d = np.zeros(q.shape[:-1] + k.shape[-2:-1])\n    for i in range(q.shape[-2]):\n        total = 0.0\n"
+        "        for j in range(k.shape[-2]):\n            total = total + q[..., i, :] @ k[..., j, :]\n"
+        "            d[..., i, j] = total\n")),
+    # the output mixed into an array of integers, each share cut as it is added
+    # (said from the numbers, or, where every share was cut to 0, with the zero output's advice)
+    "integer_output": ("ex1_zero_query", None, "`dtype=int`",
+                       reference_source().replace("def zero_query_mixture(k, v):", "def _zero_query_mixture(k, v):")
+                       + "\n\ndef zero_query_mixture(k, v):\n    weights, _ = _zero_query_mixture(k, v)\n"
+                         "    output = np.zeros(v.shape[-1], dtype=int)\n    for j in range(len(v)):\n"
+                         "        output[:] = output + weights[j] * v[j]\n    return weights, output\n"),
+    # the three projections kept in arrays of integers
+    "integer_projections": ("qkv", "derived-project_qkv-return-all-trunc", None, reference_source().replace(
+        "    return q, k, v\n", "    return q.astype(int), k.astype(int), v.astype(int)\n", 1)),
+    # the predicate's loop counts from 1, and the one that stops one short
+    "predicate_from_1": ("ex2_row_normalization", "derived-is_attention_weights-a-input-a-skip_first", "starts at 1",
+                         reference_source().replace("    rows_sum_to_one = np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)\n"
+                                                    "    return bool(np.all(a >= 0) and rows_sum_to_one)\n",
+                                                    "    for i in range(1, len(a)):\n"
+                                                    "        if not (np.all(a[i] >= 0) and abs(a[i].sum() - 1.0) <= 1e-9):\n"
+                                                    "            return False\n    return True\n")),
+    "predicate_one_short": ("ex2_row_normalization", "derived-is_attention_weights-a-input-a-skip_last", "stops one short",
+                            reference_source().replace("    rows_sum_to_one = np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)\n"
+                                                       "    return bool(np.all(a >= 0) and rows_sum_to_one)\n",
+                                                       "    for i in range(len(a) - 1):\n"
+                                                       "        if not (np.all(a[i] >= 0) and abs(a[i].sum() - 1.0) <= 1e-9):\n"
+                                                       "            return False\n    return True\n")),
+    # the rows counted where the axes are meant
+    "predicate_len": ("ex2_row_normalization", "derived-is_attention_weights-is_2d-op-ndim2-to-len2", None,
+                      reference_source().replace("    if a.ndim != 2:\n", "    if len(a) != 2:\n")),
+    # a batch's weights reversed by `.T`: the head's mistake, and on the batch every axis reversed
+    "weights_dot_t": ("batch", None, "with its axes in reverse order", reference_source().replace(
+        "    return attention(q, k, v)\n", "    o, a = attention(q, k, v)\n    return o, a.T\n")),
+}
+
+
+def test_loop_habits_are_told_as_what_they_did(tmp_path):
+    """Each habit's step carries the code or the sentence that says what the loop did, and the
+    claims of every sentence hold (the claims test checks the sentences' numbers)."""
+    for name, (_, _, _, source) in _LOOP_HABITS.items():
+        assert source != reference_source(), name  # each replacement took
+        (tmp_path / f"{name}.py").write_text(source)
+    done = qkv_grade(str(tmp_path), "--format", "json", "--seed", "1", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {Path(result["submission"]).stem: _steps(result) for result in json.loads(done.stdout)}
+    for name, (step_id, code, words, _) in _LOOP_HABITS.items():
+        step = results[name][step_id]
+        assert step["status"] != "passed", (name, step)
+        if code:
+            assert code in step["diagnoses"], (name, step["diagnoses"], step["feedback"])
+        if words:
+            assert words in step["feedback"], (name, step["feedback"])
