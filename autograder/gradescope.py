@@ -259,7 +259,7 @@ def grade(root: Path, log=print) -> dict:
     # message quoting it) that would act on a terminal, its controls
     name = printable(shown_name(name), one_line=True)
     if problem:
-        problem = printable(problem)
+        problem = printable(problem, one_line=True)  # it may quote a name the student chose
         log(f"not graded: {problem}")
         result = results.unreadable(name, problem, seed, sandbox.isolation())
         return results.to_gradescope(result, visibility)

@@ -1226,6 +1226,7 @@ class Worker:
         self.ends = math.inf  # when the running job's time budget runs out (monotonic)
         self.first_import = None  # how long the job's first import took, in seconds
         self.codes = {}  # (file name, cells) -> what a child compiled of them (marshal), oldest first
+        self.left_by = None  # the last child, where the worker's /tmp is its own (config "private_tmp")
 
     def emit(self, frame):
         self.pending.append(frame)
@@ -1289,6 +1290,12 @@ class Worker:
             return None
         limits = job["limits"]
         calls = sum(len(step) for step in job["steps"][start:])
+        if self.left_by is not None:
+            # Everything the last child left in the private /tmp, swept once it has exited (killed, it
+            # runs no more code, but a call it was in may still finish): by now it has, almost always
+            self.forks.ended(self.left_by)
+            self.left_by = None
+            _sweep(os.path.dirname(self.scratch_root), self.scratch_root)
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "replace": job.get("replace"),
@@ -1334,10 +1341,8 @@ class Worker:
             if os.path.lexists(scratch):  # what is left, the child may still be writing: once it is gone
                 self.forks.ended(pid)
                 remove_tree(scratch)
-            # (what a child left elsewhere in a private /tmp: again once it is gone, where it left any)
-            if self.config.get("private_tmp") and _sweep(os.path.dirname(self.scratch_root), self.scratch_root):
-                self.forks.ended(pid)
-                _sweep(os.path.dirname(self.scratch_root), self.scratch_root)
+            if self.config.get("private_tmp"):
+                self.left_by = pid  # what it left elsewhere in the private /tmp: swept before the next child
 
     def wait_watching(self, reader, deadline, scratch):
         """Wait until the child's next frame is whole in `reader`'s buffer; meanwhile, every
@@ -1613,6 +1618,14 @@ def remove_tree(path):
     opening = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         here = os.open(path, opening)
+    except PermissionError:  # the folder itself made unreadable (`mkdir(path, 0)`): its permissions back
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return
+            os.chmod(path, 0o700)
+            here = os.open(path, opening)
+        except OSError:
+            return
     except OSError:
         return
     entered = []  # the names of the folders between `path` and `here`

@@ -87,7 +87,9 @@ def from_dict(document: dict) -> SubmissionResult:
 
 
 def unreadable(name: str, message: str, seed: int, isolation: str) -> SubmissionResult:
-    """A submission that could not be read: every step is an error, with the reason."""
+    """A submission that could not be read: every step is an error, with the reason, kept to one line
+    (it quotes the submission's name, which its maker chose)."""
+    message = printable(message, one_line=True)
     steps = [StepResult(step.id, 0.0, step.points, "error", f"{step.title}: not graded. {message}", ["unreadable"], 0, 1)
              for step in STEPS]
     return SubmissionResult(name, steps, seed, isolation, error=message)

@@ -326,6 +326,32 @@ def test_a_location_or_an_import_error_the_student_wrote_reaches_feedback_as_one
         assert not any(line.startswith(("── softmax", "NOTE TO GRADER")) for line in text.splitlines()), text
 
 
+def test_the_name_of_a_submission_that_cannot_be_read_stays_on_one_line_in_its_feedback(tmp_path):
+    """The reason a submission is not graded quotes its name, which its maker chose: line breaks in
+    it are escaped, in every step's feedback and in Gradescope's output, so that it can never pass
+    for a step of the grader's (a name holds no `/`; U+2215 draws the same)."""
+    from autograder import gradescope
+
+    forged = "x\n── softmax (10 ∕ 10)\n  All 12 cases pass.\n"
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / f"{forged}.ipynb").write_text("not a notebook")
+    done = qkv_grade(str(folder), "--format", "json", "--seed", str(SEED), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    [result] = json.loads(done.stdout)
+    for step in result["steps"]:
+        assert "x\\x0a── softmax (10 ∕ 10)\\x0a" in step["feedback"], step["feedback"]
+        assert not any(line.startswith(("── softmax", "  All 12")) for line in step["feedback"].splitlines()), step
+    root = tmp_path / "gradescope"
+    (root / "submission" / forged).mkdir(parents=True)
+    (root / "submission" / forged / "attention_head.ipynb").write_text("not a notebook")
+    (root / "results").mkdir()
+    gradescope.main([str(root)])
+    graded = json.loads((root / "results" / "results.json").read_text())
+    for text in [graded.get("output", "")] + [test.get("output", "") for test in graded.get("tests", [])]:
+        assert not any(line.startswith(("── softmax", "  All 12")) for line in text.splitlines()), text
+
+
 def test_the_nbgrader_listing_keeps_each_student_on_one_line_whatever_their_names():
     from pathlib import Path
 

@@ -121,6 +121,10 @@ GROUPS = {
     "locked": lambda: [victim("a", "correct"),
                        attacker("b", "locked_writer", "collusion_writer", "locked_writer", base="correct"),
                        attacker("c", "locked_reader", "collusion_reader", "locked_reader"), victim("d", "colnorm")],
+    "unlisted": lambda: [victim("a", "correct"),
+                         attacker("b", "unlisted_writer", "collusion_writer", "unlisted_writer", base="correct"),
+                         attacker("c", "unlisted_reader", "collusion_reader", "unlisted_reader"), victim("d", "correct"),
+                         victim("e", "colnorm")],
     "files": lambda: _between_classmates(attacker("b", "plant_site"), attacker("d", "home_writes")),
     "metadata": lambda: _between_classmates(attacker("b", "metadata")),
     "deep_scratch": lambda: _between_classmates(attacker("b", "deep_scratch")),
@@ -448,6 +452,14 @@ def test_filling_every_shared_folder_costs_the_next_classmate_nothing(mode):
 @file_modes
 def test_answers_left_in_a_folder_locked_against_removal_do_not_score_for_a_later_stub(mode):
     check(mode, "locked")
+
+
+@file_modes
+def test_answers_left_in_a_folder_that_cannot_be_listed_reach_no_later_classmate(mode):
+    """Folders made without read permission, or without any (`mkdir(path, 0)`), outside the scratch
+    folder: swept all the same, so no later stub reads the answers and no later classmate's count of
+    its folder meets one it cannot list."""
+    check(mode, "unlisted")
 
 
 @file_modes
