@@ -267,7 +267,12 @@ def _cases_ex2(rng, ex):
                              [0.5, 0.75, -0.25, 0.0]]),
                    # valid weights of two positions, and an invalid stack of two: a test of the
                    # length (`len(a) == 2`, the rows counted) where the axes are meant tells them apart
-                   np.array([[0.75, 0.25], [0.5, 0.5]]), np.full((2, 2, 2), 0.5)):
+                   np.array([[0.75, 0.25], [0.5, 0.5]]), np.full((2, 2, 2), 0.5),
+                   # a NaN in a row whose other entries sum to one (valid only if NaN were 0), and a
+                   # row 2e-7 over one (within a tolerance of 1e-6, or of a sum rounded to 6 decimals)
+                   np.array([[0.5, 0.5, np.nan, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.25, 0.25, 0.0],
+                             [0.125, 0.125, 0.25, 0.5]]),
+                   np.array([[0.25, 0.25, 0.25, 0.25], [0.5, 0.25, 0.125, 0.125 + 2e-7], [0.5, 0.5, 0.0, 0.0]])):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 

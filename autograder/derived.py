@@ -177,6 +177,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     "zero_power": (lambda a, p: np.power(a[0], 0.0), "{0} ** (1 // 2)"),
     "max": (lambda a, p: np.max(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.max(axis={axis})"),
     "min": (lambda a, p: np.min(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.min(axis={axis})"),
+    "median_k": (lambda a, p: np.median(a[0], axis=_axis(a[0], p["axis"]), keepdims=True),
+                 "np.median({0}, axis={axis})"),
     "sum": (lambda a, p: np.sum(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.sum(axis={axis})"),
     "mean": (lambda a, p: np.mean(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.mean(axis={axis})"),
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
@@ -203,6 +205,9 @@ OPS: dict[str, tuple[Callable, str]] = {
     "guard": (lambda a, p: _guard(a[0]), "return False unless {0}"),
     "rowsum": (lambda a, p: np.asarray(a[0], dtype=float).sum(axis=p["axis"]), "{0}.sum(axis={axis})"),
     "close": (lambda a, p: _close(a[0], p["tol"]), "all(|{0} - 1| <= {tol})"),
+    # the sums rounded (for display, say) and compared with 1 exactly
+    "close_round": (lambda a, p: bool(np.all(np.round(a[0], p["n"]) == 1.0)), "all(np.round({0}, {n}) == 1)"),
+    "nan_to_num": (lambda a, p: np.nan_to_num(np.asarray(a[0], dtype=float)), "np.nan_to_num({0})"),
     # (`rtol`: a bound relative to what the test compares with, as np.isclose's is)
     "close_first": (lambda a, p: _close(np.atleast_1d(a[0])[:1], p["tol"] + p.get("rtol", 0.0)),
                     "|{0}[0] - 1| <= {tol}"),
@@ -238,6 +243,8 @@ OPS: dict[str, tuple[Callable, str]] = {
     "selmean": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.mean), "{0}[:, {1}].mean(axis={axis})"),
     "selmax": (lambda a, p: _selsum(a[0], a[1], p.get("axis", -1), np.max), "{0}[:, {1}].max(axis={axis})"),
     "pair_rev": (lambda a, p: (int(a[1]), int(a[0])), "({1}, {0})"),
+    # a shape given for a batch of one: a leading axis of length 1
+    "pair_batch": (lambda a, p: (1, int(a[0]), int(a[1])), "(1, {0}, {1})"),
     "head": (lambda a, p: _head(*a), "self_attention_head({0}, {1}, {2}, {3})"),
     "intervention": (lambda a, p: {"output_before": a[0][0], "weights_before": a[0][1],
                                    "output_after": a[1][0], "weights_after": a[1][1]}, "{{…}}"),
@@ -392,6 +399,8 @@ SWAPS["close"] += ("close_mean", "close_total", "no_far")
 SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
 SWAPS["lastdim"] += ("axes_count", "dim1")
 SWAPS["ndim2"] += ("len2",)
+SWAPS["max"] += ("median_k",)  # a row's middle number taken for its largest
+SWAPS["pair"] += ("pair_batch",)
 SWAPS["selsum"] += ("recvsum", "selmin", "selmedian")
 SWAPS["addrows"] += ("mulrows", "setrows")
 SWAPS["outer"] = ("mul",)
@@ -411,9 +420,11 @@ NUMPY_PHRASED = {"close_first": "np.isclose({0}[0], 1)", "close_any": "np.isclos
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
 INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
-# ... and in the exercises, the first or the last row left out: a loop over the rows that starts at
-# 1 or stops one short (`range(1, len(a))`, `range(len(a) - 1)`) never looks at it.
-INPUT_CHANGES_EX = ("skip_first", "skip_last")
+# ... and in the exercises, the first or the last row left out (a loop over the rows that starts at
+# 1 or stops one short, `range(1, len(a))`, `range(len(a) - 1)`, never looks at it), or NaN read as 0.
+INPUT_CHANGES_EX = ("skip_first", "skip_last", "nan_to_num")
+# Decimals a test may round its numbers to before comparing them with 1 exactly.
+ROUNDINGS_COMPARED = (4, 6, 8, 9)
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
 MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow", "squeeze")
@@ -600,7 +611,7 @@ OP_WORDS = {
     "nonneg_tol": "a test that accepts entries down to -1e-9",
     "no_negative": "a test for no negative entry (which NaN passes)", "recvsum": "the receiving rows a[rows] summed",
     "mulrows": "the listed rows multiplied by the shift", "outer": "an outer product", "avg": "a mean",
-    "median": "a median", "total": "a sum", "largest": "a maximum", "lastrow": "the last row", "firstrow": "the first row",
+    "median": "a median", "median_k": "a median", "total": "a sum", "largest": "a maximum", "lastrow": "the last row", "firstrow": "the first row",
     "selsum": "a sum", "interv4": "a dict", "values4": "a tuple of the values",
     "selmax": "a maximum", "selmean": "a mean", "selmin": "a minimum", "selmedian": "a median",
     "setrows": "the listed rows set to the shift", "ndim2": "exactly 2-D", "nonneg": "a non-negativity test",
@@ -608,6 +619,7 @@ OP_WORDS = {
     "sqrt": "a square root", "isqrt": "a square root rounded down", "exp2": "a power of two", "exp10": "a power of ten", "reshape_t": "a reshape to the transposed shape",
     "lastdim": "the last axis's length", "subrows": "the shift subtracted from the listed rows",
     "pair": "the pair of sizes", "pair_rev": "the pair of sizes in reverse order",
+    "pair_batch": "the sizes with a leading 1 (a batch of one)",
 }
 
 
@@ -1005,6 +1017,12 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
             for tol in TOLERANCES:
                 new = (name, op, args, {**params, "tol": tol})
                 add(i, before + [new] + after, _line(new), f"the tolerance became {tol:g}", f"tol:{tol:g}")
+            if exercise:
+                for n in ROUNDINGS_COMPARED:
+                    new = (name, "close_round", args, {"n": n})
+                    add(i, before + [new] + after, _line(new),
+                        f"{WORDS.get(args[0], args[0])} {_were(args[0])} rounded to {n} decimals and compared with 1 "
+                        f"(a tolerance of about {0.5 * 10.0 ** -n:g})", f"round:{n}")
         if kinds.get(name) not in ("array", "scalar"):
             continue
         # A stage skipped: its first operand passed on as it is.
@@ -1082,11 +1100,13 @@ def _inline(name: str, chain: dict) -> str:
     return OPS[op][1].format(*shown, **{k: ("None" if v is None else v) for k, v in params.items()})
 
 
-_ROWS_LEFT_OUT = {
+_INPUT_LOOKS = {
     "skip_first": "The first row is never looked at: a loop over the rows that starts at 1 (`range(1, len(a))`, a "
                   "habit of counting from 1) skips it. Python counts from 0: `range(len(a))` visits every row.",
     "skip_last": "The last row is never looked at: a loop over the rows that stops one short (`range(len(a) - 1)`, "
                  "or a slice `[:-1]`) skips it. `range(len(a))` visits every row, the last included.",
+    "nan_to_num": "`np.nan_to_num` turns NaN into 0, yet a matrix holding NaN is no valid weights, whatever its "
+                  "other numbers sum to: test the numbers as they came (NaN fails every comparison).",
 }
 
 
@@ -1111,7 +1131,7 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                 f"input:{'all' if len(group) > 1 else group[0]}:{change}", old="",
                 what=f"your `{fn}` gives what the reference gives with `{lines}` before its first line: "
                      f"as if {_and([WORDS.get(n, n) for n in group])} went in as {shown}.",
-                look=_ROWS_LEFT_OUT[change] if change in _ROWS_LEFT_OUT else
+                look=_INPUT_LOOKS[change] if change in _INPUT_LOOKS else
                      f"Find where `{fn}` changes {'its arguments' if len(group) > 1 else f'`{group[0]}`'} "
                      f"before using {'them' if len(group) > 1 else 'it'}.",
                 stage_name="inputs" if len(group) > 1 else group[0])

@@ -2218,6 +2218,12 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
         found.seen["batch-axes-mixed"] = _labels(cases, verdicts, lambda v: id(v) in alone)
         found.codes = codes + [code for code in derived_codes if code not in codes]
         return found
+    # How every wrong array relates to the expected one, where one simple relation holds ("on every
+    # case it failed": only where every failing call returned numbers); said where no model holds
+    relating = not models and all(v.kind in ("ok", "mismatch") for v in flat)
+    relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone],
+                         [call for call, v in zip(calls, flat) if v.kind == "mismatch" and id(v) in alone]) \
+        if relating else ""
     if close and (any(v.float32() for v in mismatched)
                   or any("low-precision" in earlier[used].diagnoses for used in failing_uses)):
         derived_codes.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
@@ -2229,7 +2235,9 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     elif close and not any(v.nonfinite or v.shape for v in unexplained):
         derived_codes.append("slightly-off")  # near every number, yet not within the tolerance: an epsilon, say
     elif (example_right and not models and len(hidden_wrong) >= 2 and sum(passed[c] for c in hidden) <= 1
-          and not any(v.nonfinite for v in unexplained)):  # NaN is no size taken from the example: said below
+          and not any(v.nonfinite for v in unexplained)  # NaN is no size taken from the example: said below
+          # numbers clipped, or cut to whole ones, which the example's are not or never reach: said as they are
+          and not any(mark in relation for mark in _OFF_THE_EXAMPLE)):
         derived_codes.append("hard-coded")  # right on the example, wrong almost everywhere else
         if _copied(cases, verdicts, hidden_wrong):
             found.looks["hard-coded"] = ("On the hidden cases you returned the very numbers of the chapter's "
@@ -2251,10 +2259,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 if not look:
                     found.sized.add("wrong-shape")
             shape_sized = sized
-    if not models and not derived_codes and all(v.kind in ("ok", "mismatch") for v in flat):
-        # "on every case it failed": only where every failing call returned numbers
-        found.relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone],
-                                   [call for call, v in zip(calls, flat) if v.kind == "mismatch" and id(v) in alone])
+    if relating and set(derived_codes) <= {"non-finite"}:
+        found.relation = relation
     if any(v.kind == "raised" for v in unexplained):
         derived_codes.append("crashed")
         found.seen["crashed"] = _labels(cases, verdicts, lambda v: v.kind == "raised" and id(v) in alone)
@@ -2317,19 +2323,26 @@ _ZEROED = ("Those numbers were set to 0, or never computed: a loop whose range s
            "them, or an array made with np.zeros and not filled there.")
 
 
-def _wrong_arrays(pairs: list[tuple[_CallVerdict, dict]]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+def _wrong_arrays(pairs: list[tuple[_CallVerdict, dict]], finite_only: bool = False
+                  ) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """(got, expected) of every array of the same shape that a failing call got wrong; None where one
-    of them holds NaN or an infinity, which no simple relation describes."""
+    of them holds NaN or an infinity, which no simple relation describes (`finite_only`: the calls
+    whose every wrong array is finite, the others left out)."""
     found = []
     for verdict, want in pairs:
+        held = []
         for name, part in want.items():
             got = (verdict.actual or {}).get(name)
             if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)) or got.shape != part.shape \
                     or not got.size or allclose(got, part, RTOL, ATOL, keep=False):
                 continue
             if not (np.all(np.isfinite(got)) and np.all(np.isfinite(part))):
-                return None
-            found.append((got, part))
+                if not finite_only:
+                    return None
+                held = None
+                break
+            held.append((got, part))
+        found += held or []
     return found
 
 
@@ -2370,6 +2383,30 @@ def _zeroed(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
 _INTEGER_DTYPE = "(`np.zeros(..., dtype=int)`, or `np.zeros_like` of an array of integers)"
 
 
+_CUT_OFF = "the expected one cut off at ±"
+_WHOLE_NUMBER = "a whole number"
+_OFF_THE_EXAMPLE = (_CUT_OFF, _WHOLE_NUMBER, "cut to a whole number", "rounded down")
+"""Relations that tell why a step is right on the example alone (its numbers within the bound, or
+whole): said in place of `hard-coded`."""
+
+
+def _clipped(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where every wrong number is one bound c, or -c (the same c in every array), where the expected
+    one lies beyond it, and every other number is right: numbers clipped at ±c."""
+    bounds = []
+    for got, part in arrays:
+        wrong = ~(np.abs(got - part) <= np.abs(part) * RTOL + ATOL)
+        mine, want = got[wrong], part[wrong]
+        if not mine.size or np.any(np.sign(mine) != np.sign(want)) or np.any(np.abs(want) <= np.abs(mine)):
+            return ""
+        bounds += list(np.abs(mine))
+    if not bounds or not np.allclose(bounds, bounds[0], rtol=1e-9, atol=0) or bounds[0] == 0:
+        return ""
+    return (f"On every case it failed, each wrong number of yours is {_CUT_OFF}{bounds[0]:g}, and "
+            f"every other number is right: something clips the numbers to [-{bounds[0]:g}, {bounds[0]:g}] "
+            f"(`np.clip`), which the chapter's computation does not.")
+
+
 def _whole(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
     """Where every number of every wrong array is a whole number, and some expected one is not: so
     much, and where each is the expected one cut toward 0, or rounded down, that too."""
@@ -2379,7 +2416,7 @@ def _whole(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
     how = next((words for words, cut in (("cut to a whole number, toward 0", np.trunc), ("rounded down", np.floor))
                 if all(np.array_equal(got, cut(part)) for got, part in arrays)), None)
     said = (f"each number of yours is the expected one {how}" if how else
-            "every number of yours is a whole number, where the expected ones are not")
+            f"every number of yours is {_WHOLE_NUMBER}, where the expected ones are not")
     return (f"On every case it failed, {said}: an array of an integer dtype {_INTEGER_DTYPE} keeps only the whole "
             f"part of what is written into it{'' if how else ', at every step that writes into it'}. Make the "
             f"arrays you fill of floats (`np.zeros(shape)`), or cast to float before computing.")
@@ -2428,9 +2465,21 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]], calls: list | None = None)
     them: some numbers left at 0 (see _zeroed), a constant added (to all, or per row, or per
     column), or a factor, and which of the call's sizes that factor is, where one is; else ""."""
     arrays = _wrong_arrays(pairs)
-    if not arrays:  # (None: NaN or an infinity; [] no array at all, a predicate's answers say)
-        return ""
-    zeroed = _zeroed(arrays) or _whole(arrays) or _aliased(arrays) or _running(arrays)
+    if arrays is None:  # NaN or an infinity on some call: said of the others, where there are some
+        finite = _wrong_arrays(pairs, finite_only=True)
+        said = _relation_of(finite, pairs, None) if finite else ""
+        return said.replace(_EVERY_CASE, _EVERY_FINITE_CASE, 1) if said.startswith(_EVERY_CASE) else ""
+    return _relation_of(arrays, pairs, calls) if arrays else ""  # ([]: no array at all, a predicate's answers say)
+
+
+_EVERY_CASE = "On every case it failed,"
+_EVERY_FINITE_CASE = "On every case it failed with finite numbers,"
+
+
+def _relation_of(arrays: list[tuple[np.ndarray, np.ndarray]], pairs: list, calls: list | None) -> str:
+    """`_relation`, of the wrong arrays `arrays` (all finite)."""
+    zeroed = (_zeroed(arrays) or _clipped(arrays) or _whole(arrays) or _aliased(arrays) or _running(arrays)
+              or _rescaled(arrays))
     if zeroed:
         return zeroed
     holding, constants, informative = set(_RELATIONS), [], set()
@@ -2478,6 +2527,55 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]], calls: list | None = None)
                 return _RELATIONS[relation].format(each=each)
             return _RELATIONS[relation]
     return _dropped(arrays) or _affine(arrays) or _rows_affine(arrays)
+
+
+_READINGS = (("each row of a wrong array", -1), ("each column of a wrong array", -2), ("each wrong array", None))
+
+
+def _rescaled(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where, read the same way on every wrong array (by rows, by columns, or whole), each part is the
+    expected part times a factor plus a constant of its own, and has mean 0 and standard deviation 1
+    (z-scores), or least 0 and largest 1 (min-max scaling), or largest absolute value 1 with no
+    constant: so much."""
+    def parts(array, axis):
+        if axis is None:
+            return [array.ravel()]
+        moved = np.moveaxis(array, axis, -1) if array.ndim >= (2 if axis == -2 else 1) else None
+        return [] if moved is None else list(moved.reshape(-1, moved.shape[-1]))
+
+    # (exactly: a layer norm's epsilon is told by _rows_affine)
+    tests = {"standardized (its mean subtracted and its standard deviation divided out: z-scores)":
+             lambda got: abs(float(got.mean())) <= 1e-9 and abs(float(got.std()) - 1) <= 1e-9,
+             "min-max scaled (its least number subtracted and the spread divided out: from 0 to 1)":
+             lambda got: abs(float(got.min())) <= 1e-9 and abs(float(got.max()) - 1) <= 1e-9,
+             "divided by its largest absolute number": lambda got: abs(float(np.max(np.abs(got))) - 1) <= 1e-9}
+    for where, axis in _READINGS:
+        for how, holds in tests.items():
+            shown = 0
+            for got, part in arrays:
+                scale = max(1.0, float(np.max(np.abs(part))))
+                pieces = list(zip(parts(got, axis), parts(part, axis)))
+                if not pieces:
+                    break
+                fits = True
+                for mine, want in pieces:
+                    if want.size < 2 or np.ptp(want) <= 1e-9 * scale:
+                        continue  # one number, or all alike: any factor and constant fit it
+                    line = (_line_through(want, mine, scale) if want.size >= 3 else
+                            ((mine[1] - mine[0]) / (want[1] - want[0]), 0.0))
+                    # (rising with the expected numbers: the expected part rescaled, not turned over)
+                    if line is None or line[0] <= 0 or not holds(mine) or (
+                            how.startswith("divided") and abs(line[1]) > 1e-9 * scale):
+                        fits = False
+                        break
+                    shown += want.size >= 3
+                if not fits:
+                    shown = 0
+                    break
+            if shown:
+                return (f"On every case it failed, {where} is the expected one {how}, which the chapter's "
+                        f"computation does not do.")
+    return ""
 
 
 def _dropped(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:

@@ -445,21 +445,28 @@ def _check_value_claims(graded, step_id, result):
             f"{step_id}: transposed-result says the numbers are right, yet no value is the reference's transposed"
 
 
-_RELATION = re.compile(r"On every case it failed, (every number of each wrong array is the expected one plus the same "
+_RELATION = re.compile(r"On every case it failed(?: with finite numbers)?, (every number of each wrong array is the expected one plus the same "
                        r"constant|each wrong array of yours is the expected one times (?:the same factor(?! \([^)]*\) plus a constant)|(1/)?(√)?(\w+) "
                        r"of that call)|each (row|column) "
                        r"of a wrong array is the expected \5 (plus a constant|times a factor) of its own)")
 
 
-def _related_arrays(graded, step_id):
+def _related_arrays(graded, step_id, text=""):
     """(call, got, expected) of every wrong array a failing call returned, of which a relation is said
-    "on every case it failed": every such call returned a value."""
+    "on every case it failed": every such call returned a value. ("On every case it failed with finite
+    numbers": of the failing calls whose every wrong array is finite, and there is one.)"""
+    finite_only, seen = "On every case it failed with finite numbers," in text, 0
     for call, kind, value in _failing(graded, step_id):
         assert kind == "value", f"{step_id}: a relation said on every case it failed, yet one of them {kind}"
-        for name, want in _reference(call.fn, call).items():
-            got = value.get(name)
-            if isinstance(want, np.ndarray) and not np.allclose(got, want, rtol=1e-9, atol=1e-9):
-                yield call, got, want
+        wrong = [(got, want) for name, want in _reference(call.fn, call).items()
+                 for got in [value.get(name)]
+                 if isinstance(want, np.ndarray) and not np.allclose(got, want, rtol=1e-9, atol=1e-9)]
+        if finite_only and not all(np.isfinite(got).all() for got, _ in wrong):
+            continue
+        seen += 1
+        for got, want in wrong:
+            yield call, got, want
+    assert seen or not finite_only, f"{step_id}: said of the cases with finite numbers, where there is none"
 
 
 def _check_relation(graded, step_id, text):
@@ -468,7 +475,7 @@ def _check_relation(graded, step_id, text):
     said = _RELATION.search(text)
     if not said:
         return
-    for call, got, want in _related_arrays(graded, step_id):
+    for call, got, want in _related_arrays(graded, step_id, text):
         assert got.shape == want.shape, f"{step_id}: a relation said of an array of another shape"
         tol = dict(rtol=1e-6, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
         if said.group(1).startswith("every number"):
@@ -616,7 +623,7 @@ def _check_more_relations(graded, step_id, text):
     if not (dropped or affine or rows):
         return
     zeros = 0
-    for _, got, want in _related_arrays(graded, step_id):
+    for _, got, want in _related_arrays(graded, step_id, text):
         tol = dict(rtol=1e-5, atol=1e-8 * max(1.0, float(np.max(np.abs(want)))))
         if dropped:
             gone = (got == 0) & (want != 0)
@@ -638,7 +645,7 @@ def _check_more_relations(graded, step_id, text):
     assert not dropped or zeros, f"{step_id}: dropout said where no number was dropped"
 
 
-_WHOLE = re.compile(r"On every case it failed, (each number of yours is the expected one (cut to a whole number, "
+_WHOLE = re.compile(r"On every case it failed(?: with finite numbers)?, (each number of yours is the expected one (cut to a whole number, "
                     r"toward 0|rounded down)|every number of yours is a whole number, where the expected ones are not)")
 _RUNNING = re.compile(r"each number of yours is the expected one plus all those before it (along each row|down each "
                       r"column|through the whole array in reading order): a running total")
@@ -654,7 +661,7 @@ def _check_whole_running_aliased(graded, step_id, text):
     if not (whole or running or aliased):
         return
     seen = 0
-    for _, got, want in _related_arrays(graded, step_id):
+    for _, got, want in _related_arrays(graded, step_id, text):
         seen += 1
         tol = dict(rtol=1e-9, atol=1e-9 * max(1.0, float(np.max(np.abs(want)))))
         if whole:
@@ -673,8 +680,45 @@ def _check_whole_running_aliased(graded, step_id, text):
                 f"{step_id}: a row is not the expected {aliased.group(1)} row"
     assert seen, f"{step_id}: a relation said where no array is wrong"
     if whole and not whole.group(2):
-        assert any(not np.array_equal(want, np.trunc(want)) for _, _, want in _related_arrays(graded, step_id)), \
+        assert any(not np.array_equal(want, np.trunc(want)) for _, _, want in _related_arrays(graded, step_id, text)), \
             f"{step_id}: said the expected numbers are not whole, where they are"
+
+
+_CLIPPED = re.compile(r"each wrong number of yours is the expected one cut off at ±([0-9.e+-]+), and every other")
+_RESCALED = re.compile(r"(each row of a wrong array|each column of a wrong array|each wrong array) is the expected one "
+                       r"(standardized|min-max scaled|divided by its largest absolute number)")
+
+
+def _check_clipped_rescaled(graded, step_id, text):
+    """Numbers clipped at ±c; rows, columns or whole arrays rescaled (z-scores, min-max, by the largest
+    absolute number): each checked with numbers on every wrong array."""
+    clipped, rescaled = _CLIPPED.search(text), _RESCALED.search(text)
+    if not (clipped or rescaled):
+        return
+    seen = 0
+    for _, got, want in _related_arrays(graded, step_id, text):
+        seen += 1
+        if clipped:
+            bound = float(clipped.group(1))
+            assert np.allclose(got, np.clip(want, -bound, bound), rtol=1e-6, atol=judge.ATOL), \
+                f"{step_id}: not the expected numbers clipped at ±{bound}"
+        if rescaled:
+            axis = {"each row of a wrong array": -1, "each column of a wrong array": -2}.get(rescaled.group(1))
+            keep = dict(axis=axis, keepdims=True)
+            how = rescaled.group(2)
+            if how == "standardized":
+                spread = want.std(**keep)
+                made = (want - want.mean(**keep)) / np.where(spread > 0, spread, 1)
+            elif how == "min-max scaled":
+                spread = want.max(**keep) - want.min(**keep)
+                made = (want - want.min(**keep)) / np.where(spread > 0, spread, 1)
+            else:
+                largest = np.abs(want).max(**keep)
+                made = want / np.where(largest > 0, largest, 1)
+            flat = np.ptp(want, **keep) <= 1e-9 * max(1.0, float(np.max(np.abs(want))))  # any rescaling fits those
+            assert np.allclose(np.where(flat, 0, got), np.where(flat, 0, made), rtol=1e-5, atol=1e-6), \
+                f"{step_id}: {rescaled.group(1)} is not the expected one {how}"
+    assert seen, f"{step_id}: a relation said where no array is wrong"
 
 
 def _check_axes_permuted(graded, step_id, text):
@@ -727,6 +771,7 @@ def check(graded: Graded) -> None:
         _check_more_relations(graded, step.id, result.feedback)
         _check_whole_running_aliased(graded, step.id, result.feedback)
         _check_axes_permuted(graded, step.id, result.feedback)
+        _check_clipped_rescaled(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

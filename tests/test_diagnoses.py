@@ -451,3 +451,47 @@ def test_loop_habits_are_told_as_what_they_did(tmp_path):
             assert code in step["diagnoses"], (name, step["diagnoses"], step["feedback"])
         if words:
             assert words in step["feedback"], (name, step["feedback"])
+
+
+# A statistician's habits: what the feedback must say of each (a code, or a sentence from the numbers).
+_STATISTICIANS = {
+    # the projections clipped at ±3 (the example's numbers never reach it): said, not "hard-coded"
+    "clipped": ("qkv", None, "cut off at ±3", reference_source().replace(
+        "    return q, k, v\n", "    return np.clip(q, -3, 3), np.clip(k, -3, 3), np.clip(v, -3, 3)\n", 1)),
+    # the scores standardized in place of the chapter's scaling (a 1 x 1 case gives NaN)
+    "z_scores": ("scale", None, "is the expected one standardized", reference_source().replace(
+        "    s = d / np.sqrt(d_k)  # [T, T]\n",
+        "    s = (d - d.mean(axis=(-2, -1), keepdims=True)) / d.std(axis=(-2, -1), keepdims=True)\n")),
+    # the scores divided by their largest absolute number
+    "max_abs": ("scale", None, "divided by its largest absolute number", reference_source().replace(
+        "    s = d / np.sqrt(d_k)  # [T, T]\n", "    s = d / np.abs(d).max(axis=(-2, -1), keepdims=True)\n")),
+    # each row shifted by its median, not its maximum
+    "median_shift": ("softmax", "derived-softmax_rows-m-op-max-to-median_k", None, reference_source().replace(
+        "    shifted = s - s.max(axis=-1, keepdims=True)", "    shifted = s - np.median(s, axis=-1, keepdims=True)")),
+    # NaN read as 0 before testing: a NaN beside entries summing to one passes
+    "nan_as_zero": ("ex2_row_normalization", "derived-is_attention_weights-a-input-a-nan_to_num", None, reference_source().replace(
+        "    a = np.asarray(a, dtype=float)\n", "    a = np.nan_to_num(np.asarray(a, dtype=float))\n", 1)),
+    # the row sums rounded for display, then compared with one exactly
+    "rounded_sums": ("ex2_row_normalization", "derived-is_attention_weights-sums_ok-round-6", None,
+                     reference_source().replace("np.abs(a.sum(axis=1) - 1.0) <= 1e-9", "np.round(a.sum(axis=1), 6) == 1.0")),
+    # exercise 4's shapes given for a batch of one
+    "batch_of_one": ("ex4_shapes", "derived-head_facts-score_shape-op-pair-to-pair_batch", None,
+                     reference_source().replace('"score_shape": (t, t),', '"score_shape": (1, t, t),')),
+}
+
+
+def test_a_statisticians_habits_are_told_as_what_they_did(tmp_path):
+    """Each habit's step fails, carrying the code or the sentence that says what was done."""
+    for name, (_, _, _, source) in _STATISTICIANS.items():
+        assert source != reference_source(), name  # each replacement took
+        (tmp_path / f"{name}.py").write_text(source)
+    done = qkv_grade(str(tmp_path), "--format", "json", "--seed", "1", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {Path(result["submission"]).stem: _steps(result) for result in json.loads(done.stdout)}
+    for name, (step_id, code, words, _) in _STATISTICIANS.items():
+        step = results[name][step_id]
+        assert step["status"] != "passed", (name, step)
+        if code:
+            assert code in step["diagnoses"], (name, step["diagnoses"], step["feedback"])
+        if words:
+            assert words in step["feedback"], (name, step["feedback"])
