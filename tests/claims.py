@@ -506,28 +506,33 @@ _SHAPE_SAID = re.compile(r"Each wrong shape (is the expected one with an extra a
                          r"without an axis of length 1|has one axis more than asked|has one axis fewer than asked)")
 
 
+def _reshaped(graded, step_id):
+    """(name, got, expected) of every array a failing call returned in a shape other than the reference's."""
+    for call, kind, value in _failing(graded, step_id):
+        if kind != "value":
+            continue
+        for name, want in _reference(call.fn, call).items():
+            got = value.get(name)
+            if isinstance(want, np.ndarray) and got.shape != want.shape:
+                yield name, got, want
+
+
 def _check_shape_advice(graded, step_id, text):
     """"Each wrong shape …": holds of every array returned in a shape other than the reference's."""
     said = _SHAPE_SAID.search(text)
     if not said:
         return
     seen = 0
-    for call, kind, value in _failing(graded, step_id):
-        if kind != "value":
-            continue
-        for name, want in _reference(call.fn, call).items():
-            got = value.get(name)
-            if not isinstance(want, np.ndarray) or got.shape == want.shape:
-                continue
-            seen += 1
-            squeezed = [n for n in got.shape if n != 1] == [n for n in want.shape if n != 1]
-            more = got.ndim > want.ndim
-            claim = said.group(1)
-            assert more == ("extra" in claim or "more" in claim), f"{step_id}: {claim} of {got.shape} for {want.shape}"
-            if "length 1" in claim:
-                assert squeezed, f"{step_id}: {claim} of {got.shape} for {want.shape}"
-            else:
-                assert abs(got.ndim - want.ndim) == 1, f"{step_id}: {claim} of {got.shape} for {want.shape}"
+    for _, got, want in _reshaped(graded, step_id):
+        seen += 1
+        squeezed = [n for n in got.shape if n != 1] == [n for n in want.shape if n != 1]
+        more = got.ndim > want.ndim
+        claim = said.group(1)
+        assert more == ("extra" in claim or "more" in claim), f"{step_id}: {claim} of {got.shape} for {want.shape}"
+        if "length 1" in claim:
+            assert squeezed, f"{step_id}: {claim} of {got.shape} for {want.shape}"
+        else:
+            assert abs(got.ndim - want.ndim) == 1, f"{step_id}: {claim} of {got.shape} for {want.shape}"
     assert seen, f"{step_id}: a shape's advice where no shape is wrong"
 
 
@@ -728,19 +733,13 @@ def _check_axes_permuted(graded, step_id, text):
     if not said:
         return
     seen = 0
-    for call, kind, value in _failing(graded, step_id):
-        if kind != "value":
-            continue
-        for name, want in _reference(call.fn, call).items():
-            got = value.get(name)
-            if not isinstance(want, np.ndarray) or got.shape == want.shape:
-                continue
-            seen += 1
-            order = (tuple(reversed(range(want.ndim))) if said.group(1) == "reverse order"
-                     else tuple(int(axis) for axis in said.group(2).split(",")))
-            moved = want.transpose(order)
-            assert got.shape == moved.shape and np.allclose(got, moved, rtol=judge.RTOL, atol=judge.ATOL), \
-                f"{step_id}: {name} is not the expected one with its axes {order}"
+    for name, got, want in _reshaped(graded, step_id):
+        seen += 1
+        order = (tuple(reversed(range(want.ndim))) if said.group(1) == "reverse order"
+                 else tuple(int(axis) for axis in said.group(2).split(",")))
+        moved = want.transpose(order)
+        assert got.shape == moved.shape and np.allclose(got, moved, rtol=judge.RTOL, atol=judge.ATOL), \
+            f"{step_id}: {name} is not the expected one with its axes {order}"
     assert seen, f"{step_id}: axes said moved where no shape is wrong"
 
 

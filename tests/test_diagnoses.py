@@ -435,22 +435,28 @@ _LOOP_HABITS = {
 }
 
 
-def test_loop_habits_are_told_as_what_they_did(tmp_path):
-    """Each habit's step carries the code or the sentence that says what the loop did, and the
-    claims of every sentence hold (the claims test checks the sentences' numbers)."""
-    for name, (_, _, _, source) in _LOOP_HABITS.items():
+def _told_as_what_they_did(tmp_path, habits: dict) -> None:
+    """Grade every habit (name -> step, code, words, source) in one folder: each habit's step fails,
+    carrying its code and its words, where given."""
+    for name, (_, _, _, source) in habits.items():
         assert source != reference_source(), name  # each replacement took
         (tmp_path / f"{name}.py").write_text(source)
     done = qkv_grade(str(tmp_path), "--format", "json", "--seed", "1", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]
     results = {Path(result["submission"]).stem: _steps(result) for result in json.loads(done.stdout)}
-    for name, (step_id, code, words, _) in _LOOP_HABITS.items():
+    for name, (step_id, code, words, _) in habits.items():
         step = results[name][step_id]
         assert step["status"] != "passed", (name, step)
         if code:
             assert code in step["diagnoses"], (name, step["diagnoses"], step["feedback"])
         if words:
             assert words in step["feedback"], (name, step["feedback"])
+
+
+def test_loop_habits_are_told_as_what_they_did(tmp_path):
+    """Each habit's step carries the code or the sentence that says what the loop did (the claims
+    test checks the sentences' numbers)."""
+    _told_as_what_they_did(tmp_path, _LOOP_HABITS)
 
 
 # A statistician's habits: what the feedback must say of each (a code, or a sentence from the numbers).
@@ -482,16 +488,4 @@ _STATISTICIANS = {
 
 def test_a_statisticians_habits_are_told_as_what_they_did(tmp_path):
     """Each habit's step fails, carrying the code or the sentence that says what was done."""
-    for name, (_, _, _, source) in _STATISTICIANS.items():
-        assert source != reference_source(), name  # each replacement took
-        (tmp_path / f"{name}.py").write_text(source)
-    done = qkv_grade(str(tmp_path), "--format", "json", "--seed", "1", "--out", str(tmp_path / "out"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = {Path(result["submission"]).stem: _steps(result) for result in json.loads(done.stdout)}
-    for name, (step_id, code, words, _) in _STATISTICIANS.items():
-        step = results[name][step_id]
-        assert step["status"] != "passed", (name, step)
-        if code:
-            assert code in step["diagnoses"], (name, step["diagnoses"], step["feedback"])
-        if words:
-            assert words in step["feedback"], (name, step["feedback"])
+    _told_as_what_they_did(tmp_path, _STATISTICIANS)
