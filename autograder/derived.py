@@ -319,6 +319,12 @@ OPS: dict[str, tuple[Callable, str]] = {
                  "({0} - {0}.mean(axis=-1, keepdims=True)) / np.sqrt({0}.var(axis=-1, keepdims=True) + 1e-5)"),
     # centred over the positions: each coordinate's mean over the rows taken away
     "center": (lambda a, p: a[0] - np.mean(a[0], axis=-2, keepdims=True), "{0} - {0}.mean(axis=-2, keepdims=True)"),
+    # a statistician's habits with a table's columns: z-scores, and min-max scaling to [0, 1]
+    "zscore_cols": (lambda a, p: (a[0] - np.mean(a[0], axis=-2, keepdims=True)) / np.std(a[0], axis=-2, keepdims=True),
+                    "({0} - {0}.mean(axis=-2)) / {0}.std(axis=-2)"),
+    "minmax_cols": (lambda a, p: (a[0] - np.min(a[0], axis=-2, keepdims=True))
+                    / (np.max(a[0], axis=-2, keepdims=True) - np.min(a[0], axis=-2, keepdims=True)),
+                    "({0} - {0}.min(axis=-2)) / ({0}.max(axis=-2) - {0}.min(axis=-2))"),
     "f32": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float32), dtype=np.float64), "np.float32({0})"),
     "trunc": (lambda a, p: np.trunc(a[0]), "{0}.astype(int)"),
     "onehot": (lambda a, p: _onehot(a[0]), "one_hot(argmax({0}, axis=-1))"),
@@ -378,7 +384,7 @@ STARTED_FROM = {"plus_one": ("sum", "1"), "floor0": ("max", "0"), "ceil0": ("min
 
 def _axis(a, axis):
     """numpy's axis, or every axis but the first for REST: what a loop over `s[i]` reduces."""
-    return tuple(range(1, np.ndim(a))) if axis == REST else axis
+    return tuple(range(1, np.ndim(a))) if axis == REST else (-2, -1) if axis == LAST_TWO else axis
 
 
 def _onehot(a):
@@ -419,7 +425,7 @@ NUMPY_PHRASED = {"close_first": "np.isclose({0}[0], 1)", "close_any": "np.isclos
 # An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
-INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center")
+INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center", "zscore_cols", "minmax_cols")
 # ... and in the exercises, the first or the last row left out (a loop over the rows that starts at
 # 1 or stops one short, `range(1, len(a))`, `range(len(a) - 1)`, never looks at it), or NaN read as 0.
 INPUT_CHANGES_EX = ("skip_first", "skip_last", "nan_to_num")
@@ -440,6 +446,8 @@ AXES = (-2, 0, 1, None)
 # Every axis but the first, as a loop over the first axis reduces each slice whole: the rows of a
 # matrix, but the whole matrix of each example in a batch. Tried for every reduction at once.
 REST = "1:"
+# The last two axes at once (`axis=(-2, -1)`): each matrix reduced whole, a batch's examples apart.
+LAST_TWO = "-2:"
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
 MASKS = ("causal_inf", "causal_1e9")
 INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows", "per_sqrt_col") + MASKS
@@ -676,7 +684,7 @@ def _line(stage: Stage) -> str:
     elif op == "readrows":
         return ROWS_READ[params["how"]][0]
     else:
-        shown = {k: ("None" if v is None else v) for k, v in params.items()}
+        shown = {k: ("None" if v is None else "(-2, -1)" if v == LAST_TWO else v) for k, v in params.items()}
         body = template.format(*args, **shown)
     return f"return {body}" if name == "return" else (body if name == "_" else f"{name} = {body}")
 
@@ -1007,11 +1015,12 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     add(i, before + [new] + after, _line(new), f"the mean was taken as a sum divided by "
                         f"{WORDS.get(other, other)}", f"op:avg->sum_by:{other}")
         if "axis" in params:
-            for axis in AXES:
+            for axis in AXES + ((LAST_TWO,) if op in REDUCTIONS else ()):
                 if axis != params["axis"]:
                     new = (name, op, args, {**params, "axis": axis})
-                    add(i, before + [new] + after, _line(new),
-                        f"the {_reduction(op)} ran over {'the whole array' if axis is None else f'axis {axis}'}",
+                    over = ("the whole array" if axis is None else "the last two axes at once (each matrix whole)"
+                            if axis == LAST_TWO else f"axis {axis}")
+                    add(i, before + [new] + after, _line(new), f"the {_reduction(op)} ran over {over}",
                         f"axis:{params['axis']}->{axis}")
         if "tol" in params:
             for tol in TOLERANCES:

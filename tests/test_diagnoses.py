@@ -477,6 +477,18 @@ _STATISTICIANS = {
     # NaN read as 0 before testing: a NaN beside entries summing to one passes
     "nan_as_zero": ("ex2_row_normalization", "derived-is_attention_weights-a-input-a-nan_to_num", None, reference_source().replace(
         "    a = np.asarray(a, dtype=float)\n", "    a = np.nan_to_num(np.asarray(a, dtype=float))\n", 1)),
+    # the input's columns standardized, or min-max scaled, before projecting (NaN where T = 1)
+    "z_scored_input": ("head", "derived-self_attention_head-x-input-x-zscore_cols", None, reference_source().replace(
+        "    q, k, v = project_qkv(x, w_q, w_k, w_v)",
+        "    x = (x - x.mean(axis=-2, keepdims=True)) / x.std(axis=-2, keepdims=True)\n"
+        "    q, k, v = project_qkv(x, w_q, w_k, w_v)")),
+    "min_max_input": ("qkv", "derived-project_qkv-x-input-x-minmax_cols", None, reference_source().replace(
+        "    q = x @ w_q  # [T, d_in] @ [d_in, d_k] -> [T, d_k]\n",
+        "    x = (x - x.min(axis=-2, keepdims=True)) / (x.max(axis=-2, keepdims=True) - x.min(axis=-2, keepdims=True))\n"
+        "    q = x @ w_q  # [T, d_in] @ [d_in, d_k] -> [T, d_k]\n")),
+    # each matrix's exponentials divided by one total over both axes
+    "total_of_matrix": ("softmax", "derived-softmax_rows-z-axis--1-to--2-", None, reference_source().replace(
+        "e / e.sum(axis=-1, keepdims=True)", "e / e.sum(axis=(-2, -1), keepdims=True)")),
     # the row sums rounded for display, then compared with one exactly
     "rounded_sums": ("ex2_row_normalization", "derived-is_attention_weights-sums_ok-round-6", None,
                      reference_source().replace("np.abs(a.sum(axis=1) - 1.0) <= 1e-9", "np.round(a.sum(axis=1), 6) == 1.0")),
