@@ -1226,7 +1226,9 @@ class Worker:
         self.ends = math.inf  # when the running job's time budget runs out (monotonic)
         self.first_import = None  # how long the job's first import took, in seconds
         self.codes = {}  # (file name, cells) -> what a child compiled of them (marshal), oldest first
-        self.left_by = None  # the last child, where the worker's /tmp is its own (config "private_tmp")
+        # where the worker's /tmp is its own (config "private_tmp"): that /tmp, and the last child run
+        self.private_tmp = os.path.dirname(scratch_root) if config.get("private_tmp") else None
+        self.left_by = None
 
     def emit(self, frame):
         self.pending.append(frame)
@@ -1295,7 +1297,7 @@ class Worker:
             # runs no more code, but a call it was in may still finish): by now it has, almost always
             self.forks.ended(self.left_by)
             self.left_by = None
-            _sweep(os.path.dirname(self.scratch_root), self.scratch_root)
+            _sweep(self.private_tmp, self.scratch_root)
         scratch = _new_folder(self.scratch_root, "s")
         meta = {"limits": limits, "filename": job["filename"], "answers": job["answers"], "scratch": scratch,
                 "replace": job.get("replace"),
@@ -1341,7 +1343,7 @@ class Worker:
             if os.path.lexists(scratch):  # what is left, the child may still be writing: once it is gone
                 self.forks.ended(pid)
                 remove_tree(scratch)
-            if self.config.get("private_tmp"):
+            if self.private_tmp:
                 self.left_by = pid  # what it left elsewhere in the private /tmp: swept before the next child
 
     def wait_watching(self, reader, deadline, scratch):
@@ -1364,7 +1366,7 @@ class Worker:
                 self.checked = now
                 # where the worker's /tmp is its own, all of it: a child that Landlock does not
                 # confine may write anywhere there
-                if _over_quota(os.path.dirname(self.scratch_root) if self.config.get("private_tmp") else scratch):
+                if _over_quota(self.private_tmp or scratch):
                     raise OverQuota("it wrote more than %d MiB or %d files, or made a folder that cannot be counted"
                                     % (SCRATCH_BYTES >> 20, SCRATCH_ENTRIES))
             if now >= deadline:
@@ -1573,31 +1575,26 @@ def _over_quota(scratch):
 def _sweep(top, keep):
     """Remove everything in `top` but the folder `keep`, and everything in `keep` (made again, empty,
     if it is no longer a folder): what a child left outside its own folder, where nothing but this
-    confines it (the worker's private /tmp, on a kernel without Landlock). Says whether there was any."""
-    left = False
+    confines it (the worker's private /tmp, on a kernel without Landlock)."""
     for folder, mode in ((top, 0o1777), (keep, 0o700)):  # as the worker made them, whatever a child did
         try:
-            if stat.S_IMODE(os.lstat(folder).st_mode) != mode and os.path.isdir(folder) and not os.path.islink(folder):
-                left = True
+            if stat.S_ISDIR(os.lstat(folder).st_mode) and stat.S_IMODE(os.lstat(folder).st_mode) != mode:
                 os.chmod(folder, mode)
         except OSError:
             pass
     try:
-        if not os.path.isdir(keep) or os.path.islink(keep):
-            left = True
+        if os.path.lexists(keep) and (os.path.islink(keep) or not os.path.isdir(keep)):
             os.unlink(keep)
-    except FileNotFoundError:
+        if not os.path.lexists(keep):
+            os.mkdir(keep, 0o700)
+    except OSError:
         pass
-    if left or not os.path.lexists(keep):
-        left = True
-        os.mkdir(keep, 0o700)
     for folder, spare in ((top, keep), (keep, None)):
         try:
             with os.scandir(folder) as entries:
                 found = [(entry.path, entry.is_dir(follow_symlinks=False)) for entry in entries if entry.path != spare]
         except OSError:
             continue
-        left = left or bool(found)
         for path, folder_too in found:
             if folder_too:
                 remove_tree(path)
@@ -1606,7 +1603,6 @@ def _sweep(top, keep):
                     os.unlink(path)
                 except OSError:
                     pass
-    return left
 
 
 def remove_tree(path):

@@ -258,7 +258,7 @@ def worker_command(mode: str, channel: tuple[int, int]) -> tuple[list[str], dict
              "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
              "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
              # Nothing but /tmp can be written, even by a child on a kernel without Landlock; and the
-             # worker sweeps all of /tmp after each child (config "private_tmp"), not only its folder.
+             # worker empties all of /tmp between children (config "private_tmp"), not only their folders.
              "--remount-ro", "/", "--remount-ro", "/dev",
              "--chdir", "/tmp", "--clearenv"]
     for name, value in {**env, "HOME": "/tmp"}.items():
