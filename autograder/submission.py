@@ -916,6 +916,11 @@ def _owner(path: Path) -> int | None:
         return None
 
 
+# `\xe9` written out in a name that is UTF-8: it would be listed as the name holding that byte is
+# (`shown_name`, `results.printable_name`), which is never graded, and the two could not be told apart.
+_BYTE_WRITTEN_OUT = re.compile(r"\\x[89a-fA-F][0-9a-fA-F]")
+
+
 def _named_out(parts: tuple[str, ...], course: bool = False) -> str | None:
     """Why a candidate file is not graded, from its name and place alone (the parts of its path
     below the folder graded); None if it may be. `course`: the folder graded is a course's root
@@ -926,6 +931,9 @@ def _named_out(parts: tuple[str, ...], course: bool = False) -> str | None:
         return f"in a course's root only {' and '.join(f'{folder}/' for folder in COURSE_FOLDERS)} hold students' work"
     if shown_name(name) != name:
         return "a name that is not UTF-8: rename it to have it graded"
+    if _BYTE_WRITTEN_OUT.search(name):
+        return ("a name holding the text of a byte that is not UTF-8 (a backslash, x and two hex digits from "
+                "80), which is how such names are listed: rename it to have it graded")
     if file.startswith("."):
         return "a hidden file"
     if file in HELPERS or file.startswith("test_"):

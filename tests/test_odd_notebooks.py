@@ -9,6 +9,7 @@ cost a notebook every point; and a file name that is not UTF-8 made the JSON pri
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import nbformat
@@ -229,6 +230,29 @@ def test_a_name_that_spells_an_escape_never_shows_as_the_name_escaped(tmp_path):
     summary = [line.split(",")[0] for line in (tmp_path / "out" / "latest" / "summary.csv").read_text().splitlines()[1:]]
     assert sorted(listing) == sorted(summary) == sorted(["a\\x09b.py", "a\\\\x09b.py", "\\u0430da.py",
                                                          "\\\\u0430da.py"]), (listing, summary)
+
+
+def test_a_name_that_spells_a_byte_escape_is_never_graded_under_the_name_of_a_file_never_graded(tmp_path):
+    """A byte of a name that is not UTF-8 is listed as `\\xe9`, and such a file is never graded: a
+    classmate's file named `jos\\xe9.py`, backslash and all, would be listed, scored, under the very
+    name of José's file `jos<0xE9>.py`, in the listing, summary.csv and the class report (which lists
+    graded files only). It is not graded either, and says why."""
+    require_sandbox()
+    folder = os.fsencode(tmp_path / "class")
+    os.mkdir(folder)
+    stub = "def project_qkv(x, w_q, w_k, w_v):\n    pass\n"
+    for name, text in ((b"ada.py", reference_source()), (b"jos\\xe9.py", stub), (b"jos\xe9.py", reference_source())):
+        with open(os.path.join(folder, name), "w") as handle:
+            handle.write(text)
+    done = qkv_grade(os.fsdecode(folder), "--seed", str(SEED), "--out", str(tmp_path / "out"),
+                     "--report", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = done.stdout.split("\n\n")[0].splitlines()
+    assert [row.split()[0] for row in rows if " / 100" in row] == ["ada.py"], rows
+    reasons = sorted(row.split("not graded: ", 1)[1] for row in rows if row.startswith("jos\\xe9.py  not graded: "))
+    assert len(reasons) == 2 and reasons[0].startswith("a name holding the text of a byte that is not UTF-8") \
+        and reasons[1].startswith("a name that is not UTF-8"), rows
+    assert "jos\\xe9.py" not in (tmp_path / "report" / "index.html").read_text()
 
 
 def test_a_file_name_with_line_breaks_stays_on_its_own_line_in_the_listing(tmp_path):
