@@ -188,8 +188,12 @@ OPS: dict[str, tuple[Callable, str]] = {
     "size": (lambda a, p: a[0].size, "{0}.size"),
     "axes_count": (lambda a, p: np.ndim(a[0]), "{0}.ndim"),
     "dot": (lambda a, p: np.dot(a[0], a[1]), "np.dot({0}, {1})"),
+    # the last axis of both contracted: `a @ bᵀ` for 2-D arrays, every example with every other on a batch
+    "inner": (lambda a, p: np.inner(a[0], a[1]), "np.inner({0}, {1})"),
     "zeros": (lambda a, p: np.zeros(a[0]), "np.zeros({0})"),
     "ones": (lambda a, p: np.ones(a[0]), "np.ones({0})"),
+    # a softmax of each number alone: exp(x - x) / exp(x - x), 1 wherever x is finite
+    "per_entry": (lambda a, p: np.exp(a[0] - a[0]) / np.exp(a[0] - a[0]), "np.vectorize(softmax)({0})"),
     "outer": (lambda a, p: np.outer(a[0], a[1]), "np.outer({0}, {1})"),
     "addrows": (lambda a, p: _addrows(a[0], a[1], a[2]), "{0} with {1} added to {0}[{2}]"),
     "addall": (lambda a, p: np.asarray(a[0]) + a[1], "{0} with {1} added to every row"),
@@ -394,7 +398,7 @@ def _onehot(a):
 
 # Swapped or inverted operators: op -> alternatives (with their words).
 SWAPS: dict[str, tuple[str, ...]] = {
-    "matmul": ("mul", "dot"), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
+    "matmul": ("mul", "dot", "inner"), "mul": ("div", "matmul"), "div": ("mul", "rdiv", "sub"), "sub": ("add",), "add": ("sub",),
     "sqrt": ("square", "same", "log", "isqrt"), "exp": ("log", "same", "square", "exp2"), "max": ("min", "mean", "sum"),
     "sum": ("mean", "max"), "lastdim": ("firstdim", "size"), "zeros": ("ones",), "selsum": ("rowselsum", "selmean", "selmax"),
     "addrows": ("addall", "subrows"), "pair": ("pair_rev",), "ndim2": ("ndim_at_least_2", "square"), "nonneg": ("positive", "nonneg_any"),
@@ -608,7 +612,8 @@ OP_WORDS = {
     "firstdim": "the first axis's length", "size": "the count of all its numbers",
     "dim1": "the second axis's length, counted from the front",
     "axes_count": "the number of its axes (`.ndim`)",
-    "dot": "`np.dot`, which on a batch pairs every example with every other", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
+    "dot": "`np.dot`, which on a batch pairs every example with every other",
+    "inner": "`np.inner`, which pairs the last axis of both arrays (`a @ bᵀ` for two matrices)", "ones": "ones", "rowselsum": "the weights of the listed receiving rows",
     "addall": "every value row shifted", "ndim_at_least_2": "at least 2-D",
     "len2": "a test of the length (the rows counted, `len(a) == 2`)", "square": "a square test",
     "positive": "strictly positive entries", "nonneg_any": "any non-negative entry",
@@ -1241,6 +1246,14 @@ def _more_edits(fn: str, inputs, stages, kinds, add) -> None:
                     f"where it should run over all n terms (`range(n)`)", f"op:matmul->{short}",
                     look=f"Find the loop (or the slice) of `{fn}` that computes {WORDS.get(name, name)}, and check "
                          f"that it runs over every term, the {which} included.")
+        if name == "a" and op == "div" and stages[i - 1][0] == "z":  # the softmax's last line: each number alone
+            source = next((stage[2][0] for stage in stages if stage[0] == "m"), "s")
+            new = (name, "per_entry", (source,), {})
+            add(i, before + [new] + after, f"a = np.vectorize(softmax)({source})",
+                f"the softmax was taken of each number alone, as `np.vectorize` calls a function with no `signature`: "
+                f"each weight is then exp(x - x) / exp(x - x), which is 1", "op:div->per_entry",
+                look="`np.vectorize(f)` hands `f` one number at a time. Give it `signature='(n)->(n)'` so that `f` gets "
+                     "a whole row, or compute the softmax of every row at once with `axis=-1` and `keepdims=True`.")
         if name in ("d", "s") and kinds.get(name) == "array":  # the scores, before the softmax
             first = (name + "'", op, args, params)
             scores, its = WORDS.get(name, name), "their" if name in _PLURAL else "its"
@@ -1429,14 +1442,21 @@ def _parallel(fn, stages, kinds, add) -> None:
                     out.append(stage)
                     continue
                 name, sop, (a, b), params = stage
-                if change == "twice":
+                if change.startswith("op:"):
+                    out.append((name, change[3:], (a, b), params))
+                elif change == "twice":
                     out += [(name + "'", sop, (a, b), params), (name, sop, (name + "'", b), params)]
                 else:
                     out += [(b + "'", change, (b,), {}), (name, sop, (a, b + "'"), params)]
             return out
 
-        for change in OPERAND_CHANGES + MORE_OPERAND_CHANGES + ("twice",):
-            if change == "twice":
+        for change in OPERAND_CHANGES + MORE_OPERAND_CHANGES + ("twice",) + tuple(f"op:{alt}" for alt in
+                                                                                 SWAPS.get(op, ())):
+            if change.startswith("op:"):
+                alt = change[3:]
+                news = "; ".join(_line((stages[m][0], alt) + stages[m][2:]) for m in members)
+                why = f"each {re.sub(r'^an? ', '', OP_WORDS.get(op, op))} became {OP_WORDS.get(alt, alt)}"
+            elif change == "twice":
                 news = "; ".join(f"{stages[m][0]} = ({_line(stages[m]).split(' = ', 1)[1]}) "
                                  f"{OPS[op][1].format('', stages[m][2][1]).strip()}" for m in members)
                 why = f"{_and([WORDS.get(b, b) for b in operands])} were each applied twice"
@@ -1514,6 +1534,11 @@ def _same(a, b) -> bool:
     return np.shape(a) == np.shape(b) and np.allclose(a, b, equal_nan=True)
 
 
+# Operators whose constant value is what the edit describes, not a guess: a softmax of each number
+# alone is 1 wherever it is finite, and that is how a student's `np.vectorize` shows.
+_CONSTANT_BY_NATURE = {"per_entry"}
+
+
 def _ignores_inputs(fn: str, program: tuple, probes) -> bool:
     """Does the edited program give the same value whatever its inputs (`s - s`, say)? Such an edit
     describes no computation, only a constant: a guess, which it must not explain away."""
@@ -1548,7 +1573,8 @@ def _kept(fn: str, edits: list) -> list[int]:
     probes = _probes(fn)
     codes, kept = set(), []
     for index, edit in enumerate(edits):
-        if edit.code not in codes and not (probes and _ignores_inputs(fn, edit.program, probes)):
+        if edit.code not in codes and not (probes and not _CONSTANT_BY_NATURE & {stage[1] for stage in edit.program}
+                                           and _ignores_inputs(fn, edit.program, probes)):
             codes.add(edit.code)
             kept.append(index)
     return kept

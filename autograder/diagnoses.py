@@ -90,8 +90,9 @@ CODES: dict[str, Diagnosis] = dict([
     _d("swapped-roles", "a role got the wrong projection (a W swapped for another, or the three results "
        "taken in another order): queries come from W_Q, keys from W_K and values from W_V, three separate "
        "products of the same input.",
-       "Check which W each of q, k and v is multiplied by, and the order in which they are returned and "
-       "unpacked (q, k, v).", "§15.1"),
+       "Check which W each of q, k and v is multiplied by, that each is an array of its own (products "
+       "written into one buffer with `out=`, or one list filled again, all hold the last one written), and "
+       "the order in which they are returned and unpacked (q, k, v).", "§15.1"),
     # §15.2: compare every receiving row with every contributing key.
     _d("keys-not-transposed", "you compared without transposing the keys, or with queries and keys swapped: "
        "D = Q Kᵀ puts the receiving queries on the rows and the contributing keys on the columns.",

@@ -2014,6 +2014,23 @@ _MESSAGE_ADVICE = (
      "numpy's `transpose` takes a new place for every axis (`k.transpose(0, 2, 1)` on a batch), not the two "
      "axes to swap, as torch's `k.transpose(-1, -2)` does: `np.swapaxes(k, -1, -2)` swaps the last two, "
      "whatever comes before them."),
+    ("all input arrays must have the same shape",
+     "Some line stacks arrays (`np.stack`, `np.array([...])`) whose shapes differ on the calls that raised: the "
+     "docstring's sizes need not be equal (W_V's width d_v need not be d_k, nor T be d_k). Keep such arrays "
+     "apart, or stack only arrays of one shape."),
+    ("inhomogeneous shape",
+     "Some line makes one array of arrays whose shapes differ on the calls that raised (`np.array([...])` of "
+     "rows or matrices of different lengths): the docstring's sizes need not be equal (W_V's width d_v need not "
+     "be d_k, nor T be d_k). Keep such arrays apart."),
+    ("input array dimensions except for the concatenation axis must match",
+     "Some line joins arrays (`np.concatenate`, `np.vstack`, `np.hstack`) whose other axes differ on the calls "
+     "that raised: the docstring's sizes need not be equal (W_V's width d_v need not be d_k, nor T be d_k). "
+     "Keep such arrays apart, or join them along the axis whose size they do not share."),
+    ("is out of bounds for axis",
+     "An index went past the end of an array on the calls that raised: a loop bound or an index worked out from "
+     "another size than the axis it runs over (`range(d_k)` over d_v entries, a flat index `i * n + j` with n "
+     "the wrong width), which sizes that happen to be equal hide. Bound each loop by the length of the axis it "
+     "indexes (`a.shape[-1]`, say)."),
 )
 
 
@@ -2279,6 +2296,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 found.sized.add("crashed")
             elif advice := _raised_advice([flat[i] for i in raised]):
                 found.looks["crashed"] = advice
+            elif advice := _raised_where_one(calls, flat):
+                found.looks["crashed"] = advice
             elif any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
                 found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
@@ -2464,6 +2483,9 @@ def _relation(pairs: list[tuple[_CallVerdict, dict]], calls: list | None = None)
     """How every wrong array relates to the expected one, where one simple relation holds on all of
     them: some numbers left at 0 (see _zeroed), a constant added (to all, or per row, or per
     column), or a factor, and which of the call's sizes that factor is, where one is; else ""."""
+    exchanged = _parts_exchanged(pairs) if pairs else None
+    if exchanged:
+        return exchanged
     arrays = _wrong_arrays(pairs)
     if arrays is None:  # NaN or an infinity on some call: said of the others, where there are some
         finite = _wrong_arrays(pairs, finite_only=True)
@@ -2612,7 +2634,7 @@ def _rows_affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
     its own (shown by rows of three numbers or more, not all alike; one of two numbers fits any):
     so much, and, where every row of the student's not alike has mean 0 and standard deviation 1
     (to 1e-3), that the rows were standardized."""
-    standard, shown = True, 0
+    standard, flat, shown = True, True, 0
     for got, part in arrays:
         if part.ndim < 1:
             return ""
@@ -2621,6 +2643,7 @@ def _rows_affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
             if np.ptp(want) <= 1e-9 * scale:
                 continue  # a row of one number: any factor and constant fit it
             standard = standard and abs(float(row.mean())) <= 1e-6 and abs(float(row.std()) - 1) <= 1e-3
+            flat = flat and float(np.ptp(row)) <= 1e-9 * scale
             if len(want) < 3:
                 continue
             if _line_through(want, row, scale) is None:
@@ -2628,6 +2651,10 @@ def _rows_affine(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
             shown += 1
     if not shown:
         return ""
+    if flat:
+        return ("On every case it failed, each row of a wrong array is one number repeated, where the expected row's "
+                "numbers differ: every entry of a row came out alike, as a product taken of one pair for the whole "
+                "row, a stride of 0 along it, or one number broadcast over it gives.")
     if standard:
         return ("On every case it failed, each row of a wrong array is the expected row shifted and rescaled, with mean "
                 "0 and standard deviation 1: the rows were standardized (the row's mean subtracted and its spread "
@@ -2876,6 +2903,27 @@ _TOGETHER = re.compile(r"operands could not be broadcast together with shapes \(
 _RAISED_SIZED = "It raised where it wrote into an array of the wrong size, as said above."
 
 
+def _raised_where_one(calls: list, verdicts: list[_CallVerdict]) -> str | None:
+    """Where every call of the step that raised has a size of 1 (T, say) that every call that ran has
+    larger: the advice that says so, else None. An axis of length 1 squeezed away, or a loop that
+    needs two positions, fails there and nowhere else."""
+    raised = [i for i, v in enumerate(verdicts) if v.kind == "raised"]
+    ran = [i for i, v in enumerate(verdicts) if v.kind in ("ok", "mismatch", "wrong-type")]
+    if not raised or not ran:
+        return None
+    sizes = [_sizes_of(calls[i]) for i in raised]
+    ones = [name for name in _SIZE_WORDS if all(found.get(name) == 1 for found in sizes)
+            and all(_sizes_of(calls[i]).get(name, 1) > 1 for i in ran)]
+    if not ones:
+        return None
+    said = " and ".join(_SIZE_WORDS[name] for name in ones)
+    return (f"It raised on every call where {said} {'is' if len(ones) == 1 else 'are'} 1, and ran wherever "
+            f"{'it is' if len(ones) == 1 else 'they are'} larger: some line needs an axis of length 2 or more. "
+            f"Look for an axis of length 1 taken away (`np.squeeze`, `.squeeze()`, `[0]` on a row), which leaves "
+            f"fewer axes than the next line expects, or an index or loop that needs two rows (`x[1]`, "
+            f"`range(1, T)`); then call the function with {said} equal to 1 and read the error.")
+
+
 def _sizes_of(call) -> dict[str, int]:
     """The docstrings' named sizes (T, d_in, d_k, d_v, and B for a batch) as this call's arguments
     hold them; a name the arguments disagree on is left out."""
@@ -2971,9 +3019,52 @@ def _sized_wrongly(calls: list, verdicts: list[_CallVerdict], wants: list[dict],
     return text, explained, named
 
 
+def _parts_exchanged(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
+    """Where a result of two arrays or more has, on every failing call, each wrong part holding the
+    expected value of another part (its shape and numbers), the same parts on every call: which holds
+    which (parts whose expected values are alike named together); else None."""
+    holds: dict[str, set] | None = None
+    for verdict, want in pairs:
+        arrays = {name: part for name, part in want.items() if isinstance(part, np.ndarray)}
+        if len(arrays) < 2 or not verdict.actual:
+            return None
+        found = {}
+        for name, part in arrays.items():
+            got = verdict.actual.get(name)
+            if not isinstance(got, np.ndarray) or not np.all(np.isfinite(got)):
+                return None
+            if got.shape == part.shape and allclose(got, part, RTOL, ATOL, keep=False):
+                continue
+            found[name] = {other for other, value in arrays.items() if other != name and value.shape == got.shape
+                           and allclose(got, value, RTOL, ATOL, keep=False)}
+            if not found[name]:
+                return None
+        if not found or (holds is not None and found.keys() != holds.keys()):
+            return None
+        holds = found if holds is None else {name: holds[name] & found[name] for name in found}
+        if not all(holds.values()):
+            return None
+    if not holds:
+        return None
+    order = list(pairs[0][1])
+    parts = []
+    for name, others in holds.items():
+        first, *rest = [f"`{other}`" for other in sorted(others, key=order.index)]
+        parts.append(f"your `{name}` holds the expected {first}" + (f" (or {', '.join(rest)}, the same numbers)"
+                                                                   if rest else ""))
+    said = "; ".join(parts)
+    return (f"On every case it failed, each wrong part holds what another part should: {said}. The parts went in "
+            f"under the wrong names or in the wrong order: check how the result is put together (names zipped "
+            f"with values listed in another order, a tuple unpacked the other way round).")
+
+
 def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
-    """Where to look when every wrong shape differs from the expected one in the same way: axes of
-    length 1 added, or taken away, or one axis more, or one fewer, than asked; else None."""
+    """Where to look when every wrong shape differs from the expected one in the same way: parts
+    exchanged, axes of length 1 added, or taken away, or one axis more, or one fewer, than asked;
+    else None."""
+    exchanged = _parts_exchanged(pairs)
+    if exchanged:
+        return exchanged
     permuted = _axes_permuted(pairs)
     if permuted:
         return permuted

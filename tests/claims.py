@@ -548,6 +548,25 @@ def _check_raised_off_the_example(graded, step_id, text):
         f"{step_id}: said to raise on hidden cases, where none raised"
 
 
+_WHERE_ONE = re.compile(r"It raised on every call where (.+?) (?:is|are) 1, and ran wherever")
+
+
+def _check_raised_where_one(graded, step_id, text):
+    """"It raised on every call where T is 1, and ran wherever it is larger": every call that raised
+    has those sizes 1 (as its arguments hold them), and every call that returned has them larger."""
+    said = _WHERE_ONE.search(text)
+    if not said:
+        return
+    names = [name for name, words in judge._SIZE_WORDS.items() if words in said.group(1)]
+    assert names and " and ".join(judge._SIZE_WORDS[name] for name in names) == said.group(1), said.group(1)
+    for call, outcome in zip(_calls(graded, step_id), graded.outcomes[step_id]):
+        sizes = judge._sizes_of(call)
+        if outcome.raised is not None:
+            assert all(sizes.get(name) == 1 for name in names), f"{step_id}: raised where {names} are not 1"
+        elif outcome.value is not None:
+            assert all(sizes.get(name, 1) > 1 for name in names), f"{step_id}: ran where {names} are 1"
+
+
 _ROWS_REACHED = re.compile(r"On (.+?), your (output|change) is exactly the one (?:with the shift added to|that shifting) "
                            r"(no value row|value row \d+|value rows \[[\d, ]+\])(?: makes)?, where the call asks for "
                            r"(every value row|rows \[[\d, ]*\])(;|\.)")
@@ -613,12 +632,32 @@ def _check_slots(graded, step_id, text):
         assert not all(b in examples for b, examples in enumerate(slots)), f"{step_id}: every slot holds its own"
 
 
+_HOLDS = re.compile(r"your `(\w+)` holds the expected `(\w+)`(?: \(or ((?:`\w+`(?:, )?)+), the same numbers\))?")
+
+
+def _check_parts_exchanged(graded, step_id, text):
+    """"each wrong part holds what another part should": on every call that failed, each part named
+    holds the expected value of the part (or parts) said, and not its own."""
+    if "each wrong part holds what another part should" not in text:
+        return
+    held = _HOLDS.findall(text.split("each wrong part holds what another part should", 1)[1].split(". ", 1)[0])
+    assert held, f"{step_id}: parts said exchanged, none named"
+    for value, want in _wrong_values(graded, step_id, "parts said exchanged"):
+        for name, first, rest in held:
+            got, others = value[name], [first] + re.findall(r"`(\w+)`", rest)
+            assert got.shape != want[name].shape or not np.allclose(got, want[name], rtol=judge.RTOL, atol=judge.ATOL), \
+                f"{step_id}: {name} said to hold another part's numbers holds its own"
+            for other in others:
+                assert got.shape == want[other].shape and np.allclose(got, want[other], rtol=judge.RTOL, atol=judge.ATOL), \
+                    f"{step_id}: {name} does not hold the expected {other}"
+
+
 _DROPPED = re.compile(r"some numbers of each wrong array are 0 where the expected ones are not, and every other number "
                       r"is the expected one times ([0-9.e+-]+)")
 _AFFINE = re.compile(r"each wrong array of yours is the expected one times the same factor \(([0-9.e+-]+)\) plus a constant"
                      r"(: \(1 - ε\)·A \+ ε/n with ε = ([0-9.e+-]+))?")
-_ROWS_AFFINE = re.compile(r"each row of a wrong array is the expected row (shifted and rescaled, with mean 0 and standard "
-                          r"deviation 1|times a factor plus a constant, both of its own)")
+_ROWS_AFFINE = re.compile(r"each row of a wrong array is (?:the expected row )?(shifted and rescaled, with mean 0 and "
+                          r"standard deviation 1|times a factor plus a constant, both of its own|one number repeated)")
 
 
 def _check_more_relations(graded, step_id, text):
@@ -645,6 +684,8 @@ def _check_more_relations(graded, step_id, text):
                 if row.size >= 3:
                     fit = np.polyval(np.polyfit(part, row, 1), part)
                     assert np.allclose(row, fit, **tol), f"{step_id}: a row is not the expected row shifted and rescaled"
+                if rows.group(1) == "one number repeated":
+                    assert np.ptp(row) <= 1e-9 * max(1.0, float(np.max(np.abs(want)))), f"{step_id}: a row is not one number"
                 if rows.group(1).startswith("shifted"):
                     assert abs(row.mean()) <= 1e-6 and abs(row.std() - 1) <= 1e-3, f"{step_id}: a row is not standardized"
     assert not dropped or zeros, f"{step_id}: dropout said where no number was dropped"
@@ -764,9 +805,11 @@ def check(graded: Graded) -> None:
         _check_relation(graded, step.id, result.feedback)
         _check_shape_advice(graded, step.id, result.feedback)
         _check_raised_off_the_example(graded, step.id, result.feedback)
+        _check_raised_where_one(graded, step.id, result.feedback)
         _check_rows_reached(graded, step.id, result.feedback)
         _check_examples_merged(graded, step.id, result.feedback)
         _check_slots(graded, step.id, result.feedback)
+        _check_parts_exchanged(graded, step.id, result.feedback)
         _check_more_relations(graded, step.id, result.feedback)
         _check_whole_running_aliased(graded, step.id, result.feedback)
         _check_axes_permuted(graded, step.id, result.feedback)

@@ -435,3 +435,39 @@ LOOP_SOFTMAX_FROM_ZERO = """\
         exps = [math.exp(value - top) for value in row]
         rows.append([e / sum(exps) for e in exps])
     return np.reshape(rows, np.shape(s))"""
+
+
+def test_a_crash_only_where_t_is_1_is_told_so(tmp_path):
+    """Exercise 1's weights made from a [1, T] score row and squeezed: at T = 1 the squeeze leaves
+    a 0-d array, and `weights @ v` raises there alone. The hidden message stays hidden; the sizes
+    that single out the failing call are told."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("zero_query_mixture",
+                              "    q = np.zeros((1, k.shape[-1]))\n"
+                              "    weights = softmax_rows(scale(scores(q, k), k.shape[-1])).squeeze()\n"
+                              "    return weights, weights @ v\n"))
+    feedback = _steps(path)["ex1_zero_query"]["feedback"]
+    assert "It raised on every call where T (the positions) is 1, and ran wherever it is larger" in feedback, feedback
+    assert "then call the function with T (the positions) equal to 1 and read the error" in feedback, feedback
+
+
+def test_a_crash_on_calls_of_several_sizes_is_not_told_as_one_of_t_1(tmp_path):
+    """Project_qkv for the example's square weights only: it raises on hidden cases whose T is more
+    than 1 too, so nothing is said of T = 1."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("project_qkv", "    return x @ w_q.T, x @ w_k.T, x @ w_v.T\n"))
+    feedback = _steps(path)["qkv"]["feedback"]
+    assert "crashed" in feedback or "raised" in feedback, feedback
+    assert "It raised on every call where" not in feedback, feedback
+
+
+def test_projections_written_with_np_inner_are_named_as_such(tmp_path):
+    """`np.inner(x, w)` contracts the last axis of both arrays, as `x @ w.T` does: on the example's
+    square weights it gives other numbers, and wherever d_in is not d_k it raises. Every one of the
+    three lines is written so, and the edit of all three at once is what reproduces both."""
+    path = tmp_path / "attention_head.py"
+    path.write_text(_replaced("project_qkv", "    return np.inner(x, w_q), np.inner(x, w_k), np.inner(x, w_v)\n"))
+    qkv = _steps(path)["qkv"]
+    assert qkv["diagnoses"] == ["derived-project_qkv-q-each-op-inner"], qkv["feedback"]
+    assert "with `q = np.inner(x, w_q); k = np.inner(x, w_k); v = np.inner(x, w_v)` in place of " \
+           "`q = x @ w_q; k = x @ w_k; v = x @ w_v`: as if each matrix product became `np.inner`" in qkv["feedback"]
