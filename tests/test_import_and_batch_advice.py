@@ -451,14 +451,17 @@ def test_a_crash_only_where_t_is_1_is_told_so(tmp_path):
     assert "then call the function with T (the positions) equal to 1 and read the error" in feedback, feedback
 
 
-def test_a_crash_on_calls_of_several_sizes_is_not_told_as_one_of_t_1(tmp_path):
-    """Project_qkv for the example's square weights only: it raises on hidden cases whose T is more
-    than 1 too, so nothing is said of T = 1."""
+def test_weights_stacked_into_one_array_are_told_from_the_message_not_as_a_crash_where_t_is_1(tmp_path):
+    """The three weight matrices stacked into one array: numpy refuses wherever d_v is not d_k, at
+    every T. What the hidden message says is told (a stack of arrays whose shapes differ), and
+    nothing of T = 1."""
     path = tmp_path / "attention_head.py"
-    path.write_text(_replaced("project_qkv", "    return x @ w_q.T, x @ w_k.T, x @ w_v.T\n"))
-    feedback = _steps(path)["qkv"]["feedback"]
-    assert "crashed" in feedback or "raised" in feedback, feedback
-    assert "It raised on every call where" not in feedback, feedback
+    path.write_text(_replaced("project_qkv", "    q, k, v = x @ np.stack([w_q, w_k, w_v])\n    return q, k, v\n"))
+    qkv = _steps(path)["qkv"]
+    assert "crashed" in qkv["diagnoses"], qkv["feedback"]
+    assert "Some line stacks arrays (`np.stack`, `np.array([...])`) whose shapes differ on the calls that raised" \
+        in qkv["feedback"], qkv["feedback"]
+    assert "It raised on every call where" not in qkv["feedback"], qkv["feedback"]
 
 
 def test_projections_written_with_np_inner_are_named_as_such(tmp_path):
