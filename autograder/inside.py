@@ -1235,15 +1235,37 @@ class Worker:
         self.pending_bytes += len(frame)
 
     def flush_some(self):
-        """Pass results on only in bulk: the grader judges a submission once all of it is in."""
+        """Pass results on only in bulk (the grader judges a submission once all of it is in), and
+        while a child works on a call, only as much as the grader's pipe takes at once: the grader
+        may be judging an earlier submission, reading nothing, and waiting for it would run the
+        call's clock (and the run's budget) on time the child never had. The rest waits for the
+        next flush; the job's results are bounded (MAX_JOB_BYTES), and so is what waits."""
         if self.pending_bytes > PENDING_BYTES:
-            self.flush()
+            self._write(wait=False)
 
     def flush(self):
+        """Pass every result on, waiting for the grader to take them: between children."""
         if self.pending:
-            protocol.write_all(self.out, b"".join(self.pending))
-            self.pending.clear()
-            self.pending_bytes = 0
+            self._write(wait=True)
+
+    def _write(self, wait):
+        data = b"".join(self.pending)
+        if wait:
+            protocol.write_all(self.out, data)
+            written = len(data)
+        else:
+            os.set_blocking(self.out, False)
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(self.out, memoryview(data)[written:])
+            except BlockingIOError:
+                pass
+            finally:
+                os.set_blocking(self.out, True)
+        rest = data[written:]
+        self.pending = [rest] if rest else []
+        self.pending_bytes = len(rest)
 
     def serve(self, job, stdin, cells_len):
         job["cells"] = protocol.read_exactly(stdin, cells_len)  # in marshal's format, passed on as it is

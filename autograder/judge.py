@@ -290,7 +290,7 @@ def forget() -> None:
     atlas.forget()
     # The models made for the mistakes this class met go too: kept, they would pin the pages their
     # neighbours in the emptied caches held, and each refill would take fresh pages beside them.
-    for made in (diagnoses.through_reference, diagnoses._pipeline):
+    for made in (diagnoses.through_reference, diagnoses._pipeline, derived._pair, derived._pair_model):
         made.cache_clear()
     _give_back()
 
@@ -1112,13 +1112,17 @@ def _weigh(candidate: _Candidate, calls: list, verdicts: list[_CallVerdict], exp
                 if raw is not None and raw[0] is call and _same_raw(verdict.raw, raw[1]):
                     candidate.explains.add(index)
                     candidate.values += 1
-                elif verdict.loose is not None:
+                    continue
+                if verdict.loose is not None:
                     model = _model_loose(candidate, call)
                     if model is not None and model.keys() == verdict.loose.keys() \
                             and _agrees_canonical(verdict.loose, model):
                         candidate.explains.add(index)
                         candidate.values += 1
-            continue
+                        continue
+            # (weighed only where it fails with nothing else: a model must reproduce it, or is out)
+            candidate.stopped = index
+            return
         if verdict.kind == "raised":
             # Only the student's very exception counts: the same type and the same message, which
             # names the operation that failed and the shapes it failed on.
@@ -2704,7 +2708,9 @@ def _size_factor(pairs: list[tuple[_CallVerdict, dict]], calls: list) -> str | N
         arrays = _wrong_arrays([(verdict, want)])
         if not arrays:
             return None
-        ratios = {round(float(np.divide(got, part, where=np.abs(part) > 1e-12).flat[int(np.argmax(np.abs(part)))]), 9)
+        # (where every expected number is 0 no ratio is read: 0 is written there, never memory left unset)
+        ratios = {round(float(np.divide(got, part, out=np.zeros(np.broadcast(got, part).shape),
+                                        where=np.abs(part) > 1e-12).flat[int(np.argmax(np.abs(part)))]), 9)
                   for got, part in arrays}
         if len(ratios) != 1:
             return None

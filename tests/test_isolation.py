@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -771,3 +773,56 @@ def test_a_worker_closed_while_starting_or_after_leaves_no_scratch_folder(wait):
             time.sleep(0.001)
     worker.close()
     assert glob.glob(f"/tmp/qkv-scratch-{pid}-*") == []
+
+
+# The grader with its judging of one submission slowed down: what a submission whose values take
+# seconds to judge would do, without depending on which values those are.
+SLOW_JUDGE = """
+import sys, time
+from autograder import grading
+from autograder.cli import main
+judged = grading.Grader._judge
+def slowly(self, submission, *args):
+    if submission.name.startswith("a_"):
+        time.sleep(4.0)
+    return judged(self, submission, *args)
+grading.Grader._judge = slowly
+sys.exit(main(sys.argv[1:]))
+"""
+
+TRACING = '''import functools
+
+np.set_printoptions(threshold=100000, precision=17)
+
+
+def _traced(f):
+    @functools.wraps(f)
+    def traced(*args):
+        print("=" * 100, f.__name__, repr(args), [getattr(a, "shape", a) for a in args])
+        result = f(*args)
+        print(f.__name__, repr(result), "=" * 100)
+        return result
+    return traced
+'''
+
+
+def test_a_submission_slow_to_judge_costs_the_classmates_run_meanwhile_no_time(tmp_path):
+    """While the grader judges one submission it reads nothing from the worker, which runs the next
+    ones meanwhile. A worker that waited to pass their results on (correct code that prints much:
+    hundreds of kilobytes a run) ran each call's clock on that wait: a classmate lost a call to a
+    time limit it never reached. Every classmate here is correct and keeps every point."""
+    require_sandbox()
+    traced = reference_source().replace("import numpy as np\n", "import numpy as np\n" + TRACING, 1)
+    traced = re.sub(r"^def (?!_)", "@_traced\ndef ", traced, flags=re.M)
+    assert traced.count("@_traced") == 14
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "a_first.py").write_text(reference_source())
+    for name in "bcdefg":
+        (tmp_path / "class" / f"{name}_tracing.py").write_text(traced)
+    done = subprocess.run([sys.executable, "-c", SLOW_JUDGE, str(tmp_path / "class"), "--format", "json", "--seed", "1",
+                           "--jobs", "1", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    scores = {r["submission"]: (r["score"], [s["id"] for s in r["steps"] if s["status"] != "passed"])
+              for r in json.loads(done.stdout)}
+    assert all(score == (100.0, []) for score in scores.values()), scores

@@ -152,3 +152,101 @@ def test_the_caches_are_never_emptied_under_a_step_being_graded(monkeypatch):
     two.join(10)
     assert events == ["first begins", "first ends", "emptied", "second begins"]
     assert full == [False] and judge._RUNNING == [0]
+
+
+WRONG_TYPES = '''
+
+import functools as _functools
+
+
+def _wrong_value(result):
+    """Every value of the right type, its numbers 1.5 off (the predicate's answer turned over)."""
+    if isinstance(result, np.ndarray) and result.dtype.kind == "f":
+        return result + 1.5
+    if isinstance(result, tuple):
+        return tuple(_wrong_value(part) for part in result)
+    if isinstance(result, dict):
+        return {name: _wrong_value(part) for name, part in result.items()}
+    if isinstance(result, (bool, np.bool_)):
+        return not result
+    return result
+
+
+def _wrong_type(result):
+    """Every value of the wrong type: an extra part in each tuple, a pair for an array, a dict's
+    values as a tuple, an array of bools for the predicate's answer."""
+    if WRONG == "value":
+        return _wrong_value(result)
+    extra = np.full(3, 1.5)
+    if isinstance(result, np.ndarray) and result.dtype.kind == "f":
+        return result, extra
+    if isinstance(result, tuple):
+        return tuple(result) + (extra,)
+    if isinstance(result, dict):
+        return tuple(result.values()) + (extra,)
+    if isinstance(result, (bool, np.bool_)):
+        return np.array([bool(result), False])
+    return result
+
+
+_depth = [0]
+
+
+def _outermost(f):
+    @_functools.wraps(f)
+    def wrapped(*args):
+        _depth[0] += 1
+        try:
+            result = f(*args)
+        finally:
+            _depth[0] -= 1
+        return result if _depth[0] else _wrong_type(result)
+    return wrapped
+
+
+for _name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attention", "self_attention_head",
+              "zero_query_mixture", "is_attention_weights", "column_normalized_counterexample", "shifted_output",
+              "output_change", "head_facts", "value_intervention"):
+    globals()[_name] = _outermost(globals()[_name])
+'''
+
+
+def test_values_of_the_wrong_type_cost_the_judge_no_more_than_a_wrong_value(monkeypatch):
+    """A value of the wrong type is explained only by a model that returns the very same object:
+    each model is weighed until the first call it does not reproduce, as for a wrong value. Weighed
+    on every call, every model, a submission of wrong types everywhere cost the grader seconds: ten
+    times what wrong values everywhere cost."""
+    import inprocess
+    from autograder import judge
+
+    runs = [0]
+    outcome = judge._outcome
+
+    def counted(*args):
+        runs[0] += 1
+        return outcome(*args)
+
+    monkeypatch.setattr(judge, "_outcome", counted)
+    costs = {}
+    for name, source in (("wrong values", reference_source() + WRONG_TYPES.replace("\n\nimport", "\n\nWRONG = 'value'\nimport", 1)),
+                         ("wrong types", reference_source() + WRONG_TYPES.replace("\n\nimport", "\n\nWRONG = 'type'\nimport", 1))):
+        judge.forget()
+        runs[0] = 0
+        graded = inprocess.grade(source)
+        assert graded.steps["softmax"].status != "passed", name
+        costs[name] = runs[0]
+    judge.forget()
+    assert costs["wrong types"] <= 2 * costs["wrong values"], costs
+
+
+def test_forgetting_the_caches_forgets_the_pairs_of_edits_made_for_the_class_too():
+    """The models of pairs of derived edits are made as a class meets them; kept past `forget`, a
+    class whose mistakes reach many pairs would hold them all, outside the caches' bound."""
+    from autograder import derived, judge
+
+    fn, edits = "softmax_rows", [edit for _, edit in derived.pairable("softmax_rows")]
+    first, second = next((one, other) for one in edits for other in edits if one.at < other.at)
+    derived.model(derived.pair_code(first.code, second.code))
+    assert derived._pair.cache_info().currsize and derived._pair_model.cache_info().currsize, fn
+    judge.forget()
+    assert derived._pair.cache_info().currsize == derived._pair_model.cache_info().currsize == 0
