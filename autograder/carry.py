@@ -45,12 +45,14 @@ def requests(steps: list[StepResult], run: Run) -> list[tuple[int, list[str]]]:
             continue
         names = _replaced(step, _failing(step, result, by_id, run.outcomes[number]))
         same = _same_function(step)
-        if not names and same and by_id[same].status not in ("passed", "not_implemented") \
+        if same and by_id[same].status not in ("passed", "not_implemented") \
                 and not by_id[same].carried_from and result.status != "not_implemented":
-            # The batch step calls the head's own function, which no stand-in may replace, and
-            # nothing the head builds on fails: the head's mistake is its own. The batch step's own
-            # work is to carry the batch axis through, which the head called on each example alone shows.
-            names = [PER_EXAMPLE]
+            # The batch step calls the head's own function, which no stand-in may replace, and the
+            # head fails (a mistake of its own, as far as is known yet). The batch step's own work is
+            # to carry the batch axis through, which the head called on each example alone shows;
+            # where the head builds on failing steps too, with those replaced by the chapter's, both
+            # in the batch call and on each example (their mistake is told, and costs, where it is).
+            names = names + [PER_EXAMPLE]
         if names:
             found.append((number, names))
     return found
@@ -65,10 +67,17 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
     batch called example by example is compared with."""
     by_id = {result.id: result for result in steps}
     provisional = own.provisional if own is not None else {}
-    unpassed = []  # (plan index, names replaced) of the steps that failed again
+    unpassed = []  # (plan index, names replaced, outcomes) of the steps that failed again
     for number, names in sorted(asked):
         step = STEPS[number]
         result = by_id[step.id]
+        names, outcomes, each = _split_per_example(names, again.outcomes[number])
+        if each is not None and _each_example_alike(cases[step.id], expected[step.id], outcomes, each) \
+                and not _passes(cases[step.id], expected[step.id], outcomes):
+            # with the failing steps it builds on replaced, the head on each example alone gives what
+            # the batch call gives: what is still wrong is the head's own mistake, on one sequence
+            by_id[step.id] = _carried_per_example(step, result, by_id, names)
+            continue
         if step.id in provisional:
             # Carried on exceptions alone, the credit is kept only on what calling it again shows: a
             # batch whose every call, made example by example, gives what the batch call gave (the
@@ -79,23 +88,23 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
             # own cases: a step cannot keep credit by raising where its own work would show.
             if names == [PER_EXAMPLE]:
                 if own is None or not _each_example_alike(cases[step.id], expected[step.id], own.outcomes[number],
-                                                          again.outcomes[number]):
+                                                          outcomes):
                     by_id[step.id] = provisional[step.id]
                 continue
-            if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
+            if not _passes(cases[step.id], expected[step.id], outcomes):
                 if own is None or not _raised_as_before(cases[step.id], expected[step.id], own.outcomes[number],
-                                                        again.outcomes[number]):
+                                                        outcomes):
                     by_id[step.id] = provisional[step.id]
                 continue
             # run past the exceptions with the chapter's functions in place, its own work checks out:
             # told as any step called again is, from the first cause
         if names == [PER_EXAMPLE]:
             if own is not None and _each_example_alike(cases[step.id], expected[step.id], own.outcomes[number],
-                                                       again.outcomes[number]):
+                                                       outcomes):
                 by_id[step.id] = _carried_per_example(step, result, by_id)
             continue
-        if not _passes(cases[step.id], expected[step.id], again.outcomes[number]):
-            unpassed.append((number, names))  # its grade stands
+        if not _passes(cases[step.id], expected[step.id], outcomes):
+            unpassed.append((number, names, outcomes))  # its grade stands
             continue
         replaced = [used for used in _may_use(step) if by_id[used].status != "passed"
                     and set(BY_ID[used].functions) & set(names)]
@@ -120,13 +129,12 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
     # where a step called again shows a mistake of its own, that is told too: once every step's
     # credit is settled, so that what it adds decides nothing of what was carried from where
     settled = dict(by_id)
-    for number, names in unpassed:
+    for number, names, outcomes in unpassed:
         step = STEPS[number]
         first = own.outcomes[number] if own is not None and number < len(own.outcomes) else []
         if any(outcome is not None and outcome.raised and judge.raised_in(outcome.raised.get("where")) in names
                for outcome in first):  # its first run stopped in a function it builds on, before its own lines
-            by_id[step.id] = _told_own(step, by_id[step.id], names, again.outcomes[number], cases, expected,
-                                       settled)
+            by_id[step.id] = _told_own(step, by_id[step.id], names, outcomes, cases, expected, settled)
     _through_carried(by_id, steps)
     return [by_id[result.id] for result in steps]
 
@@ -227,15 +235,43 @@ def _each_call(cases: list[Case], expected: list[list[dict]], outcomes: list[Out
             position += 1
 
 
-def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult]) -> StepResult:
+def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult],
+                         replaced: list[str] = ()) -> StepResult:
     """The batch step's credit, carried from the head: on each example alone the student's head
     returns what it returned for that example within the batch, so the batch axis is carried
-    through, and what is wrong is what is wrong on one sequence."""
+    through, and what is wrong is what is wrong on one sequence. `replaced`: the functions of the
+    failing steps the head builds on, replaced by the chapter's for both calls; their mistakes are
+    named too, and every code of those steps and the head's (the batch's first run may have shown
+    one of them alone, stopped by the other)."""
     used = _same_function(step)
-    codes = judge.carried_codes(result.diagnoses, [used], by_id)
-    text = feedback.carried_feedback(step, [used], codes, result.total, per_example=True)
+    others = [earlier for earlier in _may_use(step) if earlier != used and by_id[earlier].status != "passed"
+              and not by_id[earlier].carried_from and set(BY_ID[earlier].functions) & set(replaced)]
+    sources = others + [used]
+    codes = judge.carried_codes([] if others else result.diagnoses, sources, by_id)
+    text = feedback.carried_feedback(step, sources, codes, result.total, per_example=True,
+                                     replaced=replaced if others else None)
     return StepResult(step.id, step.points, step.points, result.status, text, codes, result.passed, result.total,
-                      list(result.case_passed), carried_from=judge.carried_source([used], codes, by_id))
+                      list(result.case_passed), carried_from=judge.carried_source(sources, codes, by_id))
+
+
+def _split_per_example(names: list[str], outcomes: list[Outcome | None]
+                       ) -> tuple[list[str], list[Outcome | None], list[Outcome | None] | None]:
+    """(the functions replaced, the step's outcomes called again, each example's alone or None).
+    Called again with functions replaced and example by example too (`PER_EXAMPLE` beside other
+    names), each batch call returned the pair (the batch call, the examples alone); a call that
+    raised or did not finish shows neither, and its examples alone show nothing."""
+    if PER_EXAMPLE not in names or names == [PER_EXAMPLE]:
+        return names, outcomes, None
+    whole, each = [], []
+    for outcome in outcomes:
+        if outcome is not None and outcome.raised is None and outcome.fault is None \
+                and type(outcome.value) is tuple and len(outcome.value) == 2:
+            whole.append(dataclasses.replace(outcome, value=outcome.value[0]))
+            each.append(dataclasses.replace(outcome, value=outcome.value[1], output=""))
+        else:
+            whole.append(outcome)
+            each.append(None)
+    return [name for name in names if name != PER_EXAMPLE], whole, each
 
 
 def _same_function(step: Step) -> str | None:

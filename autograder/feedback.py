@@ -76,13 +76,14 @@ def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name:
 
 def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = frozenset(),
                     alternatives: list[tuple] = (), looks: dict[str, str] | None = None,
-                    seen: dict[str, list[str]] | None = None) -> list[str]:
-    """Each code's explanation; a code carried from an earlier step skips the advice given there.
+                    seen: dict[str, list[str]] | None = None, told: dict[str, list[str]] | None = None) -> list[str]:
+    """Each code's explanation; a code `carried` skips its advice (said once for every step).
 
     `alternatives`: groups of code tuples the evidence cannot tell apart, introduced as "one of";
     `looks`: advice that replaces a code's general advice; `seen`: the cases where a code read from
-    the look of the values (NaN, a shape, an exception) shows."""
-    looks, seen = looks or {}, seen or {}
+    the look of the values (NaN, a shape, an exception) shows; `told`: codes an earlier step this one
+    builds on has explained already, by the names of those steps: named here, not explained again."""
+    looks, seen, told = looks or {}, seen or {}, told or {}
     lines = []
     opened = set()
     for code in codes:
@@ -92,6 +93,10 @@ def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = froz
             options = "; ".join(" with ".join(option) for option in group)
             lines.append(f"Your numbers fit more than one mistake, each reproducing every failing case; "
                          f"one of: {options}.")
+        if code in told:
+            lines.append(f"[{code}] Told above, at your {listed([f'`{name}`' for name in told[code]])} "
+                         f"step{'s' if len(told[code]) > 1 else ''}: the same mistake reaches this step's numbers.")
+            continue
         info = describe(code, step.id)
         where = ""
         if seen.get(code):
@@ -115,13 +120,13 @@ _NEVER = {UNREACHED: ("a cell stopped before its def", "a cell stopped before th
 
 def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[str],
                   shown_call: str | None, detail: str, root_causes: dict[str, str],
-                  carried: frozenset[str] = frozenset(), alternatives: list[tuple] = (),
+                  told: dict[str, list[str]] | None = None, alternatives: list[tuple] = (),
                   looks: dict[str, str] | None = None, seen: dict[str, list[str]] | None = None) -> str:
     """The full feedback for one step.
 
     `root_causes` maps each earlier step this one builds on, and that should be fixed first, to its
-    status; they are named before anything else. `carried` holds the codes those steps already
-    explain, which are named here without repeating the advice.
+    status; they are named before anything else. `told` maps the codes those steps already explain
+    to the steps that do: each is named here, once, and sent back there for its explanation.
     """
     if status == "passed":
         return f"{step.title}: all {total} cases pass."
@@ -146,8 +151,8 @@ def step_feedback(step: Step, status: str, passed: int, total: int, codes: list[
         lines.append(f"Called {shown_call}.")
     if detail:
         lines.append(detail)
-    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, carried,
-                                 alternatives, looks, seen))
+    lines.extend(diagnosis_lines([code for code in codes if code != "not-implemented"], step, frozenset(),
+                                 alternatives, looks, seen, told))
     # each section once, though a code's may name two ("§15.5 and §15.8")
     named = " ".join([describe(code, step.id).section or "" for code in codes] + [step.section])
     sections = sorted(set(re.findall(r"§[\d.]*\d", named)) or {step.section},
@@ -198,6 +203,11 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
         checks = (f"called again on each example of the batch alone, your function returns what it returned for "
                   f"that example within the batch, on all {total} cases: your own work here, carrying the batch "
                   f"axis through, checks out")
+        if replaced:
+            checks = (f"called again with the chapter's {listed([f'`{name}`' for name in replaced])} in place of "
+                      f"yours, on the whole batch and on each example alone, your function returns for each example "
+                      f"what it returns for it within the batch, on all {total} cases: your own work here, carrying "
+                      f"the batch axis through, checks out")
     return (f"{step.title}: full marks, the error carried forward.\n"
             f"What goes wrong here comes from {cause}; {checks}. {then}")
 

@@ -974,7 +974,10 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             if replace:  # never the step's own function
                 bind([other for other in replace if other != name], function, saved)
             if per_example and args and type(args[0]) is numpy_module.ndarray and args[0].ndim == 3:
+                # with functions replaced too, the batch call beside its examples alone, both with them in place
+                whole = function(*args) if replace else None
                 value = tuple(function(example, *args[1:]) for example in args[0])
+                value = (whole, value) if replace else value
             else:
                 value = function(*args)
         except BaseException as exc:

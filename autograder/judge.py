@@ -1828,12 +1828,18 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
                 return carried_result
         elif codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
-    carried = frozenset(code for used in failing_uses for code in earlier[used].diagnoses) & set(codes)
+    told = {}
+    for code in codes:  # told where it was explained: a step carried names it only
+        showing = [used for used in failing_uses if code in earlier[used].diagnoses]
+        told_at = [used for used in showing if not earlier[used].carried_from] or list(dict.fromkeys(
+            earlier[used].carried_from for used in showing))
+        if told_at:
+            told[code] = told_at
     shown_status = next((unreached[fn] for fn in missing if fn in unreached), status) \
         if status == "not_implemented" else status
     text = feedback.step_feedback(step, shown_status, sum(passed), total, codes, shown, detail,
                                   {used: step_state(earlier[used], unreached) for used in _first_causes(failing_uses)},
-                                  carried,
+                                  told,
                                   alternatives=found.alternatives, looks=found.looks, seen=found.seen)
     own = StepResult(step.id, score, step.points, status, text, codes, sum(passed), total, list(passed))
     if carried_result is not None:

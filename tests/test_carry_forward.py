@@ -710,3 +710,31 @@ def test_a_batch_that_raises_only_as_the_head_raises_keeps_its_points_on_those_e
     assert "it raised what that step's code raises, and nothing of its own shows a mistake" in steps["batch"]["feedback"]
     assert "checks out" not in steps["batch"]["feedback"]
     assert _lost(on_its_own["head_imports_scipy"]) == {"head": 8.0, "batch": 8.0, "ex5_intervention": 8.0}
+
+
+@pytest.mark.parametrize("head", ["    o, a = attention(q, k, v)\n    return a, o\n", "    return attention(x, x, x)\n"])
+def test_a_mistake_of_the_head_s_own_beside_an_earlier_one_costs_once_and_is_told_once(tmp_path, head):
+    """Scores written `k @ q.T` (transposed, and raising on a batch, where `.T` reverses all three
+    axes) and a head with a mistake of its own: the batch is the head on a batch, so with the chapter's
+    scores in place, the head on each example alone gives what it gives within the batch, and the batch
+    keeps its points; the head names the scores' mistake once, pointing back, and explains its own."""
+    source = reference_source().replace("    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n",
+                                        "    d = k @ q.T\n", 1)
+    source = source.replace("    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]\n"
+                            "    return attention(q, k, v)\n",
+                            "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n" + head, 1)
+    assert source.count("k @ q.T") == 1 and head in source
+    path = tmp_path / "two_mistakes.py"
+    path.write_text(source)
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    steps = _steps(result)
+    assert set(_lost(result)) == {"scores", "head"}, _lost(result)
+    assert steps["batch"]["carried_from"] in ("head", "scores"), steps["batch"]["feedback"]
+    assert "on the whole batch and on each example alone" in steps["batch"]["feedback"], steps["batch"]["feedback"]
+    told = steps["head"]["feedback"]
+    if "keys-not-transposed" in steps["head"]["diagnoses"]:
+        assert "[keys-not-transposed] Told above, at your `scores` step" in told, told
+    assert "You compared without transposing the keys" not in told, told
+    assert "Where to look" in told  # the head's own mistake is explained there
