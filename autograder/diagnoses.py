@@ -75,7 +75,7 @@ CODES: dict[str, Diagnosis] = dict([
     _d("exit-called", "your code called exit(), sys.exit() or os._exit(), which ends the program.",
        "Remove the call; return a value instead."),
     _d("crashed", "your code raised an exception, or its process died.",
-       "Call the function on arrays of the shapes shown above and read the error."),
+       "Call the function with arguments like those shown above (the same shapes and sizes) and read the error."),
     _d("unreadable", "the file could not be read as a submission: it is not UTF-8 text, or not a valid "
        "notebook, so none of its steps could be graded.",
        "Open it in Jupyter or an editor, save it again as attention_head.ipynb or attention_head.py, and "

@@ -29,6 +29,7 @@ import math
 import operator
 import re
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,6 +43,10 @@ from .protocol import Bad, plain_text
 from .results import StepResult, printable
 from .runner import EXACT, Outcome, Run
 from .steps import BY_ID, STEPS, Step
+
+# The models run on every hidden case, empty ones too (weights of no rows): numpy's warnings of a
+# mean of nothing, or a variance of one number, say nothing here that the values do not.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module="numpy")
 
 RTOL = ATOL = 1e-9
 MODEL_RTOL, MODEL_ATOL = 1e-6, 1e-8
@@ -520,6 +525,10 @@ def _predicate_reason(matrix, said: bool) -> str:
     """Which property of valid attention weights the matrix has or lacks, without its numbers."""
     a = np.asarray(matrix, dtype=float)
     if not said:
+        if a.ndim == 2 and not len(a):
+            return ("It returned False, but the matrix is valid attention weights: 2-D, with no rows at all, so "
+                    "no entry is negative and no row fails to sum to one (a test over its rows holds of none; "
+                    "`np.all` of nothing is True).")
         return ("It returned False, but the matrix is valid attention weights: 2-D, every entry "
                 "non-negative, and every row summing to one within 1e-9.")
     failed = []
@@ -2044,8 +2053,17 @@ _MESSAGE_ADVICE = (
 )
 
 
+_ASSERTED = ("An `assert` of yours (or a check that raises AssertionError) stopped every call that failed here, calls the "
+             "docstring allows: it asks more than the contract does. The docstrings allow a batch where they say so, T = 1, "
+             "d_k other than d_v, and any sizes; check what each assert requires, and keep only what the "
+             "docstring promises.")
+
+
 def _raised_advice(verdicts: list) -> str | None:
-    """The advice of `_MESSAGE_ADVICE` where every one of the calls raised with that message."""
+    """The advice of `_MESSAGE_ADVICE` where every one of the calls raised with that message, or of
+    an assert where every one raised AssertionError."""
+    if verdicts and all(v.kind == "raised" and v.raised == "AssertionError" for v in verdicts):
+        return _ASSERTED
     for text, advice in _MESSAGE_ADVICE:
         if verdicts and all(v.kind == "raised" and text in (v.raised_message or "") for v in verdicts):
             return advice
@@ -2251,6 +2269,9 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
     relation = _relation([(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch" and id(v) in alone],
                          [call for call, v in zip(calls, flat) if v.kind == "mismatch" and id(v) in alone]) \
         if relating else ""
+    if relating and example_right and hidden_wrong and _copied(cases, verdicts, hidden_wrong):
+        # the example's own result, given for other inputs: whatever else the numbers look like
+        relation = _example_returned(cases, hidden_wrong)
     if close and (any(v.float32() for v in mismatched)
                   or any("low-precision" in earlier[used].diagnoses for used in failing_uses)):
         derived_codes.append("low-precision")  # wrong by float32-sized errors, in numbers a float32 can hold
@@ -3307,6 +3328,19 @@ _BATCH_ALLOWED = {"softmax"}
 def _batched(case: Case) -> bool:
     """Does the case hand its function an array with a leading batch axis (more than two axes)?"""
     return any(isinstance(arg, np.ndarray) and arg.ndim > 2 for call in case.calls for arg in call.args)
+
+
+def _example_returned(cases: list[Case], hidden_wrong: list[int]) -> str:
+    """What to say where every hidden case that failed returned what the example returns, though its
+    arguments differ: that, and whether those cases share the example's shapes."""
+    example = next(case for case in cases if case.public)
+    shapes = [tuple(np.shape(arg) for arg in call.args) for call in example.calls]
+    alike = all([tuple(np.shape(arg) for arg in call.args) for call in cases[c].calls] == shapes for c in hidden_wrong)
+    return (f"{_EVERY_CASE} you returned exactly what you return on the chapter's example, "
+            f"{'on arguments of its very shapes but' if alike else 'on arguments'} with other numbers: your function "
+            f"gives the example's result for other inputs too (a special case for the example's "
+            f"{'shapes' if alike else 'arguments'}, a result kept from an earlier call, or a value read from outside "
+            f"the function, say). Compute it from the arguments you are given.")
 
 
 def _copied(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong: list[int]) -> bool:

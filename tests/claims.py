@@ -291,7 +291,7 @@ def _check_values_of(step_id, text, case, call, outcome):
 
 def _check_crash_advice(graded, step_id, text):
     """"the shapes shown above" are those of a call that raised; a call named instead raised too."""
-    if "Call the function on arrays of the shapes shown above" in text:
+    if "Call the function with arguments like those shown above" in text:
         shown = _shown_call(graded, step_id, text)
         assert shown is not None and shown[2].raised, f"{step_id}: sent to the call shown, which does not raise"
     named = re.search(r"^  Where to look: Call (.+), with the shapes of (.+), and read the error\.$", text, flags=re.M)

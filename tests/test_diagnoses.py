@@ -501,3 +501,62 @@ _STATISTICIANS = {
 def test_a_statisticians_habits_are_told_as_what_they_did(tmp_path):
     """Each habit's step fails, carrying the code or the sentence that says what was done."""
     _told_as_what_they_did(tmp_path, _STATISTICIANS)
+
+
+def _example_scores() -> list:
+    from autograder.cases import example_arrays
+    from solutions import attention_head as reference
+
+    example = example_arrays()
+    q, k, _ = reference.project_qkv(example["X"], example["W_Q"], example["W_K"], example["W_V"])
+    return reference.scores(q, k).tolist()
+
+
+_EXAMPLE_D = _example_scores()
+_ROW_SOFTMAX = '''    shifted = s - s.max(axis=-1, keepdims=True)  # largest score of each row becomes 0
+    e = np.exp(shifted)  # [..., T, T], every entry in (0, 1]
+    a = e / e.sum(axis=-1, keepdims=True)  # each row divided by its own total
+    return a
+'''
+
+# Habits from other languages and numpy's rarer tools, and defensive code: what the feedback must
+# say of each (a code, or a sentence from the values or from the exception's kind).
+_RARER_TOOLS = {
+    # np.vectorize without a signature hands the row softmax one number at a time: every weight 1
+    "vectorized": ("softmax", "derived-softmax_rows-a-op-div-to-per_entry", "as `np.vectorize` calls a function",
+                   reference_source().replace(_ROW_SOFTMAX, "    def row(r):\n        e = np.exp(r - np.max(r))\n"
+                                              "        return e / e.sum()\n    return np.vectorize(row)(s)\n", 1)),
+    # each score row one number repeated (a stride of 0 along the keys): q_i · k_i everywhere in row i
+    "repeated": ("scores", None, "each row of a wrong array is one number repeated", reference_source().replace(
+        "    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n",
+        "    d = np.repeat((q * k).sum(axis=-1)[..., :, None], k.shape[-2], axis=-1)\n", 1)),
+    # the intervention's four arrays zipped with their names in another order
+    "zipped": ("ex5_intervention", None, "your `weights_before` holds the expected `output_before`",
+               reference_source().replace(
+                   "    output_before, weights_before = self_attention_head(x, w_q, w_k, w_v)\n",
+                   "    before = self_attention_head(x, w_q, w_k, w_v)\n"
+                   "    after = self_attention_head(x, w_q, w_k, w_v_new)\n"
+                   "    names = ['weights_before', 'weights_after', 'output_before', 'output_after']\n"
+                   "    return dict(zip(names, [*before, *after]))\n"
+                   "    output_before, weights_before = self_attention_head(x, w_q, w_k, w_v)\n", 1)),
+    # the example's own scores returned for any input of its shapes
+    "example_d": ("scores", None, "you returned exactly what you return on the chapter's example, on arguments of "
+                                  "its very shapes", reference_source().replace(
+        "    k_t = np.swapaxes(k, -1, -2)",
+        "    if q.shape == (3, 2) and k.shape == (3, 2):\n"
+        f"        return np.array({_EXAMPLE_D})\n"
+        "    k_t = np.swapaxes(k, -1, -2)", 1)),
+    # a defensive assert the contract does not ask for (q, k and v of one shape)
+    "asserted": ("attention", "crashed", "An `assert` of yours (or a check that raises AssertionError) stopped",
+                 reference_source().replace(
+                     '    d_k = q.shape[-1]', '    assert q.shape == k.shape == v.shape\n    d_k = q.shape[-1]', 1)),
+    # weights of no rows refused: valid, since no row breaks either condition
+    "no_rows": ("ex2_row_normalization", None, "with no rows at all", reference_source().replace(
+        "    if a.ndim != 2:\n", "    if a.ndim != 2 or len(a) == 0:\n", 1)),
+}
+
+
+def test_rarer_tools_and_defensive_habits_are_told_as_what_they_did(tmp_path):
+    """Each habit's step fails, carrying the code or the sentence that says what was done (the
+    claims test checks the sentences against the values)."""
+    _told_as_what_they_did(tmp_path, _RARER_TOOLS)

@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh33.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -104,7 +104,11 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # fifths of them notebooks, with habits from C, Fortran, Julia and JAX and numpy's rarer tools used
 # wrongly: flat index arithmetic, column-major reshapes, `np.vectorize` without a signature,
 # `np.matmul(out=...)` into one buffer, `np.apply_along_axis`, `np.multiply.outer`, stride tricks,
-# prefix sums, and a dict zipped from names in another order.
+# prefix sums, and a dict zipped from names in another order; the thirty-fifth (the thirty-fourth
+# checked what one mistake costs, not how it is named), two fifths of them notebooks, on the five
+# exercises and defensive or hacky code: edge cases of the row list and of T = 1, predicates
+# loosened or tightened, neighbouring quantities, try/except fallbacks, special cases for the
+# example's shapes, asserts that refuse valid input, caches, and random tie-breaks.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -121,4 +125,4 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh27.json", "twenty-seventh-"), **_read("fresh28.json", "twenty-eighth-"),
                            **_read("fresh29.json", "twenty-ninth-"), **_read("fresh30.json", "thirtieth-"),
                            **_read("fresh31.json", "thirty-first-"), **_read("fresh32.json", "thirty-second-"),
-                           **_read("fresh33.json", "thirty-third-")}
+                           **_read("fresh33.json", "thirty-third-"), **_read("fresh35.json", "thirty-fifth-")}
