@@ -525,10 +525,6 @@ def _predicate_reason(matrix, said: bool) -> str:
     """Which property of valid attention weights the matrix has or lacks, without its numbers."""
     a = np.asarray(matrix, dtype=float)
     if not said:
-        if a.ndim == 2 and not len(a):
-            return ("It returned False, but the matrix is valid attention weights: 2-D, with no rows at all, so "
-                    "no entry is negative and no row fails to sum to one (a test over its rows holds of none; "
-                    "`np.all` of nothing is True).")
         return ("It returned False, but the matrix is valid attention weights: 2-D, every entry "
                 "non-negative, and every row summing to one within 1e-9.")
     failed = []
