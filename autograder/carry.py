@@ -72,8 +72,9 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         step = STEPS[number]
         result = by_id[step.id]
         names, outcomes, each = _split_per_example(names, again.outcomes[number])
-        if each is not None and _each_example_alike(cases[step.id], expected[step.id], outcomes, each) \
-                and not _passes(cases[step.id], expected[step.id], outcomes):
+        if each is not None and own is not None and not _passes(cases[step.id], expected[step.id], outcomes) \
+                and _failed_inside(cases[step.id], expected[step.id], own.outcomes[number], names) \
+                and _each_example_alike(cases[step.id], expected[step.id], outcomes, each):
             # with the failing steps it builds on replaced, the head on each example alone gives what
             # the batch call gives: what is still wrong is the head's own mistake, on one sequence
             by_id[step.id] = _carried_per_example(step, result, by_id, names)
@@ -233,6 +234,23 @@ def _each_call(cases: list[Case], expected: list[list[dict]], outcomes: list[Out
         for index in range(len(case.calls)):
             yield case, index, outcomes[position] if position < len(outcomes) else None, wanted[index]
             position += 1
+
+
+def _failed_inside(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None],
+                   names: list[str]) -> bool:
+    """Did every call of the step's own run that failed raise inside one of the functions `names`
+    (the failing steps it builds on)? What was called again with those replaced may then speak for
+    it; a call that failed otherwise (a head that refuses a batch itself, and behaves once it finds
+    itself called again) shows its own fault, and nothing called again takes that back."""
+    for case, index, outcome, want in _each_call(cases, expected, outcomes):
+        if outcome is None or outcome.fault:
+            return False
+        if outcome.raised:
+            if judge.raised_in(outcome.raised.get("where")) not in names:
+                return False
+        elif not judge._judge_call(case, index, outcome, want).ok:
+            return False
+    return True
 
 
 def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult],

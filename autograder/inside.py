@@ -91,6 +91,7 @@ SCRATCH_BYTES = 64 << 20
 SCRATCH_ENTRIES = 1000
 DISK_POLL = 0.02
 PENDING_BYTES = 256 << 10
+PENDING_MOST = 16 << 20  # results held back, at most, while the grader reads nothing (see Worker.flush_some)
 CALLS_PIPE = 1 << 16
 """Bytes of calls handed to a child at once: a pipe holds at least this much, so no write waits."""
 RESULTS_PIPE = 1 << 20
@@ -974,10 +975,16 @@ def _child_main(job, source_in, calls_in, out, bell, ring_every, seal, arguments
             if replace:  # never the step's own function
                 bind([other for other in replace if other != name], function, saved)
             if per_example and args and type(args[0]) is numpy_module.ndarray and args[0].ndim == 3:
-                # with functions replaced too, the batch call beside its examples alone, both with them in place
-                whole = function(*args) if replace else None
-                value = tuple(function(example, *args[1:]) for example in args[0])
-                value = (whole, value) if replace else value
+                if replace:
+                    # with functions replaced too: the batch call, beside its examples alone (None where
+                    # one of those raised: the batch call's own result stands all the same)
+                    whole = function(*args)
+                    try:
+                        value = (whole, tuple(function(example, *args[1:]) for example in args[0]))
+                    except Exception:
+                        value = (whole, None)
+                else:
+                    value = tuple(function(example, *args[1:]) for example in args[0])
             else:
                 value = function(*args)
         except BaseException as exc:
@@ -1223,7 +1230,7 @@ of the last few submissions it ran."""
 class Worker:
     def __init__(self, config, out, seal, scratch_root, forks):
         self.config, self.out, self.seal, self.scratch_root, self.forks = config, out, seal, scratch_root, forks
-        self.pending, self.pending_bytes = [], 0
+        self.pending = bytearray()  # results not yet passed on to the grader
         self.checked = 0.0  # when the scratch folder's quota was last checked
         self.bell = None  # the worker's end of the running child's bell, until the child closes it
         self.ends = math.inf  # when the running job's time budget runs out (monotonic)
@@ -1234,17 +1241,17 @@ class Worker:
         self.left_by = None
 
     def emit(self, frame):
-        self.pending.append(frame)
-        self.pending_bytes += len(frame)
+        self.pending += frame
 
     def flush_some(self):
         """Pass results on only in bulk (the grader judges a submission once all of it is in), and
         while a child works on a call, only as much as the grader's pipe takes at once: the grader
         may be judging an earlier submission, reading nothing, and waiting for it would run the
         call's clock (and the run's budget) on time the child never had. The rest waits for the
-        next flush; the job's results are bounded (MAX_JOB_BYTES), and so is what waits."""
-        if self.pending_bytes > PENDING_BYTES:
-            self._write(wait=False)
+        next flush, up to PENDING_MOST: a submission whose own results outgrow that waits on its
+        own clock (honest results are a few hundred kilobytes a run)."""
+        if len(self.pending) > PENDING_BYTES:
+            self._write(wait=len(self.pending) > PENDING_MOST)
 
     def flush(self):
         """Pass every result on, waiting for the grader to take them: between children."""
@@ -1252,23 +1259,24 @@ class Worker:
             self._write(wait=True)
 
     def _write(self, wait):
-        data = b"".join(self.pending)
-        if wait:
-            protocol.write_all(self.out, data)
-            written = len(data)
-        else:
-            os.set_blocking(self.out, False)
-            written = 0
-            try:
-                while written < len(data):
-                    written += os.write(self.out, memoryview(data)[written:])
-            except BlockingIOError:
-                pass
-            finally:
-                os.set_blocking(self.out, True)
-        rest = data[written:]
-        self.pending = [rest] if rest else []
-        self.pending_bytes = len(rest)
+        view = memoryview(self.pending)
+        written = 0
+        try:
+            if wait:
+                protocol.write_all(self.out, view)
+                written = len(view)
+            else:
+                os.set_blocking(self.out, False)
+                try:
+                    while written < len(view):
+                        written += os.write(self.out, view[written:])
+                except BlockingIOError:
+                    pass
+                finally:
+                    os.set_blocking(self.out, True)
+        finally:
+            view.release()
+            del self.pending[:written]
 
     def serve(self, job, stdin, cells_len):
         job["cells"] = protocol.read_exactly(stdin, cells_len)  # in marshal's format, passed on as it is

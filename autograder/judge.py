@@ -1834,7 +1834,8 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         elif codes and step.id in _BUILT_ON:
             mistakes[step.id] = _reproducing(step, calls, flat, wants, codes)
     told = {}
-    for code in codes:  # told where it was explained: a step carried names it only
+    for code in (code for code in codes if code not in READ_FROM_LOOK):  # (those are this step's own values')
+        # told where it was explained: a step carried names it only
         showing = [used for used in failing_uses if code in earlier[used].diagnoses]
         told_at = [used for used in showing if not earlier[used].carried_from] or list(dict.fromkeys(
             earlier[used].carried_from for used in showing))
@@ -1856,6 +1857,12 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
         return carried_result
     return own
 
+
+READ_FROM_LOOK = frozenset({"crashed", "hard-coded", "wrong-shape", "non-finite", "timeout", "time-budget", "exit-called",
+                            "wrong-type", "not-implemented", "slightly-off", "low-precision", "half-precision",
+                            "batch-axes-mixed", "mutates-input", "memory-limit", "unreadable"})
+"""Codes read from the look of a step's own values or from how its calls ended, not from a model of
+a mistake: said of each step whose values show them, with the cases they show on, never as told."""
 
 # ------------------------------------------------------------------ the error carried forward ----
 
@@ -2049,17 +2056,15 @@ _MESSAGE_ADVICE = (
 )
 
 
-_ASSERTED = ("An `assert` of yours (or a check that raises AssertionError) stopped every call that failed here, calls the "
-             "docstring allows: it asks more than the contract does. The docstrings allow a batch where they say so, T = 1, "
-             "d_k other than d_v, and any sizes; check what each assert requires, and keep only what the "
-             "docstring promises.")
+_ASSERTED = ("An `assert` of yours (or a check that raises AssertionError) stopped every call that failed here. "
+             "Where it tests an argument, it asks more than the docstring does: the calls shown are allowed (the "
+             "docstrings allow a batch where they say so, T = 1, d_k other than d_v, and any sizes). Where it "
+             "tests something your code computed, the lines before it compute something else than the chapter "
+             "asks for, on these calls.")
 
 
 def _raised_advice(verdicts: list) -> str | None:
-    """The advice of `_MESSAGE_ADVICE` where every one of the calls raised with that message, or of
-    an assert where every one raised AssertionError."""
-    if verdicts and all(v.kind == "raised" and v.raised == "AssertionError" for v in verdicts):
-        return _ASSERTED
+    """The advice of `_MESSAGE_ADVICE` where every one of the calls raised with that message."""
     for text, advice in _MESSAGE_ADVICE:
         if verdicts and all(v.kind == "raised" and text in (v.raised_message or "") for v in verdicts):
             return advice
@@ -2321,6 +2326,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             elif sized and set(raised) <= sized[1]:
                 found.looks["crashed"] = sized[0]
                 found.sized.add("crashed")
+            elif all(flat[i].raised == "AssertionError" for i in raised):
+                found.looks["crashed"] = _ASSERTED
             elif advice := _raised_advice([flat[i] for i in raised]):
                 found.looks["crashed"] = advice
             elif advice := _raised_where_one(calls, flat):

@@ -738,3 +738,49 @@ def test_a_mistake_of_the_head_s_own_beside_an_earlier_one_costs_once_and_is_tol
         assert "[keys-not-transposed] Told above, at your `scores` step" in told, told
     assert "You compared without transposing the keys" not in told, told
     assert "Where to look" in told  # the head's own mistake is explained there
+
+
+# `scores` wrong on a batch, and on one of its own hidden cases under seed 1 and the tests' key (queries [10, 6])
+_BATCH_SCORES_WRONG = ("    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n",
+                       "    d = q @ k_t  # [..., T, d_k] @ [..., d_k, T] -> [..., T, T]\n"
+                       "    if q.shape == (10, 6) or np.ndim(q) == 3:\n        d = d * 2.0\n")
+_HEAD = ("    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]\n"
+         "    return attention(q, k, v)\n")
+
+
+def _batch_of(head: str, tmp_path) -> dict:
+    source = reference_source().replace(*_BATCH_SCORES_WRONG, 1).replace(_HEAD, head, 1)
+    assert head in source and "d * 2.0" in source
+    path = tmp_path / "attention_head.py"
+    path.write_text(source)
+    done = qkv_grade(str(path), "--format", "json", "--seed", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = _steps(json.loads(done.stdout))
+    assert steps["scores"]["score"] < steps["scores"]["max_score"], steps["scores"]["feedback"]
+    return steps
+
+
+def test_a_head_that_refuses_a_batch_until_it_finds_itself_called_again_keeps_no_batch_credit(tmp_path):
+    """A head with a mistake of its own (on T = 1), beside a `scores` wrong on a batch: the batch is
+    called again with the chapter's `scores` in place. A head that refuses every batch unless it
+    finds the stand-in there, and then loops over the examples, failed the batch on its own first
+    run, inside its own code: what it does when called again takes nothing of that back."""
+    steps = _batch_of("    if np.ndim(x) == 3:\n"
+                      "        if scores.__globals__ is not globals():\n"
+                      "            parts = [self_attention_head(e, w_q, w_k, w_v) for e in x]\n"
+                      "            return np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])\n"
+                      "        raise ValueError('batches are not supported')\n"
+                      "    q, k, v = project_qkv(x, w_q, w_k, w_v)\n    o, a = attention(q, k, v)\n"
+                      "    return (o + 1.0 if x.shape[0] == 1 else o), a\n", tmp_path)
+    assert steps["head"]["score"] < steps["head"]["max_score"]
+    assert steps["batch"]["score"] == 0.0 and steps["batch"]["carried_from"] is None, steps["batch"]["feedback"]
+
+
+def test_a_head_written_for_batches_alone_keeps_the_credit_the_earlier_step_s_mistake_took(tmp_path):
+    """A head that raises on one sequence (it unpacks B, T, d_in) and is right on every batch once the
+    failing `scores` is replaced: its examples alone raise when called again, and the batch call's own
+    result still shows the batch carried from `scores`."""
+    steps = _batch_of("    B, T, d_in = x.shape\n" + _HEAD, tmp_path)
+    assert steps["head"]["score"] < steps["head"]["max_score"]
+    assert steps["batch"]["score"] == steps["batch"]["max_score"], steps["batch"]["feedback"]
+    assert steps["batch"]["carried_from"] == "scores", steps["batch"]["feedback"]
