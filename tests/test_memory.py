@@ -211,32 +211,38 @@ for _name in ("project_qkv", "scores", "scale", "softmax_rows", "mix", "attentio
 '''
 
 
-def test_values_of_the_wrong_type_cost_the_judge_no_more_than_a_wrong_value(monkeypatch):
+# How many times the judge runs a model on a call, grading one submission in a process of its own
+# (so that nothing an earlier test left in a cache counts).
+COUNT_RUNS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import inprocess
+from autograder import judge
+runs, outcome = [0], judge._outcome
+def counted(*args):
+    runs[0] += 1
+    return outcome(*args)
+judge._outcome = counted
+graded = inprocess.grade(sys.stdin.read())
+print(runs[0], graded.steps["softmax"].status)
+"""
+
+
+def test_values_of_the_wrong_type_cost_the_judge_no_more_than_a_wrong_value():
     """A value of the wrong type is explained only by a model that returns the very same object:
     each model is weighed until the first call it does not reproduce, as for a wrong value. Weighed
     on every call, every model, a submission of wrong types everywhere cost the grader seconds: ten
     times what wrong values everywhere cost."""
-    import inprocess
-    from autograder import judge
-
-    runs = [0]
-    outcome = judge._outcome
-
-    def counted(*args):
-        runs[0] += 1
-        return outcome(*args)
-
-    monkeypatch.setattr(judge, "_outcome", counted)
     costs = {}
-    for name, source in (("wrong values", reference_source() + WRONG_TYPES.replace("\n\nimport", "\n\nWRONG = 'value'\nimport", 1)),
-                         ("wrong types", reference_source() + WRONG_TYPES.replace("\n\nimport", "\n\nWRONG = 'type'\nimport", 1))):
-        judge.forget()
-        runs[0] = 0
-        graded = inprocess.grade(source)
-        assert graded.steps["softmax"].status != "passed", name
-        costs[name] = runs[0]
-    judge.forget()
-    assert costs["wrong types"] <= 2 * costs["wrong values"], costs
+    for kind in ("value", "type"):
+        source = reference_source() + WRONG_TYPES.replace("\n\nimport", f"\n\nWRONG = {kind!r}\nimport", 1)
+        done = subprocess.run([sys.executable, "-c", COUNT_RUNS, str(REPO / "tests")], input=source, text=True,
+                              capture_output=True, cwd=REPO, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs, status = done.stdout.split()
+        assert status != "passed", kind
+        costs[kind] = int(runs)
+    assert costs["type"] <= 3 * costs["value"], costs
 
 
 def test_forgetting_the_caches_forgets_the_pairs_of_edits_made_for_the_class_too():
