@@ -140,11 +140,6 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
     return [by_id[result.id] for result in steps]
 
 
-# What the runner or the look of the values says, rather than a model of the step's own code.
-_GENERIC = frozenset({"crashed", "hard-coded", "wrong-shape", "non-finite", "timeout", "exit-called", "wrong-type",
-                      "not-implemented", "slightly-off"})
-
-
 def _told_own(step: Step, result: StepResult, names: list[str], outcomes: list[Outcome | None],
               cases: dict[str, list[Case]], expected: dict[str, list[list[dict]]],
               by_id: dict[str, StepResult]) -> StepResult:
@@ -152,7 +147,7 @@ def _told_own(step: Step, result: StepResult, names: list[str], outcomes: list[O
     failing ones it builds on, shows of its own code: a mistake a model names there, which the
     earlier steps' failures hid on its first run (an exercise that raised where the student's
     projection did). As `result` where the calls made again name nothing more."""
-    if names == [PER_EXAMPLE] or not all(code in _GENERIC for code in result.diagnoses):
+    if names == [PER_EXAMPLE] or not all(code in judge.READ_FROM_LOOK for code in result.diagnoses):
         return result  # (a model of its own already named on its first run is what it is told)
     per_case, position = [], 0
     for case in cases[step.id]:
@@ -165,7 +160,7 @@ def _told_own(step: Step, result: StepResult, names: list[str], outcomes: list[O
         own = judge.grade_step(step, cases[step.id], expected[step.id], per_case, earlier)
     except Exception:  # what the first run said stands
         return result
-    named = [code for code in own.diagnoses if code not in _GENERIC and code not in result.diagnoses]
+    named = [code for code in own.diagnoses if code not in judge.READ_FROM_LOOK and code not in result.diagnoses]
     lines = own.feedback.splitlines()
     # its own account of the calls made again: what it was called with, what came back, and why
     end = next((i for i, line in enumerate(lines) if line.startswith("The task:")), len(lines))

@@ -200,14 +200,12 @@ def carried_feedback(step: Step, sources: list[str], codes: list[str], total: in
     if on_exceptions:  # every failing call raised where the earlier step's code raises: nothing else ran
         checks = "on every case it failed, it raised what that step's code raises, and nothing of its own shows a mistake"
     if per_example:  # the same function, on a batch: what it does to one sequence is what goes wrong
-        checks = (f"called again on each example of the batch alone, your function returns what it returned for "
-                  f"that example within the batch, on all {total} cases: your own work here, carrying the batch "
-                  f"axis through, checks out")
-        if replaced:
-            checks = (f"called again with the chapter's {listed([f'`{name}`' for name in replaced])} in place of "
-                      f"yours, on the whole batch and on each example alone, your function returns for each example "
-                      f"what it returns for it within the batch, on all {total} cases: your own work here, carrying "
-                      f"the batch axis through, checks out")
+        again = (f"called again with the chapter's {listed([f'`{name}`' for name in replaced])} in place of yours, "
+                 f"on the whole batch and on each example alone, your function returns for each example what it "
+                 f"returns for it within the batch" if replaced else
+                 "called again on each example of the batch alone, your function returns what it returned for that "
+                 "example within the batch")
+        checks = f"{again}, on all {total} cases: your own work here, carrying the batch axis through, checks out"
     return (f"{step.title}: full marks, the error carried forward.\n"
             f"What goes wrong here comes from {cause}; {checks}. {then}")
 

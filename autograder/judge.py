@@ -2031,23 +2031,22 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
 
 # Where to look when every batch raised and every single sequence ran: code for one sequence only.
 # What an exception's own message says of the line that raised it, whatever the code around it.
+_SIZES_DIFFER = "the docstring's sizes need not be equal (W_V's width d_v need not be d_k, nor T be d_k)"
 _MESSAGE_ADVICE = (
     ("axes don't match array",
      "numpy's `transpose` takes a new place for every axis (`k.transpose(0, 2, 1)` on a batch), not the two "
      "axes to swap, as torch's `k.transpose(-1, -2)` does: `np.swapaxes(k, -1, -2)` swaps the last two, "
      "whatever comes before them."),
     ("all input arrays must have the same shape",
-     "Some line stacks arrays (`np.stack`, `np.array([...])`) whose shapes differ on the calls that raised: the "
-     "docstring's sizes need not be equal (W_V's width d_v need not be d_k, nor T be d_k). Keep such arrays "
-     "apart, or stack only arrays of one shape."),
+     "Some line stacks arrays (`np.stack`, `np.array([...])`) whose shapes differ on the calls that raised: "
+     f"{_SIZES_DIFFER}. Keep such arrays apart, or stack only arrays of one shape."),
     ("inhomogeneous shape",
      "Some line makes one array of arrays whose shapes differ on the calls that raised (`np.array([...])` of "
-     "rows or matrices of different lengths): the docstring's sizes need not be equal (W_V's width d_v need not "
-     "be d_k, nor T be d_k). Keep such arrays apart."),
+     f"rows or matrices of different lengths): {_SIZES_DIFFER}. Keep such arrays apart."),
     ("input array dimensions except for the concatenation axis must match",
      "Some line joins arrays (`np.concatenate`, `np.vstack`, `np.hstack`) whose other axes differ on the calls "
-     "that raised: the docstring's sizes need not be equal (W_V's width d_v need not be d_k, nor T be d_k). "
-     "Keep such arrays apart, or join them along the axis whose size they do not share."),
+     f"that raised: {_SIZES_DIFFER}. Keep such arrays apart, or join them along the axis whose size they do not "
+     "share."),
     ("is out of bounds for axis",
      "An index went past the end of an array on the calls that raised: a loop bound or an index worked out from "
      "another size than the axis it runs over (`range(d_k)` over d_v entries, a flat index `i * n + j` with n "

@@ -38,9 +38,7 @@ from autograder.steps import BY_ID, STEPS
 from inprocess import Graded
 
 # Codes read from the look of the values or from the runner, not from a model.
-PROBES = {"not-implemented", "wrong-shape", "non-finite", "hard-coded", "mutates-input", "timeout", "exit-called",
-          "crashed", "memory-limit", "unreadable", "wrong-type", "batch-axes-mixed", "low-precision", "slightly-off",
-          "half-precision"}
+PROBES = judge.READ_FROM_LOOK
 
 
 def _calls(graded, step_id):
