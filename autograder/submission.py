@@ -540,16 +540,42 @@ def python_source(source: str, budget: list[int] | None = None) -> str | None:
     else:
         work = magics * max(len(cleaned), 1) + sum(len(help_line) ** 2 for help_line in helps)
         if budget is not None and work > budget[0]:
-            return _raising("this cell holds more magics, shell escapes and help requests (a line ending "
-                            "in ?) than the grader reads in one notebook; put them in cells of their own, or "
-                            "leave them out")
-        if budget is not None:
-            budget[0] -= work
+            return _raising(_TOO_MANY_MAGICS)
         try:
-            code = "".join(manager.do_token_transforms(lines))
+            done = _token_transforms(manager, lines, budget)
         except Exception as exc:  # IPython gives up on some cells (a chain of rewrites that never ends)
             return _raising(f"IPython could not read this cell ({type(exc).__name__})")
+        if done is None:
+            return _raising(_TOO_MANY_MAGICS)
+        code = "".join(done)
     return _without_ipython(code) if "get_ipython" in code else code
+
+
+_TOO_MANY_MAGICS = ("this cell holds more magics, shell escapes and help requests (a line ending in ?) than "
+                    "the grader reads in one notebook; put them in cells of their own, or leave them out")
+
+
+def _token_transforms(manager, lines: list[str], budget: list[int] | None) -> list[str] | None:
+    """IPython's tokenizing passes over a cell, made as `do_token_transforms` makes them, each pass
+    that rewrites something charged to `budget` as it is made: the cell's length (it is read whole
+    again) and the square of each help line's. What is charged is the passes IPython really makes,
+    whatever was counted beforehand: a line of escapes (`,,,,f`, autocall's) is rewritten one
+    escape a pass. None where the budget runs out first."""
+    from IPython.core.inputtransformer2 import TRANSFORM_LOOP_LIMIT
+
+    for _ in range(TRANSFORM_LOOP_LIMIT):
+        cost = 0
+        if budget is not None:
+            text = "".join(lines)
+            cost = max(len(text), 1) + sum(len(line) ** 2 for line in _HELP_LINE.findall(text))
+            if cost > budget[0]:
+                return None
+        changed, lines = manager.do_one_token_transform(lines)
+        if not changed:
+            return lines
+        if budget is not None:
+            budget[0] -= cost
+    raise RuntimeError(f"still rewriting after {TRANSFORM_LOOP_LIMIT} passes")
 
 
 def _rewrites(lines: list[str]) -> tuple[int, list[str]]:

@@ -109,6 +109,26 @@ def test_magics_cost_a_bounded_amount_of_the_graders_work():
         assert python_source(plain, budget) == plain and budget == [MAGIC_WORK], plain[:60]
 
 
+def test_a_chain_of_escapes_is_charged_for_every_pass_ipython_makes(monkeypatch):
+    """A line of autocall escapes (`,,,,a`) is one line that IPython rewrites one escape a pass,
+    rereading the whole cell each time: each pass is charged, so a long cell stops within the
+    budget's worth of passes, not after 500 of them."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    passes = []
+    made = TransformerManager.do_one_token_transform
+    monkeypatch.setattr(TransformerManager, "do_one_token_transform",
+                        lambda self, lines: passes.append(1) or made(self, lines))
+    cell = "," * 499 + "a\n" + "x\n" * 10_000
+    refused = python_source(cell, [MAGIC_WORK])
+    assert refused.startswith("raise SyntaxError(") and "magics" in refused
+    assert len(passes) <= MAGIC_WORK // len(cell) + 1, len(passes)
+    passes.clear()
+    budget = [MAGIC_WORK]
+    short = python_source(",,,f\n", budget)  # a short chain is read as IPython reads it
+    assert "f(" in short and len(passes) == 4 and budget[0] < MAGIC_WORK - 3 * 5, (short, passes, budget)
+
+
 def test_a_cell_of_many_get_ipython_calls_is_read_in_time_proportional_to_its_length():
     """Each call used to rebuild its whole line: 80 000 on one line held the grader for 77 s."""
     started = time.monotonic()
