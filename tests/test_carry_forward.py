@@ -784,3 +784,30 @@ def test_a_head_written_for_batches_alone_keeps_the_credit_the_earlier_step_s_mi
     assert steps["head"]["score"] < steps["head"]["max_score"]
     assert steps["batch"]["score"] == steps["batch"]["max_score"], steps["batch"]["feedback"]
     assert steps["batch"]["carried_from"] == "scores", steps["batch"]["feedback"]
+
+
+def test_a_step_that_keeps_its_own_way_to_a_replaced_function_keeps_no_credit_it_raised_there(tmp_path):
+    """A head that computes nothing of attention, holding the student's `scores` in a default
+    argument, where `scores` raises everywhere (an import the graders lack): its first run raised
+    inside `scores` only, and called again with the chapter's `scores` in the module, it raises
+    there again, from the student's own function. That shows nothing of its own work: neither the
+    head nor the batch keeps credit carried on those exceptions, as a head left unwritten keeps none."""
+    broken = reference_source().replace("    k_t = np.swapaxes(k, -1, -2)",
+                                        "    import scipy.linalg  # not in the graders' Python\n"
+                                        "    k_t = np.swapaxes(k, -1, -2)", 1)
+    junk = broken.replace("def self_attention_head(x, w_q, w_k, w_v):",
+                          "def self_attention_head(x, w_q, w_k, w_v, _s=scores):\n    return _s(x, x), None\n\n\n"
+                          "def _unused(x, w_q, w_k, w_v):", 1)
+    unwritten = broken.replace(_HEAD, "    raise NotImplementedError()\n", 1)
+    assert junk != broken and unwritten != broken
+    scores = {}
+    for name, source in (("junk", junk), ("unwritten", unwritten)):
+        path = tmp_path / name / "attention_head.py"
+        path.parent.mkdir()
+        path.write_text(source)
+        done = qkv_grade(str(path), "--format", "json", "--seed", "1")
+        assert done.returncode == 0, done.stderr[-2000:]
+        scores[name] = _steps(json.loads(done.stdout))
+    for step_id in ("head", "batch"):
+        assert scores["junk"][step_id]["score"] <= scores["unwritten"][step_id]["score"], \
+            (step_id, scores["junk"][step_id]["feedback"])
