@@ -175,12 +175,12 @@ OPS: dict[str, tuple[Callable, str]] = {
     "log": (lambda a, p: np.log(a[0]), "log({0})"),
     "expm1": (lambda a, p: np.expm1(a[0]), "np.expm1({0})"),
     "zero_power": (lambda a, p: np.power(a[0], 0.0), "{0} ** (1 // 2)"),
-    "max": (lambda a, p: np.max(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.max(axis={axis})"),
-    "min": (lambda a, p: np.min(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.min(axis={axis})"),
+    "max": (lambda a, p: np.max(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.max(axis={axis}, keepdims=True)"),
+    "min": (lambda a, p: np.min(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.min(axis={axis}, keepdims=True)"),
     "median_k": (lambda a, p: np.median(a[0], axis=_axis(a[0], p["axis"]), keepdims=True),
-                 "np.median({0}, axis={axis})"),
-    "sum": (lambda a, p: np.sum(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.sum(axis={axis})"),
-    "mean": (lambda a, p: np.mean(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.mean(axis={axis})"),
+                 "np.median({0}, axis={axis}, keepdims=True)"),
+    "sum": (lambda a, p: np.sum(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.sum(axis={axis}, keepdims=True)"),
+    "mean": (lambda a, p: np.mean(a[0], axis=_axis(a[0], p["axis"]), keepdims=True), "{0}.mean(axis={axis}, keepdims=True)"),
     "lastdim": (lambda a, p: a[0].shape[-1], "{0}.shape[-1]"),
     "firstdim": (lambda a, p: a[0].shape[0], "{0}.shape[0]"),
     # the second axis's length, counted from the front: the last of a [T, d] array, T on a batch
@@ -330,6 +330,7 @@ OPS: dict[str, tuple[Callable, str]] = {
                     / (np.max(a[0], axis=-2, keepdims=True) - np.min(a[0], axis=-2, keepdims=True)),
                     "({0} - {0}.min(axis=-2)) / ({0}.max(axis=-2) - {0}.min(axis=-2))"),
     "f32": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float32), dtype=np.float64), "np.float32({0})"),
+    "f16": (lambda a, p: np.asarray(np.asarray(a[0]).astype(np.float16), dtype=np.float64), "np.float16({0})"),
     "trunc": (lambda a, p: np.trunc(a[0]), "{0}.astype(int)"),
     "onehot": (lambda a, p: _onehot(a[0]), "one_hot(argmax({0}, axis=-1))"),
     "log_": (lambda a, p: np.log(a[0]), "np.log({0})"),
@@ -429,7 +430,7 @@ NUMPY_PHRASED = {"close_first": "np.isclose({0}[0], 1)", "close_any": "np.isclos
 # An overflow guard written as a clip of the scores at ± one of these, in place of a shift.
 CLIP_BOUNDS = (10, 20, 30, 40, 50, 60, 80, 88, 100, 200, 500, 700, 709, 1000)
 # Changes made to an input as the function starts (each input alone, then every array input at once).
-INPUT_CHANGES = ("f32", "l2rows", "trunc", "norm_std", "norm_var", "center", "zscore_cols", "minmax_cols")
+INPUT_CHANGES = ("f32", "trunc", "l2rows", "norm_std", "norm_var", "center", "zscore_cols", "minmax_cols")
 # ... and in the exercises, the first or the last row left out (a loop over the rows that starts at
 # 1 or stops one short, `range(1, len(a))`, `range(len(a) - 1)`, never looks at it), or NaN read as 0.
 INPUT_CHANGES_EX = ("skip_first", "skip_last", "nan_to_num")
@@ -437,7 +438,7 @@ INPUT_CHANGES_EX = ("skip_first", "skip_last", "nan_to_num")
 ROUNDINGS_COMPARED = (4, 6, 8, 9)
 # Changes to one operand, and stages inserted after one, beyond the lists above.
 MORE_OPERAND_CHANGES = ("l2rows", "f32", "onehot")
-MORE_INSERTS = ("f32", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow", "squeeze")
+MORE_INSERTS = ("f32", "f16", "trunc", "l2rows", "sumrows", "log_", "sumcols", "reflow", "squeeze")
 # Stages inserted after a line that computes an array (of rows), beyond those.
 ARRAY_INSERTS = ("cumrows",)
 # Inserted only in the function whose contract takes rows of any batch ([..., T, T]), whose loop
@@ -455,7 +456,7 @@ LAST_TWO = "-2:"
 TOLERANCES = (0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3)
 MASKS = ("causal_inf", "causal_1e9")
 INSERTS = ("abs", "clip", "round", "T", "residual", "square_", "per_row", "per_col", "times_rows", "per_sqrt_col") + MASKS
-ROUNDINGS = (0, 2, 3, 4)
+ROUNDINGS = (0, 2, 3, 4, 6)
 # What may happen to one operand on its way into a stage.
 OPERAND_CHANGES = ("square_", "abs", "T", "neg", "double")
 SIZE_CHANGES = ("dec", "inc")  # ... and what may happen to a size (an int)
@@ -927,8 +928,9 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                 if kinds.get(arg) == "int" and name != "return":
                     changes = SIZE_CHANGES
                 elif kinds.get(arg) == "array":
+                    # the weights' softmax taken again where they are used (returned, or mixed)
                     changes = OPERAND_CHANGES + (OPERAND_CHANGES_EX if exercise else ()) + (
-                        ("softmax_",) if name == "return" and arg == "a" else ())
+                        ("softmax_",) if arg == "a" else ())
                 else:
                     continue
                 for change in changes:
@@ -1051,6 +1053,16 @@ def _edits_of(fn: str, stages: list[Stage], form: str) -> list[Edit]:
                     add(i, before + [new] + after, f"{name} = {arg}",
                         f"the step `{_line(stage)}` was left out, {WORDS.get(arg, arg)} passed on in its place",
                         f"skip:{arg}")
+        # A mixture divided by a count once more: a product, already a weighted mean, over the
+        # length of an argument (`v.sum(axis=0) / len(v)` kept when the sum became `weights @ v`).
+        if exercise and op == "matmul":
+            for source in dict.fromkeys(n for n, kind in inputs if kind == "array"):
+                first = (name + "'", op, args, params)
+                count = (name + "_n", "firstdim", (source,), {})
+                new = (name, "div", (name + "'", name + "_n"), {})
+                add(i, before + [first, count, new] + after, f"{_line(stage)} / len({source})",
+                    f"{WORDS.get(name, name)} {_were(name)} divided by the length of {WORDS.get(source, source)} "
+                    f"as well", f"insert:per_len:{source}")
         # A stage done twice.
         if op in ("T", "sqrt", "exp", "div", "sub", "abs") or (op == "matmul" and name == "o"):
             twice = (name + "'", op, args, params)
@@ -1899,6 +1911,9 @@ def _form_of(code: str) -> str:
     return parts[3] if len(parts) > 3 and parts[3] in FORMS.get(parts[1], {}) else ""
 
 
+_PER_LEN = "-insert-per_len-"
+
+
 def same_line_alike(code: str, other: str) -> bool:
     """Do two single edits change one line in ways that, giving the same values, are one mistake
     told alike: the line skipped or its result replaced, one operator with another bound? Not two
@@ -1911,8 +1926,8 @@ def same_line_alike(code: str, other: str) -> bool:
         lines = [m.group(1) if m else stage_of(c) for m, c in zip(skipped, (code, other))]
         if lines[0] == lines[1]:
             return True
-    if stage_of(code) != stage_of(other):
-        return False
+    if stage_of(code) != stage_of(other) or (_PER_LEN in code) != (_PER_LEN in other):
+        return False  # (a mixture divided by a count again is its own mistake, whatever else gives its values)
     mine, theirs = _SWAPPED_TO.search(code), _SWAPPED_TO.search(other)
     return not (mine and theirs and mine.group(1) != theirs.group(1))
 

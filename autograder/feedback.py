@@ -74,6 +74,10 @@ def array_mismatch(actual: np.ndarray, expected: np.ndarray, public: bool, name:
     return "\n".join(lines)
 
 
+MOST_ALTERNATIVES = 3
+"""The most mistakes told as "one of"; beyond, the cases are said to tell little."""
+
+
 def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = frozenset(),
                     alternatives: list[tuple] = (), looks: dict[str, str] | None = None,
                     seen: dict[str, list[str]] | None = None, told: dict[str, list[str]] | None = None) -> list[str]:
@@ -91,8 +95,13 @@ def diagnosis_lines(codes: list[str], step: Step, carried: frozenset[str] = froz
         if group is not None and id(group) not in opened:
             opened.add(id(group))
             options = "; ".join(" with ".join(option) for option in group)
-            lines.append(f"Your numbers fit more than one mistake, each reproducing every failing case; "
-                         f"one of: {options}.")
+            if len(group) <= MOST_ALTERNATIVES:
+                lines.append(f"Your numbers fit more than one mistake, each reproducing every failing case; "
+                             f"one of: {options}.")
+            else:  # so many that the cases say little: no claim that the mistake is among them
+                lines.append(f"Your numbers fit many different mistakes ({len(group)} found), each reproducing "
+                             f"every failing case: these cases cannot tell which you made, and it may be another "
+                             f"still. They are: {options}.")
         if code in told:
             lines.append(f"[{code}] Told above, at your {listed([f'`{name}`' for name in told[code]])} "
                          f"step{'s' if len(told[code]) > 1 else ''}: the same mistake reaches this step's numbers.")

@@ -337,23 +337,40 @@ def differences(actual: dict, expected: dict, public: bool, rtol=RTOL, atol=ATOL
                 found.append(feedback.array_mismatch(got, want, public, name) if describe and rtol == RTOL else name)
         elif name == "softmax_axis":
             if got not in ((1, -1) if want == -1 else (want,)):
-                found.append(f"softmax_axis is {_shown(got)}" + (f", expected {want!r}" + (" (or 1)" if want == -1 else "")
-                                                                 if public else ""))
+                found.append(f"softmax_axis is {_shown(got, public)}"
+                             + (f", expected {want!r}" + (" (or 1)" if want == -1 else "") if public else ""))
         elif name == "divisor":
             if not isclose(got, want, rtol, atol):
-                # to six significant digits on a hidden case, as every number quoted there (its
-                # digits could spell the hidden value beside it); every digit on the example
-                shown = _shown(got) if public or not isinstance(got, float) else f"{got:.6g}"
-                found.append(f"divisor is {shown}" + (f", expected {want!r}" if public else ""))
+                found.append(f"divisor is {_shown(got, public)}" + (f", expected {want!r}" if public else ""))
         elif got != want:
-            found.append(f"{name} is {_shown(got)}" + (f", expected {want!r}" if public else ""))
+            found.append(f"{name} is {_shown(got, public)}" + (f", expected {want!r}" if public else ""))
     return found
 
 
-def _shown(value) -> str:
-    """A returned value as feedback shows it: its repr, cut short (a shape may be 10 000 numbers long)."""
+_SHOWN_ON_HIDDEN = 4
+"""The most numbers of a returned shape quoted on a hidden case (a shape of four axes)."""
+
+
+def _shown(value, public: bool = True) -> str:
+    """A returned value as feedback shows it: its repr, cut short (a shape may be 10 000 numbers long).
+
+    On a hidden case, as every number quoted there, each number to six significant digits at most
+    and a shape's first four alone: the digits of what a submission returns could otherwise spell
+    the hidden values it was handed (a float's bits as an int), case after case."""
+    if not public:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return _six_digits(value)
+        if isinstance(value, tuple) and all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+            shown = [_six_digits(n) for n in value[:_SHOWN_ON_HIDDEN]]
+            more = ", …" if len(value) > _SHOWN_ON_HIDDEN else "," if len(value) == 1 else ""
+            return f"({', '.join(shown)}{more})"
     text = repr(value)
     return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _six_digits(number) -> str:
+    """A number in six significant digits at most: a small int as it is, any other in `.6g`."""
+    return str(number) if isinstance(number, int) and abs(number) < 10 ** 6 else f"{number:.6g}"
 
 
 # ------------------------------------------------------------------ grading one step ------------
@@ -2032,6 +2049,17 @@ def _labels(cases: list[Case], verdicts: list[list[_CallVerdict]], test) -> list
 # Where to look when every batch raised and every single sequence ran: code for one sequence only.
 # What an exception's own message says of the line that raised it, whatever the code around it.
 _SIZES_DIFFER = "the docstring's sizes need not be equal (W_V's width d_v need not be d_k, nor T be d_k)"
+_NUMBER_FOR_ARRAY = (
+    "A single number (an array of no axes) reached a line that works on an array's axes: on the calls that "
+    "raised, something meant to be an array holds one number. Look for a name used for both: a loop "
+    "variable named like an argument (`for a in rows:` over the weights `a`), a size unpacked into an array's "
+    "name (`t, k = x.shape`), or a sum or an index that leaves one number where a row belongs.")
+_PRODUCT_MISFIT = (
+    "The two sides of a product (`@`, `np.matmul`, `np.dot`) do not fit on the calls that raised: the left's last "
+    "axis must be as long as the right's second-to-last (its only axis, for a vector). One of them was built or "
+    "read with another size than its partner's (`np.zeros(T)` where d_k entries belong, a size read off the "
+    "wrong array), or one lacks a transpose it needs, or has one too many; `np.dot` of two vectors is their inner "
+    "product, one number, where `np.outer` gives every product of the two.")
 _MESSAGE_ADVICE = (
     ("axes don't match array",
      "numpy's `transpose` takes a new place for every axis (`k.transpose(0, 2, 1)` on a batch), not the two "
@@ -2052,6 +2080,33 @@ _MESSAGE_ADVICE = (
      "another size than the axis it runs over (`range(d_k)` over d_v entries, a flat index `i * n + j` with n "
      "the wrong width), which sizes that happen to be equal hide. Bound each loop by the length of the axis it "
      "indexes (`a.shape[-1]`, say)."),
+    ("for array of dimension 0", _NUMBER_FOR_ARRAY),
+    ("does not have enough dimensions (has 0", _NUMBER_FOR_ARRAY),
+    ("has a mismatch in its core dimension", _PRODUCT_MISFIT),
+    ("not aligned", _PRODUCT_MISFIT),
+    (("matrix.", "unexpected keyword argument"),
+     "An `np.matrix` reached this line: its methods (`max`, `sum`) take no `keepdims`, it is always 2-D, and its "
+     "`*` is a matrix product. Somewhere before it an array became a matrix (`np.asmatrix`, `np.matrix`, "
+     "`np.mat`): keep plain arrays (`np.asarray`) and write products with `@`."),
+    ("list indices must be integers or slices",
+     "A Python list was indexed with a list of indices, which only numpy arrays take: an array became a list on "
+     "the way (`list(v)`, `v.tolist()`, a list comprehension). Keep it an array (`np.array(v, dtype=float)` makes "
+     "a copy)."),
+    ("could not be broadcast together",
+     "Two arrays whose shapes do not broadcast met in one operation on the calls that raised (numpy lines their "
+     "axes up from the last, and each pair of sizes must be equal, or one of them 1). One has a shape you did not "
+     "mean: a size passed as a whole shape (`q.shape` where `q.shape[-1]` belongs), a total that dropped its axis "
+     "(no `keepdims=True`), or a transpose missing or added."),
+    ("is out of bounds for array of dimension",
+     "An array reached a line that asks for an axis it does not have (an `axis=` or a swap beyond its number "
+     "of axes), on the calls that raised. The docstrings allow such arrays where they say so: a matrix that is "
+     "not 2-D, which the predicate answers False for, a batch, or T = 1. Test the number of axes first "
+     "(`a.ndim`), or count axes from the end (`axis=-1`)."),
+    (("Cannot cast ufunc", "to dtype('int"),
+     "An in-place operation (`+=`, `*=`, `out=`) writes float results into an array of integers: that array was "
+     "made with an integer type (`dtype=int`, `.astype(int)`, `np.zeros_like` of an integer array, or an "
+     "argument of integers kept as it came). Make it a float array (`np.array(v, dtype=float)`) before "
+     "writing into it."),
 )
 
 
@@ -2065,7 +2120,9 @@ _ASSERTED = ("An `assert` of yours (or a check that raises AssertionError) stopp
 def _raised_advice(verdicts: list) -> str | None:
     """The advice of `_MESSAGE_ADVICE` where every one of the calls raised with that message."""
     for text, advice in _MESSAGE_ADVICE:
-        if verdicts and all(v.kind == "raised" and text in (v.raised_message or "") for v in verdicts):
+        texts = (text,) if isinstance(text, str) else text
+        if verdicts and all(v.kind == "raised" and all(part in (v.raised_message or "") for part in texts)
+                            for v in verdicts):
             return advice
     return None
 
@@ -2292,6 +2349,9 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                                          "example: compute them from the arguments you are given.")
         elif all(v.kind == "raised" for c in hidden_wrong for v in verdicts[c] if v.kind != "ok"):
             found.looks["hard-coded"] = _raised_off_the_example(cases, verdicts, hidden_wrong)
+        elif all(v.shape for v in mismatched) and (cut := _leading_block(
+                [(v, want) for v, want in zip(flat, wants) if v.kind == "mismatch"])):
+            found.looks["hard-coded"] = cut  # the example's sizes hide the cut (its d_v is 2)
             found.sized.add("hard-coded")  # (it may say which of the call's sizes the error sets)
     else:
         if any(v.nonfinite for v in unexplained):
@@ -2327,10 +2387,8 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 found.sized.add("crashed")
             elif all(flat[i].raised == "AssertionError" for i in raised):
                 found.looks["crashed"] = _ASSERTED
-            elif advice := _raised_advice([flat[i] for i in raised]):
-                found.looks["crashed"] = advice
-            elif advice := _raised_where_one(calls, flat):
-                found.looks["crashed"] = advice
+            elif advice := _raised_where_one(calls, flat) or _raised_advice([flat[i] for i in raised]):
+                found.looks["crashed"] = advice  # (where T = 1 alone raised, that says more than the message)
             elif any(case.public and any(v.kind == "raised" for v in vs) for case, vs in zip(cases, verdicts)):
                 found.looks["crashed"] = "Run the function on the chapter's example and read the error."
     found.codes = codes + [code for code in derived_codes if code not in codes]
@@ -3100,7 +3158,7 @@ def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
     exchanged = _parts_exchanged(pairs)
     if exchanged:
         return exchanged
-    permuted = _axes_permuted(pairs)
+    permuted = _axes_permuted(pairs) or _leading_block(pairs)
     if permuted:
         return permuted
     found, first = [], None  # (more axes than asked, only axes of length 1 differ, by one axis)
@@ -3122,6 +3180,37 @@ def _shape_look(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
     if all(by_one for _, _, by_one in found):
         return _SHAPE_LOOKS["one more" if more else "one fewer"].format(pair=first)
     return None
+
+
+def _leading_block(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
+    """Where every array of a wrong shape is the expected one cut short, its leading block (as many
+    axes, none longer, and the numbers of `want[:n, :m]`), and every other array is right: so much;
+    else None."""
+    first = None
+    for verdict, want in pairs:
+        for name, part in want.items():
+            got = (verdict.actual or {}).get(name)
+            if not (isinstance(part, np.ndarray) and isinstance(got, np.ndarray)):
+                continue
+            if got.shape == part.shape:
+                if got.dtype.kind not in "biuf" or not allclose(got.astype(float), part, RTOL, ATOL, keep=False):
+                    return None  # a wrong array of the right shape: not only cut short
+                continue
+            if got.ndim != part.ndim or got.size == 0 or got.dtype.kind not in "biuf" \
+                    or any(mine > theirs for mine, theirs in zip(got.shape, part.shape)):
+                return None
+            block = part[tuple(slice(0, length) for length in got.shape)]
+            if not allclose(got.astype(float), block, RTOL, ATOL, keep=False):
+                return None
+            first = first or (name, got.shape, part.shape)
+    if first is None:
+        return None
+    name, got_shape, part_shape = first
+    cut = [f"{'its last axis' if axis == len(got_shape) - 1 else f'axis {axis}'} keeps {mine} of {theirs}"
+           for axis, (mine, theirs) in enumerate(zip(got_shape, part_shape)) if mine != theirs]
+    return (f"Each wrong array holds the expected numbers cut short, only their leading block (`{name}` "
+            f"{list(got_shape)} for {list(part_shape)}; {', '.join(cut)}): a slice such as `[:, :2]` kept from "
+            "printing a few numbers, or a length taken from another size, stops it early. Keep every entry.")
 
 
 def _axes_permuted(pairs: list[tuple[_CallVerdict, dict]]) -> str | None:
@@ -3358,6 +3447,8 @@ def _copied(cases: list[Case], verdicts: list[list[_CallVerdict]], hidden_wrong:
             if verdict.kind == "mismatch":
                 if shown.actual is None or not _same_value(verdict.actual, shown.actual, keep=False):
                     return False
+                if not any(isinstance(part, np.ndarray) and part.size > 1 for part in verdict.actual.values()):
+                    return False  # a True, or one number, given again says nothing of where it came from
     return True
 
 

@@ -287,6 +287,17 @@ def _check_values_of(step_id, text, case, call, outcome):
         assert _nonfinite(call.fn, outcome), f"{step_id}: NaN or infinity reported beside finite values"
 
 
+def _check_message_advice(graded, step_id, text):
+    """Advice read from an exception's message is given only where a call raised, every call that
+    raised (and was left unexplained) with that message: at least one raising call has it."""
+    messages = [outcome.raised.get("message") or "" for outcome in graded.outcomes[step_id] if outcome.raised]
+    for advice in dict.fromkeys(advice for _, advice in judge._MESSAGE_ADVICE if advice in text):
+        needles = [(needle,) if isinstance(needle, str) else needle
+                   for needle, given in judge._MESSAGE_ADVICE if given == advice]  # one advice, several messages
+        assert any(all(part in message for part in parts) for parts in needles for message in messages), \
+            f"{step_id}: advice for {needles} where no call raised with it"
+
+
 def _check_crash_advice(graded, step_id, text):
     """"the shapes shown above" are those of a call that raised; a call named instead raised too."""
     if "Call the function with arguments like those shown above" in text:
@@ -782,6 +793,31 @@ def _check_axes_permuted(graded, step_id, text):
     assert seen, f"{step_id}: axes said moved where no shape is wrong"
 
 
+_LEADING = "Each wrong array holds the expected numbers cut short, only their leading block"
+
+
+def _check_leading_block(graded, step_id, text):
+    """"holds the expected numbers cut short, only their leading block": on every failing call that
+    returned a value, each array is the expected one, or its leading block (`want[:n, :m]`)."""
+    if _LEADING not in text:
+        return
+    seen = 0
+    for call, kind, value in _failing(graded, step_id):
+        if kind != "value":
+            continue
+        for name, want in _reference(call.fn, call).items():
+            got = value.get(name)
+            if not isinstance(want, np.ndarray):
+                continue
+            seen += got.shape != want.shape
+            assert got.ndim == want.ndim and all(mine <= theirs for mine, theirs in zip(got.shape, want.shape)), \
+                f"{step_id}: {name} {got.shape} is no leading block of {want.shape}"
+            block = want[tuple(slice(0, length) for length in got.shape)]
+            assert np.allclose(got, block, rtol=judge.RTOL, atol=judge.ATOL), \
+                f"{step_id}: {name} is not the expected numbers' leading block"
+    assert seen, f"{step_id}: a leading block said where no shape is wrong"
+
+
 def check(graded: Graded) -> None:
     """Assert every claim of every failing step's feedback."""
     for step in STEPS:
@@ -792,6 +828,7 @@ def check(graded: Graded) -> None:
         _check_quoted_values(graded, step.id, result.feedback)
         _check_example_advice(graded, step.id, result.feedback)
         _check_crash_advice(graded, step.id, result.feedback)
+        _check_message_advice(graded, step.id, result.feedback)
         _check_nonfinite(graded, step.id, result)
         _check_low_precision(graded, step.id, result)
         _check_slightly_off(graded, step.id, result)
@@ -811,6 +848,7 @@ def check(graded: Graded) -> None:
         _check_more_relations(graded, step.id, result.feedback)
         _check_whole_running_aliased(graded, step.id, result.feedback)
         _check_axes_permuted(graded, step.id, result.feedback)
+        _check_leading_block(graded, step.id, result.feedback)
         _check_clipped_rescaled(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)

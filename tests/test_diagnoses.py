@@ -435,9 +435,9 @@ _LOOP_HABITS = {
 }
 
 
-def _told_as_what_they_did(tmp_path, habits: dict) -> None:
+def _told_as_what_they_did(tmp_path, habits: dict) -> dict:
     """Grade every habit (name -> step, code, words, source) in one folder: each habit's step fails,
-    carrying its code and its words, where given."""
+    carrying its code and its words, where given. Returns name -> step id -> the step's result."""
     for name, (_, _, _, source) in habits.items():
         assert source != reference_source(), name  # each replacement took
         (tmp_path / f"{name}.py").write_text(source)
@@ -451,6 +451,7 @@ def _told_as_what_they_did(tmp_path, habits: dict) -> None:
             assert code in step["diagnoses"], (name, step["diagnoses"], step["feedback"])
         if words:
             assert words in step["feedback"], (name, step["feedback"])
+    return results
 
 
 def test_loop_habits_are_told_as_what_they_did(tmp_path):
@@ -551,6 +552,62 @@ _RARER_TOOLS = {
                  reference_source().replace(
                      '    d_k = q.shape[-1]', '    assert q.shape == k.shape == v.shape\n    d_k = q.shape[-1]', 1)),
 }
+
+
+# Copy-paste, refactoring and notebook-state slips: what the feedback must say of each (its codes,
+# all of them told, or a sentence from the numbers).
+_EDITING_SLIPS = {
+    # the softmax pasted into the mix line as well: the output mixes twice-softmaxed weights
+    "softmax_again": ("attention", ("derived-attention-o-operand-a-softmax_",), None, reference_source().replace(
+        "    o = mix(a, v)  # [T, d_v]", "    o = mix(softmax_rows(a), v)  # [T, d_v]", 1)),
+    # a mean's division by T kept after the sum became `weights @ v`: for uniform weights that is
+    # also what squared weights give, so both are told, as one of two
+    "divided_again": ("ex1_zero_query", ("derived-zero_query_mixture-o-insert-per_len-k",
+                                         "derived-zero_query_mixture-o-operand-a-square_"), "one of",
+                      reference_source().replace("    output = weights @ v  #", "    output = weights @ v / len(v)  #", 1)),
+    # the predicate's input cast to int (every fraction truncated to 0)
+    "int_cast": ("ex2_row_normalization", ("derived-is_attention_weights-a-input-a-trunc",), None,
+                 reference_source().replace("    a = np.asarray(a, dtype=float)", "    a = np.asarray(a, dtype=int)", 1)),
+    # the listed rows shifted in a loop whose variable is the weights' name: `a` is then a number
+    "loop_shadows": ("ex3_value_shift", (), "A single number (an array of no axes) reached a line", reference_source()
+                     .replace("        v_new[list(rows)] += shift  # only the listed value rows move",
+                              "        for a in rows:\n            v_new[a] += shift", 1)),
+    # the copy made as integers: the float shift cannot be added into it in place
+    "int_copy": ("ex3_value_shift", (), "writes float results into an array of integers", reference_source().replace(
+        "    v_new = np.array(v, dtype=float)", "    v_new = np.array(v, dtype=int)", 1)),
+    # the shape test rewritten as `ndim > 2`: a 1-D input reaches the row sums, which need a second axis
+    "ndim_above_two": ("ex2_row_normalization", (), "asks for an axis it does not have", reference_source().replace(
+        "    if a.ndim != 2:", "    if a.ndim > 2:", 1)),
+    # the zero query built with T entries (the keys' first axis) where d_k belong
+    "query_of_t": ("ex1_zero_query", (), "The two sides of a product (`@`, `np.matmul`, `np.dot`) do not fit",
+                   reference_source().replace("    q = np.zeros(k.shape[-1])", "    q = np.zeros(k.shape[0])", 1)),
+    # the divisor kept at half precision, and the new output rounded for display
+    "half_divisor": ("scale", ("derived-scale-r-insert-f16",), None, reference_source().replace(
+        "    s = d / np.sqrt(d_k)", "    s = d / np.float16(np.sqrt(d_k))", 1)),
+    "rounded_after": ("ex5_intervention", ("derived-value_intervention-o_a-insert-round-6",), None,
+                      reference_source().replace('        "output_after": output_after,',
+                                                 '        "output_after": np.round(output_after, 6),', 1)),
+    # an array become a list (indexed with the row list), or an np.matrix (whose max takes no keepdims)
+    "list_copy": ("ex3_value_shift", (), "A Python list was indexed with a list of indices", reference_source()
+                  .replace("    v_new = np.array(v, dtype=float)", "    v_new = list(np.array(v, dtype=float))", 1)),
+    "matrix": ("head", (), "An `np.matrix` reached this line", reference_source().replace(
+        "    return q, k, v\n", "    return np.asmatrix(q), np.asmatrix(k), np.asmatrix(v)\n", 1)),
+    # np.dot of the two vectors (their inner product) where the outer product belongs
+    "dot_for_outer": ("ex3_value_shift", (), "`np.dot` of two vectors is their inner product", reference_source()
+                      .replace("    return np.outer(moved, shift)", "    return np.dot(moved, shift)", 1)),
+    # a slice kept from printing a few numbers: the output cut to its first two columns
+    "sliced": ("mix", (), "Each wrong array holds the expected numbers cut short, only their leading block",
+               reference_source().replace("    return o\n", "    return o[:, :2]\n", 1)),
+}
+
+
+def test_editing_slips_are_told_as_what_they_did(tmp_path):
+    """Each slip's step fails, carrying every code given (two the values cannot tell apart, as "one
+    of") or the sentence that says what the numbers show."""
+    results = _told_as_what_they_did(tmp_path, {name: (step, None, words, source)
+                                                for name, (step, _, words, source) in _EDITING_SLIPS.items()})
+    for name, (step_id, codes, _, _) in _EDITING_SLIPS.items():
+        assert set(codes) <= set(results[name][step_id]["diagnoses"]), (name, results[name][step_id])
 
 
 def test_rarer_tools_and_defensive_habits_are_told_as_what_they_did(tmp_path):

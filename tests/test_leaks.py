@@ -51,6 +51,33 @@ def test_an_exception_on_a_hidden_case_shows_its_type_and_line_but_not_its_messa
            "example." in steps["softmax"]["feedback"], steps["softmax"]["feedback"]
 
 
+# The scores softmax_rows is handed, kept, then returned by head_facts on its hidden calls as the
+# bits of float64 numbers in the ints of its shapes and its axis: a channel as wide as the ints shown.
+SHAPES_SPELL_INPUTS = variant([("def softmax_rows(s):\n", "def softmax_rows(s):\n"
+                                "    SEEN.extend(np.asarray(s, dtype=float).ravel().tolist())\n"),
+                               ("def head_facts(t, d_k, d_v):\n", "SEEN = []\n\n\ndef head_facts(t, d_k, d_v):\n"
+                                "    if SEEN and (t, d_k, d_v) != (5, 4, 3):  # the chapter's example: answered right\n"
+                                "        import struct\n"
+                                "        seen = [x for x in SEEN if abs(x) > 0.01][-9:]\n"
+                                "        bits = [struct.unpack('<q', struct.pack('<d', x))[0] for x in seen]\n"
+                                "        return {'divisor': float(d_k) ** 0.5, 'score_shape': tuple(bits[:4]),\n"
+                                "                'output_shape': tuple(bits[4:8]) + tuple(range(40)), 'softmax_axis': bits[8]}\n")])
+
+
+def test_a_returned_shape_or_axis_on_a_hidden_case_shows_six_digits_at_most(tmp_path):
+    """Exercise 4's shapes and axis, as every number of a hidden case: what the student returned
+    is quoted to six significant digits, four numbers of a shape at most."""
+    require_sandbox()
+    path = tmp_path / "attention_head.py"
+    path.write_text(SHAPES_SPELL_INPUTS)
+    result = grade_json(path, "--seed", str(SEED))
+    feedback = steps_by_id(result)["ex4_shapes"]["feedback"]
+    assert "on hidden case" in feedback and "score_shape is (" in feedback and "softmax_axis is " in feedback, \
+        feedback
+    assert max(len(run) for run in re.findall(r"\d+", feedback)) <= 6, feedback
+    assert "…" in feedback.split("output_shape is (", 1)[1].split(")", 1)[0], feedback
+
+
 # A class named after the input, raised from a function named after it, in a file named after it:
 # on every input but the example.
 NAMES_ITS_INPUT = variant([("def scores(q, k):\n", "def scores(q, k):\n"
