@@ -19,6 +19,7 @@ later step's are decided.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -72,7 +73,11 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
         step = STEPS[number]
         result = by_id[step.id]
         names, outcomes, each = _split_per_example(names, again.outcomes[number])
-        if each is not None and own is not None and not _passes(cases[step.id], expected[step.id], outcomes) \
+        # a call made again that raised inside a function it was made again without (the student's
+        # own, kept in a default argument or an alias) shows nothing of the step's own work
+        bypassed = any(outcome is not None and _inside(outcome, names) for outcome in outcomes)
+        if each is not None and own is not None and not bypassed \
+                and not _passes(cases[step.id], expected[step.id], outcomes) \
                 and _failed_inside(cases[step.id], expected[step.id], own.outcomes[number], names) \
                 and _each_example_alike(cases[step.id], expected[step.id], outcomes, each):
             # with the failing steps it builds on replaced, the head on each example alone gives what
@@ -94,7 +99,7 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
                 continue
             if not _passes(cases[step.id], expected[step.id], outcomes):
                 if own is None or not _raised_as_before(cases[step.id], expected[step.id], own.outcomes[number],
-                                                        outcomes) or _raised_inside(outcomes, names):
+                                                        outcomes) or bypassed:
                     by_id[step.id] = provisional[step.id]
                 continue
             # run past the exceptions with the chapter's functions in place, its own work checks out:
@@ -207,27 +212,31 @@ def _raised_alike(one: Outcome | None, other: Outcome | None) -> bool:
                 and all(one.raised.get(key) == other.raised.get(key) for key in ("type", "message", "where")))
 
 
-def _raised_inside(outcomes: list[Outcome | None], names: list[str]) -> bool:
-    """Did a call made again raise inside one of the functions `names`, the student's own, which it
-    was made again without? The step reaches them by a way of its own (a default argument, an alias
-    kept), and what it raises there says nothing of its own work."""
-    return any(outcome is not None and outcome.raised and judge.raised_in(outcome.raised.get("where")) in names
-               for outcome in outcomes)
+def _inside(outcome: Outcome, names: list[str]) -> bool:
+    """Did the call raise inside one of the submission's functions `names`?"""
+    return bool(outcome.raised) and judge.raised_in(outcome.raised.get("where")) in names
+
+
+def _passed_or_raised(calls, raised_well) -> bool:
+    """Did each call (case, call index, outcome, expected value) return the reference's value, or
+    raise as `raised_well(outcome, position)` accepts? A call that never ended does neither."""
+    for position, (case, index, outcome, want) in enumerate(calls):
+        if outcome is None or outcome.fault:
+            return False
+        if outcome.raised:
+            if not raised_well(outcome, position):
+                return False
+        elif not judge._judge_call(case, index, outcome, want).ok:
+            return False
+    return True
 
 
 def _raised_as_before(cases: list[Case], expected: list[list[dict]], first: list[Outcome | None],
                       again: list[Outcome | None]) -> bool:
     """Did every call made again either pass, or raise the very exception (type, message and line)
     it raised the first time?"""
-    for (case, index, outcome, want), before in zip(_each_call(cases, expected, again), first):
-        if outcome is None or outcome.fault:
-            return False
-        if outcome.raised:
-            if not _raised_alike(outcome, before):
-                return False
-        elif not judge._judge_call(case, index, outcome, want).ok:
-            return False
-    return True
+    return _passed_or_raised(itertools.islice(_each_call(cases, expected, again), len(first)),
+                             lambda outcome, position: _raised_alike(outcome, first[position]))
 
 
 def _each_call(cases: list[Case], expected: list[list[dict]], outcomes: list[Outcome | None]):
@@ -245,15 +254,7 @@ def _failed_inside(cases: list[Case], expected: list[list[dict]], outcomes: list
     (the failing steps it builds on)? What was called again with those replaced may then speak for
     it; a call that failed otherwise (a head that refuses a batch itself, and behaves once it finds
     itself called again) shows its own fault, and nothing called again takes that back."""
-    for case, index, outcome, want in _each_call(cases, expected, outcomes):
-        if outcome is None or outcome.fault:
-            return False
-        if outcome.raised:
-            if judge.raised_in(outcome.raised.get("where")) not in names:
-                return False
-        elif not judge._judge_call(case, index, outcome, want).ok:
-            return False
-    return True
+    return _passed_or_raised(_each_call(cases, expected, outcomes), lambda outcome, _: _inside(outcome, names))
 
 
 def _carried_per_example(step: Step, result: StepResult, by_id: dict[str, StepResult],

@@ -370,7 +370,7 @@ def _shown(value, public: bool = True) -> str:
 
 def _six_digits(number) -> str:
     """A number in six significant digits at most: a small int as it is, any other in `.6g`."""
-    return str(number) if isinstance(number, int) and abs(number) < 10 ** 6 else f"{number:.6g}"
+    return str(number) if isinstance(number, int) and abs(number) < 10 ** 6 else feedback._fmt(number)
 
 
 # ------------------------------------------------------------------ grading one step ------------
