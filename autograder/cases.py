@@ -272,7 +272,10 @@ def _cases_ex2(rng, ex):
                    # row 2e-7 over one (within a tolerance of 1e-6, or of a sum rounded to 6 decimals)
                    np.array([[0.5, 0.5, np.nan, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.25, 0.25, 0.0],
                              [0.125, 0.125, 0.25, 0.5]]),
-                   np.array([[0.25, 0.25, 0.25, 0.25], [0.5, 0.25, 0.125, 0.125 + 2e-7], [0.5, 0.5, 0.0, 0.0]])):
+                   np.array([[0.25, 0.25, 0.25, 0.25], [0.5, 0.25, 0.125, 0.125 + 2e-7], [0.5, 0.5, 0.0, 0.0]]),
+                   # every row summing to a half: a test of one row's sum alone (the largest, the
+                   # first) rejects it, as it should, where a test without the absolute value does not
+                   np.full((4, 4), 0.125)):
         yield "hidden", (Call("is_attention_weights", (matrix,)),)
 
 

@@ -268,6 +268,11 @@ OPS: dict[str, tuple[Callable, str]] = {
     "close_total": (lambda a, p: bool(abs(np.sum(a[0]) - np.size(a[0]))
                                       <= p["tol"] + p.get("rtol", 0.0) * np.size(a[0])), "|{0}.sum() - len({0})| <= {tol}"),
     "no_far": (lambda a, p: not bool(np.any(np.abs(a[0] - 1.0) > p["tol"])), "not any(|{0} - 1| > {tol})"),
+    # one row's sum standing for all of them: the largest, or the smallest
+    "close_max": (lambda a, p: _close(np.max(a[0], keepdims=True), p["tol"] + p.get("rtol", 0.0)),
+                  "|{0}.max() - 1| <= {tol}"),
+    "close_min": (lambda a, p: _close(np.min(a[0], keepdims=True), p["tol"] + p.get("rtol", 0.0)),
+                  "|{0}.min() - 1| <= {tol}"),
     "close_rows": (lambda a, p: np.abs(a[0] - 1.0) <= p["tol"], "|{0} - 1| <= {tol}, row by row"),
     "nonneg_tol": (lambda a, p: bool(np.all(np.asarray(a[0]) >= -1e-9)), "all({0} >= -1e-9)"),
     "no_negative": (lambda a, p: not bool(np.any(np.asarray(a[0]) < 0)), "not any({0} < 0)"),
@@ -406,7 +411,7 @@ SWAPS: dict[str, tuple[str, ...]] = {
     "close": ("close_first", "close_any", "close_below", "close_rel"),
 }
 # The exercises' own: a related quantity in place of the asked one, a test phrased or bounded otherwise.
-SWAPS["close"] += ("close_mean", "close_total", "no_far")
+SWAPS["close"] += ("close_mean", "close_total", "no_far", "close_max", "close_min")
 SWAPS["nonneg"] += ("nonneg_tol", "no_negative")
 SWAPS["lastdim"] += ("axes_count", "dim1")
 SWAPS["ndim2"] += ("len2",)
@@ -622,6 +627,7 @@ OP_WORDS = {
     "close_below": "the sums compared without their absolute value", "close_rel": "np.allclose's default tolerance",
     "close_mean": "only the mean row sum compared with one", "close_total": "only the total compared with the row count",
     "no_far": "a test for no row far from one (which NaN passes)",
+    "close_max": "only the largest row sum compared with one", "close_min": "only the smallest row sum compared with one",
     "nonneg_tol": "a test that accepts entries down to -1e-9",
     "no_negative": "a test for no negative entry (which NaN passes)", "recvsum": "the receiving rows a[rows] summed",
     "mulrows": "the listed rows multiplied by the shift", "outer": "an outer product", "avg": "a mean",

@@ -1303,6 +1303,15 @@ def _explanations(calls: list, verdicts: list[_CallVerdict], expected: list[dict
     return list(entry[2]), set(entry[3]), list(entry[4])
 
 
+def _zeros_throughout(verdict: _CallVerdict, want: dict) -> bool:
+    """Is every part a call got wrong an array of zeros?"""
+    if verdict.kind != "mismatch" or not isinstance(verdict.actual, dict):
+        return False
+    wrong = differences(verdict.actual, want, False, describe=False)
+    return bool(wrong) and all(isinstance(verdict.actual.get(name), np.ndarray) and verdict.actual[name].size
+                               and not np.any(verdict.actual[name]) for name in wrong)
+
+
 def _search(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
             failing_uses: list[str], earlier: dict[str, StepResult],
             own: bool = True) -> tuple[list[str], set, list]:
@@ -1359,6 +1368,12 @@ def _search(calls: list, verdicts: list[_CallVerdict], expected: list[dict],
         depths = (1,) if all(verdicts[i].kind == "raised" for i in to_explain) and not all(
             atlas.raised_for_nonfinite(verdicts[i].raised, verdicts[i].raised_message) for i in to_explain) \
             else (1, 2, 3, 4)
+        # Arrays of zeros throughout, where the reference has other numbers, tell little: two edits
+        # together come to zeros in many ways (rows normalized, then cut to integers), none of them
+        # likely what was written (a factor of 0 from a division of integers, an array never filled).
+        # No pair of derived edits is named for them; what the numbers show is told (_zeroed).
+        if depths[-1] == 4 and all(_zeros_throughout(verdicts[i], expected[i]) for i in to_explain):
+            depths = (1, 2, 3)
         for depth in depths:
             if depth == 1:
                 candidates = itertools.chain(_carried(fn, failing_uses, earlier), _own(fn, 1) if own else ())
@@ -2054,6 +2069,11 @@ _NUMBER_FOR_ARRAY = (
     "raised, something meant to be an array holds one number. Look for a name used for both: a loop "
     "variable named like an argument (`for a in rows:` over the weights `a`), a size unpacked into an array's "
     "name (`t, k = x.shape`), or a sum or an index that leaves one number where a row belongs.")
+_OUT_MISFIT = (
+    "An array that a result is written into (`out=`, or the left of an in-place `+=`, `*=`, `/=`) does not have "
+    "the result's shape on the calls that raised: it was made in another array's shape (`np.empty_like(x)`, "
+    f"`np.zeros_like(d)`) or with sizes that agree only where two sizes happen to be equal: {_SIZES_DIFFER}. "
+    "Make it in the shape of the result, or drop `out=` and keep what the operation returns.")
 _PRODUCT_MISFIT = (
     "The two sides of a product (`@`, `np.matmul`, `np.dot`) do not fit on the calls that raised: the left's last "
     "axis must be as long as the right's second-to-last (its only axis, for a vector). One of them was built or "
@@ -2082,6 +2102,11 @@ _MESSAGE_ADVICE = (
      "indexes (`a.shape[-1]`, say)."),
     ("for array of dimension 0", _NUMBER_FOR_ARRAY),
     ("does not have enough dimensions (has 0", _NUMBER_FOR_ARRAY),
+    # numpy's words for an `out=` (or the left of `+=`) that cannot hold the result: before the
+    # product's, whose message names the output operand's core dimension too
+    ("Output operand", _OUT_MISFIT),
+    ("non-broadcastable output operand", _OUT_MISFIT),
+    ("output array has wrong dimensions", _OUT_MISFIT),
     ("has a mismatch in its core dimension", _PRODUCT_MISFIT),
     ("not aligned", _PRODUCT_MISFIT),
     (("matrix.", "unexpected keyword argument"),
@@ -2479,6 +2504,12 @@ def _zeroed(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
     # every wrong number between -1 and 1 and cut to 0: what an array of an integer dtype keeps
     cut = all(np.array_equal(got, np.trunc(part)) for got, part in arrays)
     named = [label for label, _ in _layout(2, 2) if label in (regions or ())]
+    if all(not np.any(got) for got, _ in arrays):
+        return ("On every case it failed, every number of each wrong array is 0. Look for a factor that comes "
+                "out 0 (a division of integers rounds down: `1 // d_k` and `np.reciprocal(2)` are 0), an array "
+                "made of zeros and never filled, or a product with an array of zeros."
+                + (f" Or the numbers were written into an array of an integer dtype {_INTEGER_DTYPE}, which cuts "
+                   "every number between -1 and 1 to 0." if cut else ""))
     if named:
         where = f"{named[0]} of each wrong array is 0 throughout"
     elif whole_rows:

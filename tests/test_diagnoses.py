@@ -595,6 +595,16 @@ _EDITING_SLIPS = {
     # np.dot of the two vectors (their inner product) where the outer product belongs
     "dot_for_outer": ("ex3_value_shift", (), "`np.dot` of two vectors is their inner product", reference_source()
                       .replace("    return np.outer(moved, shift)", "    return np.dot(moved, shift)", 1)),
+    # the projections written into arrays made like x (`out=`): [T, d_in] where [T, d_k] is produced
+    "out_like_x": ("qkv", (), "An array that a result is written into (`out=`", reference_source().replace(
+        "    v = x @ w_v  #", "    v = np.empty_like(x)\n    np.matmul(x, w_v, out=v)  #", 1)),
+    # a reciprocal of the int d_k (0 for d_k > 1): every scaled score 0, which no pair of edits is told for
+    "reciprocal_int": ("scale", (), "every number of each wrong array is 0", reference_source().replace(
+        "    s = d / np.sqrt(d_k)", "    s = d * np.reciprocal(d_k) ** 0.5", 1)),
+    # the row-sum test made on the largest row sum alone
+    "largest_row_only": ("ex2_row_normalization", ("derived-is_attention_weights-sums_ok-op-close-to-close_max",),
+                         None, reference_source().replace("np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)",
+                                                          "np.abs(a.sum(axis=1).max() - 1.0) <= 1e-9", 1)),
     # a slice kept from printing a few numbers: the output cut to its first two columns
     "sliced": ("mix", (), "Each wrong array holds the expected numbers cut short, only their leading block",
                reference_source().replace("    return o\n", "    return o[:, :2]\n", 1)),
@@ -608,6 +618,9 @@ def test_editing_slips_are_told_as_what_they_did(tmp_path):
                                                 for name, (step, _, words, source) in _EDITING_SLIPS.items()})
     for name, (step_id, codes, _, _) in _EDITING_SLIPS.items():
         assert set(codes) <= set(results[name][step_id]["diagnoses"]), (name, results[name][step_id])
+        if not codes:  # told by what the numbers or the message show: no edit named besides
+            assert not [code for code in results[name][step_id]["diagnoses"] if code.startswith("derived-")], \
+                (name, results[name][step_id])
 
 
 def test_rarer_tools_and_defensive_habits_are_told_as_what_they_did(tmp_path):

@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json to fresh37.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json to fresh37.json, fresh40.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -116,7 +116,11 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # thirty-seventh, two fifths of them notebooks, with numpy's shapes, containers and numeric types as
 # a newcomer gets them wrong: `np.matrix`, keepdims dropped or added, reshape for transpose, Python
 # lists and Python's own sum and max, `np.dot` and `np.outer` on vectors, integer, float32 and float16
-# arrays, squeezed axes, `x.shape[1]` on a batch, and results rounded for display.
+# arrays, squeezed axes, `x.shape[1]` on a batch, and results rounded for display; the fortieth, two
+# fifths of them notebooks, with the idioms of a fluent numpy user (einsum subscripts, tensordot axes,
+# swapaxes and moveaxis, `out=` and `where=` arguments, masks, logsumexp, apply_along_axis) and
+# exercises answering a neighbouring question (one row's sum for all, a relative tolerance, the
+# weights for the output).
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -134,4 +138,5 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh29.json", "twenty-ninth-"), **_read("fresh30.json", "thirtieth-"),
                            **_read("fresh31.json", "thirty-first-"), **_read("fresh32.json", "thirty-second-"),
                            **_read("fresh33.json", "thirty-third-"), **_read("fresh35.json", "thirty-fifth-"),
-                           **_read("fresh36.json", "thirty-sixth-"), **_read("fresh37.json", "thirty-seventh-")}
+                           **_read("fresh36.json", "thirty-sixth-"), **_read("fresh37.json", "thirty-seventh-"),
+                           **_read("fresh40.json", "fortieth-")}
