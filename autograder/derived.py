@@ -627,7 +627,7 @@ OP_WORDS = {
     "close_below": "the sums compared without their absolute value", "close_rel": "np.allclose's default tolerance",
     "close_mean": "only the mean row sum compared with one", "close_total": "only the total compared with the row count",
     "no_far": "a test for no row far from one (which NaN passes)",
-    "close_max": "only the largest row sum compared with one", "close_min": "only the smallest row sum compared with one",
+    "close_max": "only the greatest row sum compared with one", "close_min": "only the least row sum compared with one",
     "nonneg_tol": "a test that accepts entries down to -1e-9",
     "no_negative": "a test for no negative entry (which NaN passes)", "recvsum": "the receiving rows a[rows] summed",
     "mulrows": "the listed rows multiplied by the shift", "outer": "an outer product", "avg": "a mean",

@@ -659,7 +659,8 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
         "ex1_zero_query": [("zero_query_mixture", (k, v)) for _, k, v, *_ in sets[:3] + sets[4:]],
         "ex2_row_normalization": [("is_attention_weights", (matrix,)) for matrix in (
             ex["A"], ex["A"].T, a2, column_stochastic, negative, zero, later, near, inside, outside, wide,
-            ex["A"][None], ex["A"][0], np.array([1.5, 0.5]), mean_inside, dyadic, zero_row)] + [
+            ex["A"][None], ex["A"][0], np.array([1.5, 0.5]), mean_inside, dyadic, zero_row,
+            np.full((4, 4), 0.125))] + [  # every row summing to a half, as a hidden case has it
             ("column_normalized_counterexample", ())],
         "ex3_value_shift": [("shifted_output", (ex["A"], ex["V"], shift, None)),
                             ("shifted_output", (ex["A"], ex["V"], shift, rows)),
