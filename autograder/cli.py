@@ -303,6 +303,10 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
     return 0
 
 
+NAME_COLUMN = 40
+"""The widest the listing's column of names is made: every row is padded to it."""
+
+
 class _Saver:
     """Saves each result as soon as it is graded, and shows progress.
 
@@ -453,8 +457,10 @@ def _print_folder(graded: _Graded, found, run, args, page) -> None:
         for note in found.notes:
             sys.stderr.write(f"qkv-grade: note: {note}\n")
     else:
-        width = max([len(results.printable_name(name)) for name in graded.names]
-                    + [len(results.printable_name(name)) for name, _ in skipped] + [1])
+        # the names' column, as wide as the longest name up to NAME_COLUMN: a longer name (a student
+        # may name a file with escapes that show as 4 characters each) runs past it on its own row
+        width = min(max([len(results.printable_name(name)) for name in graded.names]
+                        + [len(results.printable_name(name)) for name, _ in skipped] + [1]), NAME_COLUMN)
         for result in graded:
             flags = sorted({code for step in result.steps for code in step.diagnoses})
             write(f"{results.printable_name(result.submission):<{width}}  {result.score:>6g} / "

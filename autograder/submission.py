@@ -486,7 +486,8 @@ MAGIC_WORK = 250_000
 _HELP_LINE = re.compile(r"^[^\n]*\?[ \t]*(?:#[^\n]*)?$", re.M)
 _MAGIC_LINE = re.compile(r"^[ \t]*[%!?/,;]|=[ \t]*[%!]|" + _HELP_LINE.pattern, re.M)
 # IPython finds help at a line's end with a pattern that starts again at every character of the
-# line: its reading costs the square of the line's length, which a cell is charged as well.
+# logical line (inside brackets, several physical lines): its reading costs the square of that
+# length, which a cell is charged as well.
 MAX_CELLS = 2000
 """Code cells a notebook may hold: the released one has a few dozen."""
 
@@ -557,24 +558,27 @@ _TOO_MANY_MAGICS = ("this cell holds more magics, shell escapes and help request
 
 def _token_transforms(manager, lines: list[str], budget: list[int] | None) -> list[str] | None:
     """IPython's tokenizing passes over a cell, made as `do_token_transforms` makes them, each pass
-    that rewrites something charged to `budget` as it is made: the cell's length (it is read whole
-    again) and the square of each help line's. What is charged is the passes IPython really makes,
-    whatever was counted beforehand: a line of escapes (`,,,,f`, autocall's) is rewritten one
-    escape a pass. None where the budget runs out first."""
+    charged to `budget` before it is made, whether or not it rewrites anything: the cell's length
+    (it is read whole again) and the square of each help request's logical line (all the physical
+    lines it spans, which IPython searches as one). What is charged is the passes IPython really
+    makes, whatever was counted beforehand: a line of escapes (`,,,,f`, autocall's) is rewritten
+    one escape a pass. None where the budget runs out first."""
     from IPython.core.inputtransformer2 import TRANSFORM_LOOP_LIMIT
 
     for _ in range(TRANSFORM_LOOP_LIMIT):
-        cost = 0
         if budget is not None:
             text = "".join(lines)
-            cost = max(len(text), 1) + sum(len(line) ** 2 for line in _HELP_LINE.findall(text))
+            try:
+                helps = _rewrites(lines)[1]
+            except Exception:  # what IPython cannot tokenize: every line a help request's
+                helps = [text]
+            cost = max(len(text), 1) + sum(len(line) ** 2 for line in helps)
             if cost > budget[0]:
                 return None
+            budget[0] -= cost  # a pass that rewrites nothing has read the cell all the same
         changed, lines = manager.do_one_token_transform(lines)
         if not changed:
             return lines
-        if budget is not None:
-            budget[0] -= cost
     raise RuntimeError(f"still rewriting after {TRANSFORM_LOOP_LIMIT} passes")
 
 
@@ -588,11 +592,14 @@ def _rewrites(lines: list[str]) -> tuple[int, list[str]]:
     kinds = (ipython.MagicAssign, ipython.SystemAssign, ipython.EscapedCommand, ipython.HelpEnd)
     count, helps = 0, []
     ends = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # where IPython ends a line (str.splitlines): each a newline here
-    for line in ipython.make_tokens_by_line([line.rstrip(ends) + "\n" for line in lines]):
+    plain = [line.rstrip(ends) + "\n" for line in lines]
+    for line in ipython.make_tokens_by_line(plain):
         found = [kind for kind in kinds if kind.find([line]) is not None]
         count += len(found)
         if ipython.HelpEnd in found:
-            helps.append(line[0].line)
+            # what IPython searches for the name asked about: the logical line, from its first
+            # token to the `?`, over every physical line it spans (inside brackets, say)
+            helps.append("".join(plain[line[0].start[0] - 1:line[-2].start[0]]))
     return count, helps
 
 

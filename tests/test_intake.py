@@ -172,6 +172,23 @@ def test_a_student_folder_of_thousands_of_files_is_listed_not_read(tmp_path):
     assert rss < MAX_RSS_MIB and cpu < MAX_CPU_S, (f"{rss:.0f} MiB", f"{cpu:.2f} s")
 
 
+def test_one_long_file_name_widens_its_own_row_of_the_listing_alone(tmp_path):
+    """A file named with control characters shows each as a 4-character escape: one student's
+    such name, listed as not graded, once padded every classmate's row to its width."""
+    require_sandbox()
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "ada.py").write_text(reference_source())
+    (folder / ("\x01" * 250 + ".PY")).write_text("x = 1\n")  # not a .py: listed as not graded
+    done, _, _ = measured(str(folder), "--seed", str(SEED), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = done.stdout.splitlines()
+    ada = next(row for row in rows if row.startswith("ada.py "))
+    from autograder.cli import NAME_COLUMN
+    assert len(ada) <= NAME_COLUMN + len("     100 / 100"), ada  # the score column after the names
+    assert any(row.startswith("\\x01" * 250) and "not graded" in row for row in rows), rows
+
+
 def _me() -> str:
     import pwd
 

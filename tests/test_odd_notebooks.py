@@ -86,9 +86,14 @@ def test_a_cell_whose_source_is_not_text_makes_only_its_notebook_unreadable(fold
 def test_magics_cost_a_bounded_amount_of_the_graders_work():
     """IPython rereads a cell for each magic it rewrites; past the notebook's budget a cell is
     not handed to it, and runs as an error that says why."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
     budget = [MAGIC_WORK]
     small = python_source("%time x = 1\ny = 2\n", budget)
-    assert "run_line_magic" in small and budget[0] == MAGIC_WORK - 18  # one magic, a cell of 18 characters
+    # one magic in a cell of 18 characters: the pass that rewrites it, and the pass that reads the
+    # rewritten cell and finds nothing more
+    rewritten = TransformerManager().transform_cell("%time x = 1\ny = 2\n")
+    assert "run_line_magic" in small and budget[0] == MAGIC_WORK - 18 - len(rewritten)
     large = python_source("%time x = 1\n" * 300 + "y = 2\n" * 3000, budget)
     assert large.startswith("raise SyntaxError(") and "magics" in large
     compile(large, "cell", "exec")
@@ -127,6 +132,23 @@ def test_a_chain_of_escapes_is_charged_for_every_pass_ipython_makes(monkeypatch)
     budget = [MAGIC_WORK]
     short = python_source(",,,f\n", budget)  # a short chain is read as IPython reads it
     assert "f(" in short and len(passes) == 4 and budget[0] < MAGIC_WORK - 3 * 5, (short, passes, budget)
+
+
+def test_a_help_request_over_several_lines_is_charged_for_every_line_ipython_searches(monkeypatch):
+    """IPython searches a help request's whole logical line (every line inside its brackets) with a
+    pattern whose work grows as the square of its length: a 30 000-letter name on a middle line
+    held the grader 20 s, charged as its short last line. It is now refused unsearched; and a pass
+    that finds no name to ask about (and so rewrites nothing) is charged too."""
+    from IPython.core import inputtransformer2 as ipython
+
+    searched, pattern = [], ipython._help_end_re
+    monkeypatch.setattr(ipython, "_help_end_re", type("Spy", (), {
+        "search": lambda self, text: searched.append(len(text)) or pattern.search(text)})())
+    refused = python_source("x = (1,\n " + "a" * 30_000 + ",\n 1)?\n", [MAGIC_WORK])
+    assert refused.startswith("raise SyntaxError(") and "magics" in refused and not searched
+    budget, cell = [MAGIC_WORK], "x = (1,\n a,\n 1)?\n"
+    assert python_source(cell, budget) == cell  # no name before the `?`: the cell is left as it is
+    assert searched and MAGIC_WORK - budget[0] >= len(cell) ** 2, (searched, budget)
 
 
 def test_a_cell_of_many_get_ipython_calls_is_read_in_time_proportional_to_its_length():
