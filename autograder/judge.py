@@ -1817,7 +1817,10 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     # always, a parameter the graders never pass (its default, fixed when the def ran, is on every
     # call: a model that happens to give that constant, `d_k = q.ndim` for the example's 2, may be
     # named beside it, but the parameter is what the student wrote)
-    read_outside = _joined(_read_outside(step, told.outside, told.bound) if set(codes) <= _UNEXPLAINED else "",
+    # (the setup's own example arrays are told whatever else is named: a function of the chapter's
+    # that reads `W_Q` has the example's sizes on every call, which a model may only mimic)
+    read_outside = _joined(_read_outside(step, told.outside, told.bound,
+                                         None if set(codes) <= _UNEXPLAINED else SETUP_NAMES),
                            _defaults_never_passed(step, told.defaults, told.unset))
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes, and
@@ -2594,10 +2597,10 @@ def _aliased(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
                           and allclose(got, np.broadcast_to(part[..., index:index + 1 or None, :], part.shape), RTOL,
                                        ATOL, keep=False)
                           for got, part in arrays):
-            return (f"On every case it failed, every row of a wrong array is the expected {which} row: the rows were "
-                    f"one array, filled again for each row and kept by reference (`rows.append(row)` keeps the very "
-                    f"same array every time), so each shows what was written {which}. Keep a copy (`row.copy()`), or "
-                    "make a new row for each position.")
+            return (f"On every case it failed, every row of a wrong array is the expected {which} row. Look for "
+                    f"one array filled again for each row and kept by reference (`rows.append(row)` keeps the very "
+                    f"same array every time, so each shows what was written {which}: keep a copy, `row.copy()`), or "
+                    f"for the {which} row's numbers (its index, its weights) used for every row.")
     return ""
 
 
@@ -2977,13 +2980,18 @@ _UNEXPLAINED = _UNMODELLED_VALUES | {"crashed"}
 their arguments is then worth telling."""
 
 
-def _read_outside(step: Step, outside: dict[str, list[str]], bound: dict[str, list[int]]) -> str:
+SETUP_NAMES = frozenset({"X", "W_Q", "W_K", "W_V"})
+"""The chapter's example as the notebook's setup cell (and the sample module) binds it."""
+
+
+def _read_outside(step: Step, outside: dict[str, list[str]], bound: dict[str, list[int]],
+                  only: frozenset | None = None) -> str:
     """The values defined outside the step's functions that they read (a notebook's `X`, `K` or
-    `d_k`), which are no argument of theirs; and of those that more than one cell binds, which
-    cells, the last of them being what the graders see."""
+    `d_k`), which are no argument of theirs (`only`: those of these names alone); and of those
+    that more than one cell binds, which cells, the last of them being what the graders see."""
     sentences = []
     for fn in step.functions:
-        names = outside.get(fn)
+        names = [name for name in outside.get(fn) or () if only is None or name in only]
         if names:
             shown = feedback.listed([f"`{name}`" for name in names])
             sentences.append(f"Your `{fn}` reads {shown}, defined outside the function rather than given to it as "

@@ -605,6 +605,10 @@ _EDITING_SLIPS = {
     "largest_row_only": ("ex2_row_normalization", ("derived-is_attention_weights-sums_ok-op-close-to-close_max",),
                          None, reference_source().replace("np.all(np.abs(a.sum(axis=1) - 1.0) <= 1e-9)",
                                                           "np.abs(a.sum(axis=1).max() - 1.0) <= 1e-9", 1)),
+    # d_k read off the setup's W_Q (2 wide, the example's d_k): told beside what the numbers fit
+    "setup_global": ("attention", ("derived-attention-r-example-d_k",), "Your `attention` reads `W_Q`, defined outside",
+                     reference_source().replace("    d_k = q.shape[-1]", "    d_k = W_Q.shape[-1]", 1)
+                     + "\nW_Q = np.array([[1.0, 0.0], [0.0, 1.0]])\n"),
     # a slice kept from printing a few numbers: the output cut to its first two columns
     "sliced": ("mix", (), "Each wrong array holds the expected numbers cut short, only their leading block",
                reference_source().replace("    return o\n", "    return o[:, :2]\n", 1)),
