@@ -1283,6 +1283,8 @@ def _listing(found: Iterator[os.DirEntry], own: _Budget | None, whole: _Budget, 
                     return False
                 hollow.append(entry)
                 return True
+            if sieve and not _account_share(entry, bound, told):
+                return False  # its account's share used up: passed over as what can be nothing graded
             entries.append(entry)
             return len(entries) <= most or None
         hollow: list[os.DirEntry] = []
@@ -1343,6 +1345,32 @@ def _by_account(entry: os.DirEntry, entries: list, told: list, own: _Budget) -> 
         told.append((entry, own.parts, Cut(
             f"more than {own.most} files and folders made by {_account(owner)}: only the first {own.most} were "
             "looked at, and the rest were neither graded nor listed")))
+    return False
+
+
+def _account_share(entry: os.DirEntry, whole: _Budget, told: list) -> bool:
+    """Outside the students' folders, as discover walks them: may `entry` count against the bound of
+    what is looked at there? Each account may use all of it but a tenth, kept for the others, in the
+    file system's order: a classmate who may write a shared drop folder and fills it with folders
+    (empty ones cost an inode each, as empty files do, which are not counted at all) uses up their
+    own share, and what the others handed in is still looked at (a folder an instructor filled alone
+    is one account's, which a class never fills). Said once for each account, of its first entry
+    left out."""
+    share = whole.most - whole.most // 10
+    if share >= whole.most:  # a bound too small to keep a tenth of: the bound alone
+        return True
+    try:
+        owner = entry.stat(follow_symlinks=False).st_uid
+    except OSError:
+        owner = None
+    used = whole.of.get(owner, 0)
+    whole.of[owner] = used + 1 if used <= share else used
+    if used < share:
+        return True
+    if used == share:
+        told.append((entry, whole.parts, Cut(
+            f"more than {share} files and folders made by {_account(owner)}, of the {whole.most} looked at in "
+            "all: only the first of them were looked at, and the rest were neither graded nor listed")))
     return False
 
 

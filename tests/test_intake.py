@@ -172,6 +172,30 @@ def test_a_student_folder_of_thousands_of_files_is_listed_not_read(tmp_path):
     assert rss < MAX_RSS_MIB and cpu < MAX_CPU_S, (f"{rss:.0f} MiB", f"{cpu:.2f} s")
 
 
+def test_a_classmates_flood_of_empty_folders_uses_up_their_own_share_alone(tmp_path, monkeypatch):
+    """Empty folders cost an inode each, as empty files do (which are not counted): a classmate's
+    flood of them in a shared drop folder, read first in the file system's order, once used up the
+    bound of what is looked at there and left the others' submissions out. Each account may now use
+    all of it but a tenth. (The bound made small here; the classmates' files are other accounts'.)"""
+    from autograder import submission
+
+    if os.geteuid() != 0:
+        pytest.skip("making files of another account takes root")
+    monkeypatch.setattr(submission, "MOST_ENTRIES_IN_ALL", 400)
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    for number in range(500):  # the flood, made by this account
+        (folder / f"junk{number:04d}").mkdir()
+    for number in range(30):  # the class, each of other accounts
+        path = folder / f"s{number:02d}.py"
+        path.write_text("x = 1\n")
+        os.chown(path, 4200 + number, 4200 + number)  # each classmate an account of their own
+    found = submission.discover(folder)
+    assert [name for _, name in found.items] == [f"s{number:02d}.py" for number in range(30)]
+    assert any("more than 360 files and folders made by" in str(reason) for _, reason in found.skipped), \
+        found.skipped[-3:]
+
+
 def test_one_long_file_name_widens_its_own_row_of_the_listing_alone(tmp_path):
     """A file named with control characters shows each as a 4-character escape: one student's
     such name, listed as not graded, once padded every classmate's row to its width."""
