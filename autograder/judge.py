@@ -42,7 +42,7 @@ from .cases import Case
 from .protocol import Bad, plain_text
 from .results import StepResult, printable
 from .runner import EXACT, Outcome, Run
-from .steps import BY_ID, STEPS, Step
+from .steps import BY_ID, SETUP_ARRAYS, STEPS, Step
 
 # The models run on every hidden case, empty ones too (weights of no rows): numpy's warnings of a
 # mean of nothing, or a variance of one number, say nothing here that the values do not.
@@ -2980,8 +2980,7 @@ _UNEXPLAINED = _UNMODELLED_VALUES | {"crashed"}
 their arguments is then worth telling."""
 
 
-SETUP_NAMES = frozenset({"X", "W_Q", "W_K", "W_V"})
-"""The chapter's example as the notebook's setup cell (and the sample module) binds it."""
+SETUP_NAMES = frozenset(name for name, _ in SETUP_ARRAYS)
 
 
 def _read_outside(step: Step, outside: dict[str, list[str]], bound: dict[str, list[int]],

@@ -34,7 +34,7 @@ import nbformat
 import numpy as np
 from nbformat import v4
 
-from autograder.steps import ANSWERS, STEPS, Step
+from autograder.steps import ANSWERS, SETUP_ARRAYS, STEPS, Step
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "solutions" / "attention_head.py"
@@ -76,7 +76,6 @@ RUN_ON = "raises-exception"  # the cell tag that lets Run All go past a failing 
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 POSITIONS = ("red", "key", ".")  # Example 15.1's positions, in order
-SETUP_ARRAYS = (("X", "T, d_in"), ("W_Q", "d_in, d_k"), ("W_K", "d_in, d_k"), ("W_V", "d_in, d_v"))
 CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # nbformat 4.5's rule for cell ids
 SECTION = re.compile(r"^## (\w+)\s*$")  # a lessons.md section: `## name`, one word
 

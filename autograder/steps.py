@@ -8,6 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+SETUP_ARRAYS = (("X", "T, d_in"), ("W_Q", "d_in, d_k"), ("W_K", "d_in, d_k"), ("W_V", "d_in, d_v"))
+"""The chapter's example as the notebook's setup cell (and the sample module) binds it: name, shape."""
+
+
 @dataclass(frozen=True)
 class Step:
     id: str

@@ -1332,20 +1332,10 @@ def _by_account(entry: os.DirEntry, entries: list, told: list, own: _Budget) -> 
     share of the student's bound lasts (`_Budget.of`): a classmate who may write there (a folder
     the class may write) and fills it with files or folders named to count (`f0.py`, empty
     folders) uses up their own share, in the file system's order, and never the student's."""
-    try:
-        owner = entry.stat(follow_symlinks=False).st_uid
-    except OSError:
-        owner = None
-    used = own.of.get(owner, 0)
-    own.of[owner] = used + 1 if used <= own.most else used
-    if used < own.most:
-        entries.append(entry)
-        return True
-    if used == own.most:  # said once for each account, of the first entry left out
-        told.append((entry, own.parts, Cut(
-            f"more than {own.most} files and folders made by {_account(owner)}: only the first {own.most} were "
-            "looked at, and the rest were neither graded nor listed")))
-    return False
+    if not _within_share(entry, own, own.most, told, ""):
+        return False
+    entries.append(entry)
+    return True
 
 
 def _account_share(entry: os.DirEntry, whole: _Budget, told: list) -> bool:
@@ -1354,23 +1344,27 @@ def _account_share(entry: os.DirEntry, whole: _Budget, told: list) -> bool:
     file system's order: a classmate who may write a shared drop folder and fills it with folders
     (empty ones cost an inode each, as empty files do, which are not counted at all) uses up their
     own share, and what the others handed in is still looked at (a folder an instructor filled alone
-    is one account's, which a class never fills). Said once for each account, of its first entry
-    left out."""
+    is one account's, which a class never fills)."""
     share = whole.most - whole.most // 10
-    if share >= whole.most:  # a bound too small to keep a tenth of: the bound alone
-        return True
+    # a bound too small to keep a tenth of: the bound alone
+    return share >= whole.most or _within_share(entry, whole, share, told, f", of the {whole.most} looked at in all")
+
+
+def _within_share(entry: os.DirEntry, bound: _Budget, share: int, told: list, of_what: str) -> bool:
+    """Is `entry` within its account's `share` of `bound` (each account's use counted in `bound.of`)?
+    Said once for each account, of its first entry left out."""
     try:
         owner = entry.stat(follow_symlinks=False).st_uid
     except OSError:
         owner = None
-    used = whole.of.get(owner, 0)
-    whole.of[owner] = used + 1 if used <= share else used
+    used = bound.of.get(owner, 0)
+    bound.of[owner] = used + 1 if used <= share else used
     if used < share:
         return True
     if used == share:
-        told.append((entry, whole.parts, Cut(
-            f"more than {share} files and folders made by {_account(owner)}, of the {whole.most} looked at in "
-            "all: only the first of them were looked at, and the rest were neither graded nor listed")))
+        told.append((entry, bound.parts, Cut(
+            f"more than {share} files and folders made by {_account(owner)}{of_what}: only the first {share} were "
+            "looked at, and the rest were neither graded nor listed")))
     return False
 
 
