@@ -98,8 +98,10 @@ def apply(steps: list[StepResult], asked: list[tuple[int, list[str]]], again: Ru
                     by_id[step.id] = provisional[step.id]
                 continue
             if not _passes(cases[step.id], expected[step.id], outcomes):
-                if own is None or not _raised_as_before(cases[step.id], expected[step.id], own.outcomes[number],
-                                                        outcomes) or bypassed:
+                # (the batch, called again example by example too and not each example alike, above:
+                # raising as before shows nothing of a batch axis)
+                if own is None or each is not None or bypassed or not _raised_as_before(
+                        cases[step.id], expected[step.id], own.outcomes[number], outcomes):
                     by_id[step.id] = provisional[step.id]
                 continue
             # run past the exceptions with the chapter's functions in place, its own work checks out:
@@ -308,8 +310,11 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
     raised, from the same line? A call that raised only one of the two times, ran out of time or
     returned another kind of value either time shows nothing; nor does a head that gives one and the
     same result for different examples on every call (zeros, or the example's own values read from
-    outside): a batch axis it never reads is not carried through."""
-    position, varied, raised_alike = 0, False, False
+    outside): a batch axis it never reads is not carried through. Nor, above all, does a head that
+    raised on every call: alike or not, its exceptions show nothing of a batch axis (a stub raising
+    ValueError would otherwise earn the batch's points), so some call must return each example's
+    own numbers."""
+    position, varied = 0, False
     for case, wanted in zip(cases, expected):
         for index, call in enumerate(case.calls):
             whole = batch[position] if position < len(batch) else None
@@ -322,7 +327,6 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                 # the head fails on one sequence as it fails on the batch
                 if not _raised_alike(whole, alone):
                     return False
-                raised_alike = True
                 continue
             examples = call.args[0]
             if not isinstance(alone.value, tuple) or len(alone.value) != len(examples):
@@ -343,7 +347,7 @@ def _each_example_alike(cases: list[Case], expected: list[list[dict]], batch: li
                 if not judge.allclose(np.stack(pieces), part, judge.RTOL, judge.ATOL, equal_nan=True, keep=False):
                     return False
                 varied = varied or any(not np.array_equal(piece, pieces[0], equal_nan=True) for piece in pieces[1:])
-    return (varied or raised_alike) and position == len(batch) == len(each)
+    return varied and position == len(batch) == len(each)
 
 
 def _parts(value, depth: int = 3) -> dict | None:

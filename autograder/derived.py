@@ -665,6 +665,10 @@ class Edit:
     """Where to look, where "the line that computes …" would not say it."""
 
 
+EXAMPLE_SIZE = "-example-"
+"""In the code of an edit that writes a size in as the chapter's example has it (`d_k` as 2)."""
+
+
 def _code(fn: str, stage: str, label: str) -> str:
     """`derived-<function>-<stage>-<edit>`, in the characters a results file allows for a code."""
     text = f"{stage}-{label}".replace("->", "-to-").replace(":", "-").replace("'", "").replace(".", "p")

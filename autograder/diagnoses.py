@@ -235,9 +235,10 @@ CODES: dict[str, Diagnosis] = dict([
        "and where you unpack one.", "§15.4"),
     _d("rounded-result", "you rounded the result; the grader compares to about 1e-9.",
        "Return the values unrounded: no `np.round` or `round` on the result.", "§15.6"),
-    _d("integer-division", "you used floor division (`//`), which drops the fractional part (1 // T is 0 "
-       "for every T above 1, and 2.7 // 1.4 is 1.0).",
-       "Use true division `/`.", "§15.3"),
+    _d("integer-division", "your numbers are a division's with the fractional part dropped (1 // T is 0 "
+       "for every T above 1, and 2.7 // 1.4 is 1.0): floor division `//`, or a quotient that is not negative "
+       "kept in an array of integers (`dtype=int`, or `np.zeros_like` of an array of integers).",
+       "Use true division `/`, and keep its result in an array of floats.", "§15.3"),
     _d("one-based-rows", "you shifted the row indices by one, as if they counted from 1; Python counts "
        "rows from 0, so row 0 is the first value row.",
        "Use the indices in `rows` as they are, without adding or subtracting 1.", "§15.5"),

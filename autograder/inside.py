@@ -554,8 +554,6 @@ def names_read_outside(namespace):
     values = {name for name, value in namespace.items() if protocol.is_name(name)
               and not name.startswith("__") and not callable(value)
               and type(value) not in (module_type, str, bytes, type(None))}
-    if not values:
-        return {}
     found = {}
     for name in GRADED_FUNCTIONS:
         todo, seen, read = [namespace.get(name)], set(), set()
@@ -565,14 +563,19 @@ def names_read_outside(namespace):
                 continue
             seen.add(id(function))
             loaded = _globals_loaded(function.__code__)
-            read |= loaded & values
+            # and a global it assigns itself (`global _root`), whatever it holds before the first
+            # call (None, or nothing): state kept from one call to the next
+            kept = {kept for kept in _names_used(function.__code__, (_STORE_GLOBAL,)) if protocol.is_name(kept)
+                    and not kept.startswith("__")}
+            read |= (loaded & values) | (loaded & kept)
             todo += [namespace.get(other) for other in loaded if type(namespace.get(other)) is function_type]
         if read:
             found[name] = sorted(read)[:8]
     return found
 
 
-_STORES = (__import__("opcode").opmap["STORE_NAME"], __import__("opcode").opmap["STORE_GLOBAL"])
+_STORE_GLOBAL = __import__("opcode").opmap["STORE_GLOBAL"]
+_STORES = (__import__("opcode").opmap["STORE_NAME"], _STORE_GLOBAL)
 MOST_BINDINGS = 8
 """Of the cells that bound a graded name anew, the last this many are told."""
 

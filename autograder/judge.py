@@ -250,7 +250,7 @@ _VALUE_BYTES = 400  # a value's dict and its key in _SHARED_VALUES, beside its a
 
 def held() -> int:
     """The bytes the caches hold, as counted (see above)."""
-    entries = sum(len(cache) for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _TOLERANCES,
+    entries = sum(len(cache) for cache in (_MODEL_VALUES, _MODEL_RAW, _LOOSE_VALUES, _TOLERANCES,
                                            _EFFECTS, _DIFFERS, _CARRIED, _EXPLAINED))
     return _HELD[0] + entries * _ENTRY_BYTES
 
@@ -288,7 +288,7 @@ def _step_running():
 
 def forget() -> None:
     """Empty the class-wide caches of model values (each is filled again as it is needed)."""
-    for cache in (_MODEL_VALUES, _PAIR_VALUES, _MODEL_RAW, _LOOSE_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS,
+    for cache in (_MODEL_VALUES, _MODEL_RAW, _LOOSE_VALUES, _SHARED_VALUES, _TOLERANCES, _EFFECTS,
                   _DIFFERS, _PRUNED, _RAISING, _CARRIED, _EXPLAINED):
         cache.clear()
     _HELD[0] = 0
@@ -611,8 +611,8 @@ def _effect(model: dict, want: dict) -> float:
         return known[2]
     effect = 0.0
     for name, part in model.items():
-        ref = want[name]
-        if isinstance(part, np.ndarray) and part.shape == ref.shape:
+        part, ref = _floats(part), _floats(want[name])
+        if part is not None and ref is not None and part.shape == ref.shape:
             finite = np.isfinite(part) & np.isfinite(ref)
             if (np.isfinite(ref) & ~np.isfinite(part)).any():
                 effect = np.inf
@@ -634,12 +634,22 @@ def _accounts_for(actual: dict, model: dict, want: dict) -> bool:
     if effect == 0.0 or effect > 1e-3:
         return True
     for name, part in model.items():
-        got, ref = actual[name], want[name]
-        if isinstance(part, np.ndarray) and part.shape == ref.shape == got.shape:
+        part, got, ref = _floats(part), _floats(actual[name]), _floats(want[name])
+        if part is not None and got is not None and ref is not None and part.shape == ref.shape == got.shape:
             finite = np.isfinite(part) & np.isfinite(ref) & np.isfinite(got)
             if finite.any() and np.max(np.abs(got - part)[finite]) > 0.1 * effect:
                 return False
     return True
+
+
+def _floats(part) -> np.ndarray | None:
+    """A part of a value as an array of floats: an array itself, or a float (exercise 4's divisor)
+    as one of no axes; None for anything else (a shape, a bool)."""
+    if isinstance(part, np.ndarray):
+        return part
+    if isinstance(part, (float, np.floating)):
+        return np.asarray(part, dtype=float)
+    return None
 
 
 @dataclass
@@ -748,38 +758,24 @@ def _derived(fn: str, screen: "_Screen | None" = None):
 
 
 # Pairs of derived edits screened on the probe call, at most, for one function: those of
-# neighbouring stages first. What a pair gives on a call is cached for the whole class (it
-# depends on nothing else), so a class pays for each pair once per call; only the pairs that
-# reproduce the probe are built as models and weighed on every call.
+# neighbouring stages first. Only the pairs that reproduce the probe are built as models and
+# weighed on every call. What a pair gives on the probe is not kept for the class: a student whose
+# numbers no single edit accounts for (float32 all through) screens thousands of pairs, nearly each
+# of a value of its own, which kept would fill the caches alone and empty with them the single
+# models' values every student reads; measured on a mistake-heavy class, keeping them saved nothing
+# even where the caches were never emptied.
 _MOST_PAIRS = 4000
-_PAIR_VALUES: dict[tuple, tuple] = {}
 
 
 def _pair_value(fn: str, first, second, call, prefixes: dict) -> tuple:
     """(canonical value or None, (exception name, message) or None) of a pair of edits on a call.
     `prefixes`: the stages pairs share, kept by `derived.run_pair` across one loop over pairs."""
-    key = (fn, first.code, second.code, id(call))
-    entry = _PAIR_VALUES.get(key)
-    if entry is not None and entry[0] is call:
-        return entry[1:]
-    # Nothing reads a pair's value back but this function, so where a step under way has filled
-    # the caches (screening pairs on a large case, say), pairs are computed and not kept.
-    keep = not _full()
-    value = error = None
     try:  # under np.errstate(all="ignore"): see grade_step
-        raw = derived.run_pair(fn, first, second, call.args, prefixes)
-        value = canonical(call.fn, raw)
-        if keep:
-            value = _shared(value)  # many pairs come to the same value: held once
-    except WrongType:
-        pass
-    except diagnoses.Inapplicable:
-        pass
+        return canonical(call.fn, derived.run_pair(fn, first, second, call.args, prefixes)), None
+    except (WrongType, diagnoses.Inapplicable):
+        return None, None
     except Exception as exc:
-        error = _error_of(exc)
-    if keep:
-        _PAIR_VALUES[key] = (call, value, error)
-    return value, error
+        return None, _error_of(exc)
 
 
 def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_CallVerdict], expected: list[dict],
@@ -799,12 +795,15 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
     agrees: dict[int, tuple] = {}  # id(value) -> (value, does the student's agree with it?)
     on_probe = _Screen([(call, verdict)])  # what the probe alone rules out
 
-    def fits(value, error) -> bool:
-        """As the weighing will judge it on the probe (see `_weigh`)."""
+    def fits(value, error, shared: bool = True) -> bool:
+        """As the weighing will judge it on the probe (see `_weigh`). `shared`: a value of the
+        class's (a single edit's), whose answer is kept for the other edits that share it."""
         if verdict.kind == "raised":
             return error == (verdict.raised, verdict.raised_message)
         if value is None:
             return False
+        if not shared:
+            return _agrees_canonical(verdict.actual, value) and _accounts_for(verdict.actual, value, want)
         known = agrees.get(id(value))
         if known is None or known[0] is not value:
             known = agrees[id(value)] = (value, _agrees_canonical(verdict.actual, value)
@@ -846,8 +845,9 @@ def _derived_pairs(fn: str, indexes: list[int], calls: list, verdicts: list[_Cal
         if refining and passes is not None and not passes(code):
             continue
         value, error = _pair_value(fn, first, second, call, prefixes)
-        if fits(value, error):
+        if fits(value, error, shared=False):
             key = (fn, "derived", code)
+            value = value if value is None else _shared(value)
             # its value on the probe, where the weighing will look first
             _MODEL_VALUES.setdefault((key, id(call)), (call, value, error, value is not None and _differs(value, want)))
             survivors.append(_Candidate((code,), derived.model(code), False, key=key))
@@ -1819,8 +1819,12 @@ def _grade_step(step: Step, cases: list[Case], expected: list[list[dict]], outco
     # named beside it, but the parameter is what the student wrote)
     # (the setup's own example arrays are told whatever else is named: a function of the chapter's
     # that reads `W_Q` has the example's sizes on every call, which a model may only mimic)
+    # (and every value read from outside where what is named is a size written in as the example's:
+    # a global the function reads, or one it kept from the example's call, gives that size too)
     read_outside = _joined(_read_outside(step, told.outside, told.bound,
-                                         None if set(codes) <= _UNEXPLAINED else SETUP_NAMES),
+                                         None if set(codes) <= _UNEXPLAINED or any(derived.EXAMPLE_SIZE in code
+                                                                                   for code in codes)
+                                         else SETUP_NAMES),
                            _defaults_never_passed(step, told.defaults, told.unset))
     if read_outside:
         # a function that reads the example's values from outside returns the example's shapes, and
@@ -2295,6 +2299,16 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                 f"Your results hold every example of the batch but the {missing}, each of them right: a loop over "
                 f"the examples one short (`{short}`, where it should be `range(B)`), or a slice that leaves "
                 f"one out. Keep every example's output and weights.")
+        if "batch-axes-mixed" in found.codes and "batch-axes-mixed" not in found.looks and line is None \
+                and all(flat[i].kind == "mismatch" for i in wrong):
+            # Numbers left at 0, cut to whole ones or held at a bound (the weights written into an
+            # integer array made for the batch, say) show nothing of an axis moved: what they show is
+            # told, as on any other step, and no batch axis is blamed.
+            arrays = _wrong_arrays([(flat[i], wants[i]) for i in wrong])
+            shown = arrays and (_zeroed(arrays) or _whole(arrays) or _clipped(arrays))
+            if shown:
+                found.codes.remove("batch-axes-mixed")
+                found.relation = shown
         return found
     if (step.id == "batch" and wrong and all(flat[i].kind == "raised" for i in wrong) and "head" in earlier
             and earlier["head"].status in ("failed", "partial")
@@ -2996,7 +3010,7 @@ def _read_outside(step: Step, outside: dict[str, list[str]], bound: dict[str, li
             sentences.append(f"Your `{fn}` reads {shown}, defined outside the function rather than given to it as "
                              f"{'arguments' if len(names) > 1 else 'an argument'}: on the hidden cases "
                              f"{'they are' if len(names) > 1 else 'it is'} still what your notebook or module set, "
-                             f"not the case's own. Compute from the arguments instead.")
+                             f"or an earlier call left there, not the case's own. Compute from the arguments instead.")
             sentences += [_rebound(name, bound[name], "", f"your `{fn}` sees") for name in names if name in bound]
     return "\n".join(sentences)
 

@@ -211,7 +211,7 @@ SUBMISSIONS.update({
     "softmax_shifted_by_row_sum": variant([("shifted = s - s.max(axis=-1, keepdims=True)",
                                             "shifted = s - s.sum(axis=-1, keepdims=True)")]),
     # a head that imports a module the graders lack: every call of the head and of the batch raises
-    # there, so the batch is carried on those exceptions alone (it cannot be called again otherwise)
+    # there, which shows nothing of a batch axis
     "head_imports_scipy": variant([("    return attention(q, k, v)\n",
                                     "    from scipy.special import softmax  # noqa: F401\n    return attention(q, k, v)\n")]),
     # a head that returns zeros of the right shapes: each example alone gives what the batch gave
@@ -701,15 +701,32 @@ def test_a_step_called_again_tells_the_mistake_of_its_own_its_first_run_hid(carr
     assert steps["ex5_intervention"]["score"] == _steps(on_its_own["qkv_fused_ex5_output_times_new"])["ex5_intervention"]["score"]
 
 
-def test_a_batch_that_raises_only_as_the_head_raises_keeps_its_points_on_those_exceptions(carried, on_its_own):
-    """One import line in the head costs the head alone: the batch calls the same function, raises
-    what the head raises on every call, and nothing of its own shows a mistake."""
+def test_a_head_that_raises_on_every_call_shows_nothing_of_a_batch_axis(carried, on_its_own):
+    """One import line the graders lack in the head: the batch calls the same function and raises
+    what the head raises on every call, example by example too. Exceptions alike show nothing of a
+    batch axis, so the batch keeps no credit: it is graded on its own cases, as without carrying."""
     steps = _steps(carried["head_imports_scipy"])
-    assert _lost(carried["head_imports_scipy"]) == {"head": 8.0}, _lost(carried["head_imports_scipy"])
-    assert steps["batch"]["carried_from"] == "head" and steps["batch"]["diagnoses"] == ["crashed"]
-    assert "it raised what that step's code raises, and nothing of its own shows a mistake" in steps["batch"]["feedback"]
+    assert _lost(carried["head_imports_scipy"]) == {"head": 8.0, "batch": 8.0}, _lost(carried["head_imports_scipy"])
+    assert steps["batch"]["carried_from"] is None and steps["batch"]["status"] == "failed"
     assert "checks out" not in steps["batch"]["feedback"]
     assert _lost(on_its_own["head_imports_scipy"]) == {"head": 8.0, "batch": 8.0, "ex5_intervention": 8.0}
+
+
+@pytest.mark.parametrize("body", ['    raise ValueError("todo")\n', "    from scipy.special import softmax  # noqa: F401\n",
+                                  "    return undefined_name\n"])
+def test_a_starter_whose_stubs_raise_another_exception_scores_nothing(tmp_path, body):
+    """The starter module with every `raise NotImplementedError()` written otherwise (an exception of
+    another type, an import the graders lack, a name never defined): nothing returns anywhere, so no
+    step keeps credit carried on exceptions alone, the batch least of all."""
+    starter = (REPO / "assignments" / "attention_head" / "attention_head.py").read_text()
+    assert starter.count("    raise NotImplementedError()\n") >= 12
+    path = tmp_path / "stubs.py"
+    path.write_text(starter.replace("    raise NotImplementedError()\n", body))
+    done = qkv_grade(str(path), "--format", "json", "--seed", str(SEED))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["score"] == 0, {step["id"]: (step["score"], step["carried_from"]) for step in result["steps"]}
+    assert all(step["carried_from"] is None for step in result["steps"])
 
 
 @pytest.mark.parametrize("head", ["    o, a = attention(q, k, v)\n    return a, o\n", "    return attention(x, x, x)\n"])

@@ -612,6 +612,28 @@ _EDITING_SLIPS = {
     # a slice kept from printing a few numbers: the output cut to its first two columns
     "sliced": ("mix", (), "Each wrong array holds the expected numbers cut short, only their leading block",
                reference_source().replace("    return o\n", "    return o[:, :2]\n", 1)),
+    # the divisor rounded through float32: float32 named, not a rounding to six places that sits as near
+    "f32_divisor": ("ex4_shapes", ("derived-head_facts-r-insert-f32",), None, reference_source().replace(
+        '        "divisor": float(np.sqrt(d_k)),', '        "divisor": float(np.float32(np.sqrt(d_k))),', 1)),
+    # 1/T written into an array of integers: every weight 0, as `1 // T` gives; no `//` claimed
+    "int_weights": ("ex1_zero_query", ("integer-division",), "kept in an array of integers", reference_source().replace(
+        "    weights = softmax_rows(scale(k @ q, k.shape[-1]))  # [T]: every score is 0",
+        "    weights = np.zeros_like(k[:, 0], dtype=int)\n    weights[:] = 1 / len(k)", 1)),
+    # the divisor kept in a global from the first call (the example's): the global is told
+    "first_call_global": ("scale", ("derived-scale-r-example-d_k",), "Your `scale` reads `_ROOT`, defined outside",
+                          reference_source().replace("    s = d / np.sqrt(d_k)",
+                                                     "    global _ROOT\n    if _ROOT is None:\n"
+                                                     "        _ROOT = np.sqrt(d_k)\n    s = d / _ROOT", 1)
+                          + "\n_ROOT = None\n"),
+    # the batch's weights written into an integer array made for it: every weight 0, and no batch
+    # axis blamed
+    "int_batch_buffer": ("batch", (), "every number of each wrong array is 0", reference_source().replace(
+        "    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]\n",
+        "    if np.ndim(x) == 3:\n        pairs = [self_attention_head(one, w_q, w_k, w_v) for one in x]\n"
+        "        a = np.zeros((len(x),) + pairs[0][1].shape, dtype=int)\n"
+        "        for b, (_, weights) in enumerate(pairs):\n            a[b] = weights\n"
+        "        return np.stack([o for o, _ in pairs]), a\n"
+        "    q, k, v = project_qkv(x, w_q, w_k, w_v)  # [..., T, d_k], [..., T, d_k], [..., T, d_v]\n", 1)),
 }
 
 

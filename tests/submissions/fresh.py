@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json to fresh37.json, fresh40.json, fresh41.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json to fresh37.json, fresh40.json to fresh42.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -123,7 +123,10 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # weights for the output); the forty-first, two fifths of them notebooks, with the chapter's
 # mathematics translated literally: column-vector conventions (W x, Wᵀ), one-based loop bounds, sums
 # over the wrong index, √ around the wrong quantity, the worked numbers retyped, and the exercises
-# answered from a formula of the text misread.
+# answered from a formula of the text misread; the forty-second, an eighth of them notebooks, with
+# Python's state, aliasing and types: arguments changed in place, views kept, globals and caches kept
+# between calls, integer arrays filled with fractions, loops with a stale index, and exercises whose
+# baseline shares its arrays with the changed copy.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -143,4 +146,4 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh33.json", "thirty-third-"), **_read("fresh35.json", "thirty-fifth-"),
                            **_read("fresh36.json", "thirty-sixth-"), **_read("fresh37.json", "thirty-seventh-"),
                            **_read("fresh40.json", "fortieth-"),
-                           **_read("fresh41.json", "forty-first-")}
+                           **_read("fresh41.json", "forty-first-"), **_read("fresh42.json", "forty-second-")}
