@@ -152,11 +152,19 @@ def _cases_softmax(rng, ex):
     yield "hidden", (Call("softmax_rows", (rng.normal(scale=2.0, size=(3, 4, 4)),)),)
 
 
+INTERLEAVED = np.array([[0.5, 0.0, 0.5, 0.0], [0.0, 0.25, 0.0, 0.75], [0.0, 0.0, 1.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+"""Valid weights with zeros between the keys that count: a loop that stops at a zero weight
+(`break` where `continue` was meant), or skips the keys after one, is wrong here, and a softmax's
+weights never hold an exact 0."""
+
+
 def _cases_mix(rng, ex):
     yield "example", (Call("mix", (ex["A"], ex["V"])),)
     for i, t in enumerate(_sizes(rng, HIDDEN)):
         d_v = t if i == HIDDEN - 1 else _widths(rng)[2]
         yield "hidden", (Call("mix", (_weights(rng, t), rng.normal(size=(t, d_v)))),)
+    # drawn last, so that the cases before it stay what they were
+    yield "hidden", (Call("mix", (INTERLEAVED.copy(), rng.normal(size=(4, 3)))),)
 
 
 def _cases_attention(rng, ex):

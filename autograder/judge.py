@@ -2410,7 +2410,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
                     found.sized.add("wrong-shape")
             shape_sized = sized
     if relating and set(derived_codes) <= {"non-finite"}:
-        found.relation = relation
+        found.relation = relation or _wrong_where_weights_are_zero(calls, flat)
     if any(v.kind == "raised" for v in unexplained):
         derived_codes.append("crashed")
         found.seen["crashed"] = _labels(cases, verdicts, lambda v: v.kind == "raised" and id(v) in alone)
@@ -3046,6 +3046,27 @@ _TOGETHER = re.compile(r"operands could not be broadcast together with shapes \(
 
 
 _RAISED_SIZED = "It raised where it wrote into an array of the wrong size, as said above."
+
+
+def _interleaved_zero(weights) -> bool:
+    """Does some row of a weights matrix hold a 0 with a weight that counts after it?"""
+    if not isinstance(weights, np.ndarray) or weights.ndim != 2 or not weights.size:
+        return False
+    later = np.flip(np.logical_or.accumulate(np.flip(weights != 0, axis=-1), axis=-1), axis=-1)
+    return bool(np.any((weights == 0)[:, :-1] & later[:, 1:]))
+
+
+def _wrong_where_weights_are_zero(calls: list, verdicts: list[_CallVerdict]) -> str:
+    """Where `mix` returned wrong numbers on exactly the calls whose weights hold a 0 before a weight
+    that counts, and right ones on every other call: the sentence that says so, else ""."""
+    looked = [(call, v) for call, v in zip(calls, verdicts) if call.fn == "mix" and v.kind in ("ok", "mismatch")]
+    if len(looked) != len(verdicts) or not any(v.kind == "mismatch" for _, v in looked):
+        return ""
+    if not all(_interleaved_zero(call.args[0]) == (v.kind == "mismatch") for call, v in looked):
+        return ""
+    return ("Your `mix` is wrong exactly where a row of weights holds a 0 before a weight that counts, and "
+            "right everywhere else: as a loop over the keys that stops at the first zero weight (`break` where "
+            "`continue` was meant) would be. A zero weight adds nothing; the keys after it still count.")
 
 
 def _raised_where_one(calls: list, verdicts: list[_CallVerdict]) -> str | None:

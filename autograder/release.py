@@ -596,6 +596,7 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
     its own check on the chapter's example, then the same functions on a second small example
     (T=4, d_in=3, d_k=5, d_v=2), a square one (T = d_in = d_k = d_v = 3), a batch of two and
     further situations of the exercises. Their numbers are fixed and public; none is a hidden case."""
+    from autograder import cases
     from solutions import attention_head as ref
 
     ex = {name: np.array(value, dtype=float) for key in ("inputs", "exact", "values")
@@ -649,7 +650,8 @@ def public_probes(example: dict) -> dict[str, list[tuple[str, tuple]]]:
         "scale": [("scale", (d, q.shape[-1])) for q, _, _, d, _, _ in sets],
         "softmax": [("softmax_rows", (s,)) for *_, s, _ in sets] + [  # scores in the thousands, and rows far below
             ("softmax_rows", (sets[1][4] * 1000.0,)), ("softmax_rows", (sets[1][4] + [[0.0], [-850.0], [30.0], [-1200.0]],))],
-        "mix": [("mix", (a, v)) for _, _, v, _, _, a in sets],
+        "mix": [("mix", (a, v)) for _, _, v, _, _, a in sets] + [  # zeros between the weights that count
+            ("mix", (cases.INTERLEAVED.copy(), sets[1][2]))],
         "attention": [("attention", (q, k, v)) for q, k, v, *_ in sets] + [
             ("attention", (40.0 * sets[1][0], 40.0 * sets[1][1], sets[1][2]))],
         "head": [("self_attention_head", inputs) for inputs in (head, two, square, one, (40.0 * two[0],) + two[1:])],

@@ -818,6 +818,24 @@ def _check_leading_block(graded, step_id, text):
     assert seen, f"{step_id}: a leading block said where no shape is wrong"
 
 
+def _check_zero_weights(graded, step_id, text):
+    """"Your `mix` is wrong exactly where a row of weights holds a 0 before a weight that counts, and
+    right everywhere else": each call's weights, looked at here row by row, hold such a 0 exactly
+    where the call's numbers are not the reference's."""
+    if "wrong exactly where a row of weights holds a 0 before a weight that counts" not in text:
+        return
+    for call, outcome in zip(_calls(graded, step_id), graded.outcomes[step_id]):
+        assert call.fn == "mix" and outcome.raised is None and outcome.value is not None, step_id
+        weights = np.asarray(call.args[0])
+        interleaved = any(row[i] == 0 and row[j] != 0 for row in weights for i in range(len(row))
+                          for j in range(i + 1, len(row)))
+        kind, value = _value("mix", outcome)
+        want = _reference("mix", call)["o"]
+        right = kind == "value" and value["o"].shape == want.shape and np.allclose(
+            value["o"], want, rtol=judge.RTOL, atol=judge.ATOL)
+        assert interleaved != right, (step_id, weights, right)
+
+
 def check(graded: Graded) -> None:
     """Assert every claim of every failing step's feedback."""
     for step in STEPS:
@@ -850,6 +868,7 @@ def check(graded: Graded) -> None:
         _check_axes_permuted(graded, step.id, result.feedback)
         _check_leading_block(graded, step.id, result.feedback)
         _check_clipped_rescaled(graded, step.id, result.feedback)
+        _check_zero_weights(graded, step.id, result.feedback)
         if step.id == "batch":
             _check_batch(graded, result)
     assert BY_ID  # every step was read

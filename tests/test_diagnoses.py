@@ -391,6 +391,13 @@ def test_a_derived_edit_s_prose_uses_words_not_the_grader_s_names_for_operations
 # Loop habits, each the reference with one function written as a loop goes wrong: what the feedback
 # must say of each (a code, or a sentence said from the numbers where no model holds).
 _LOOP_HABITS = {
+    # a zero weight ends the loop over the keys (`break` where `continue` was meant): wrong only on
+    # the hidden case whose weights hold zeros between those that count
+    "break_on_zero": ("mix", None, "wrong exactly where a row of weights holds a 0 before a weight that counts",
+                      reference_source().replace(
+                          "    o = a @ v  #", "    o = np.zeros((a.shape[0], v.shape[1]))\n    for i in range(a.shape[0]):\n"
+                          "        for j in range(a.shape[1]):\n            if a[i, j] == 0:\n                break\n"
+                          "            o[i] += a[i, j] * v[j]\n    #", 1)),
     # every key row kept by reference to one buffer: each shows the last row written
     "row_buffer": ("qkv", None, "every row of a wrong array is the expected last row", reference_source().replace(
         "    k = x @ w_k  # [T, d_in] @ [d_in, d_k] -> [T, d_k]\n",

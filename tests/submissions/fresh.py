@@ -123,7 +123,8 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # weights for the output); the forty-first, two fifths of them notebooks, with the chapter's
 # mathematics translated literally: column-vector conventions (W x, Wᵀ), one-based loop bounds, sums
 # over the wrong index, √ around the wrong quantity, the worked numbers retyped, and the exercises
-# answered from a formula of the text misread; the forty-second, an eighth of them notebooks, with
+# answered from a formula of the text misread; the forty-second, an eighth of them notebooks (one whose
+# head caches on `id(x)` left out: what it returns depends on where arrays land in memory), with
 # Python's state, aliasing and types: arguments changed in place, views kept, globals and caches kept
 # between calls, integer arrays filled with fractions, loops with a stale index, and exercises whose
 # baseline shares its arrays with the changed copy.
