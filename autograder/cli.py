@@ -155,12 +155,27 @@ def _grade_file(grader, worker, path: Path, args) -> int:
 
     result = grader.grade_path(worker, path, str(path))
     if args.format == "json":
-        sys.stdout.write(results.to_json([result], single=True))
+        text = results.to_json([result], single=True)
     elif args.format == "gradescope":
-        sys.stdout.write(results.dumps(results.to_gradescope(result), indent=2) + "\n")
+        text = results.dumps(results.to_gradescope(result), indent=2) + "\n"
     else:
-        sys.stdout.write(results.to_text(result, colour=_colour()))
+        text = results.to_text(result, colour=_colour())
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:  # a full disk, a pipe closed early: said in a line, not a traceback
+        _stdout_gone()
+        return _fail(f"could not print the result ({exc.strerror or exc})", EXIT_UNWRITTEN)
     return 0
+
+
+def _stdout_gone() -> None:
+    """Standard output can no longer be written: what is left in its buffer goes nowhere, so that
+    Python's own flush at exit raises nothing more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
@@ -222,14 +237,20 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
 
         limits = dataclasses.replace(limits, call_timeout=timeout)
         args.carry_forward = run.manifest["options"].get("carry_forward", True)  # the run's own setting
-    kept = {}
-    for name, document in (run.kept(found.items) if args.resume else {}).items():
+    try:
+        kept = run.kept(found.items) if args.resume else {}
+        run.note_files(found.items)
+    except OSError as exc:
+        run.close()
+        return _fail(f"{exc.filename or run.folder}: cannot write the results there ({exc.strerror})", EXIT_UNWRITTEN)
+    for name, document in list(kept.items()):
         try:
             kept[name] = results.from_dict(document)
         except (KeyError, TypeError, ValueError):  # not a result this grader wrote: grade it again
+            del kept[name]
             run.saved.discard(name)
     saver = _Saver(run, len(found.items) - len(kept))
-    failure = None
+    failure, unprinted = None, None
     workers = []
     try:
         from .runner import Worker, default_jobs
@@ -282,7 +303,12 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
                 except NotYours as exc:  # changed hands since the run began
                     failure = (f"{exc}; the results are in {run.folder}/", EXIT_UNWRITTEN)
             if graded or failure is None:
-                _print_folder(graded, found, run, args, page)
+                try:
+                    _print_folder(graded, found, run, args, page)
+                    sys.stdout.flush()
+                except OSError as exc:  # a full disk, a pipe closed early: the run folder holds them
+                    _stdout_gone()
+                    unprinted = exc
     except KeyboardInterrupt:
         pass  # it came after the last grade: the run is complete as it stands
     if failure is not None and failure[1] == EXIT_INTERRUPTED:
@@ -297,9 +323,15 @@ def _grade_folder(folder: Path, args, limits, key: bytes) -> int:
         return _fail(failure[0], failure[1])
     if saver.error is not None:
         run.mark("could not write")
+        printed = ("and every grade is printed above" if unprinted is None else
+                   f"and the others could not be printed either ({unprinted.strerror or unprinted}): "
+                   "grade them again with --resume once there is room")
         return _fail(f"{saver.error.filename or run.folder}: could not write the results "
                      f"({saver.error.strerror}); {len(run.saved)} of {len(found.items)} are kept in "
-                     f"{run.folder}/, and every grade is printed above", EXIT_UNWRITTEN)
+                     f"{run.folder}/, {printed}", EXIT_UNWRITTEN)
+    if unprinted is not None:
+        return _fail(f"could not print the grades ({unprinted.strerror or unprinted}); every result is kept in "
+                     f"{run.folder}/", EXIT_UNWRITTEN)
     return 0
 
 
@@ -384,8 +416,8 @@ class _Spool:
 
         self.where: dict[str, tuple] = {}
         """name -> (offset, length, seconds) in the file, or (text, seconds) in memory."""
-        try:
-            self.file = tempfile.TemporaryFile()
+        try:  # unbuffered: a write that finds no room fails there, not at a later one
+            self.file = tempfile.TemporaryFile(buffering=0)
         except OSError:
             self.file = None
 
@@ -397,12 +429,24 @@ class _Spool:
         if self.file is not None:
             try:
                 offset = self.file.seek(0, 2)
-                self.file.write(data)
+                view = memoryview(data)
+                while view:
+                    view = view[self.file.write(view):]
                 self.where[name] = (offset, len(data), seconds)
                 return
             except OSError:
-                self.file = None  # no room: this text and the later ones are kept in memory
+                self._to_memory()  # no room: every text, this one and the later ones, kept in memory
         self.where[name] = (data, seconds)
+
+    def _to_memory(self) -> None:
+        """Read back what the file holds into memory (reading needs no room), and drop the file."""
+        spooled, self.file = self.file, None
+        for name, place in list(self.where.items()):
+            if len(place) == 3:
+                offset, length, seconds = place
+                spooled.seek(offset)
+                self.where[name] = (spooled.read(length), seconds)
+        spooled.close()
 
     def get(self, name: str):
         import json
@@ -414,7 +458,6 @@ class _Spool:
             return None
         if len(place) == 3:
             offset, length, seconds = place
-            self.file.flush()
             self.file.seek(offset)
             data = self.file.read(length)
         else:

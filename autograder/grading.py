@@ -274,10 +274,13 @@ class Grader:
                                            if queued[4] is not None]
                             flight.clear()
                             with lock:
-                                # nor did this one, if nothing of it came back: the worker died
-                                # before it began (once; a submission that ends it twice is lost)
+                                # and this one again, whatever of it came back: a worker ended
+                                # (the memory killer, an administrator) is no fault of the
+                                # submission's, which cannot reach it from its sealed child; so it
+                                # runs once more in a new worker, from the start (once: a
+                                # submission that ends it twice is judged on what came back)
                                 key = index if first is None else (index, "again")
-                                retry = _untouched(run) and key not in retried
+                                retry = key not in retried
                                 if retry:
                                     retried.add(key)
                                     if first is None:
@@ -325,9 +328,3 @@ class Pending:
         """The result with `steps` (by default, as judged on the first run alone)."""
         return dataclasses.replace(self.made, steps=list(steps if steps is not None else self.steps),
                                    seconds=time.perf_counter() - self.started)
-
-
-def _untouched(run) -> bool:
-    """Did nothing of a run come back: no import result, no fault, no call's outcome?"""
-    return (not run.imported and run.import_error is None and run.import_fault is None and not run.import_output
-            and all(outcome is None for outcomes in run.outcomes for outcome in outcomes))

@@ -1262,10 +1262,15 @@ def grade_course(course: Path, assignment: str, seed: int | None = None, jobs: i
 
 
 def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, progress, carry_forward=True):
+    from sqlalchemy.exc import SQLAlchemyError
+
     from .grading import Grader
 
-    step_ids = step_cells(coursedir, assignment)
-    settle_pending(coursedir, assignment)
+    try:
+        step_ids = step_cells(coursedir, assignment)
+        settle_pending(coursedir, assignment)
+    except SQLAlchemyError as error:  # locked past its wait, or no database at all: nothing graded yet
+        raise TrustedError(f"could not read the course: {coursedir.db_url}: {_first_line(error)}") from None
     items, missing = submissions(coursedir, assignment)
     if not items:
         raise TrustedError(f"no submitted notebooks: expected "
@@ -1281,11 +1286,14 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     loader = _as_autograde_runs(coursedir, config, assignment, {path: student for path, student in items}, sanitized)
     results = grader.grade_many([(path, f"{student}/{assignment}/{NOTEBOOK}") for path, student in items],
                                 jobs=jobs, progress=progress, loader=loader)
-    in_kernel = in_kernel_results(coursedir, assignment, step_ids, [student for _, student in items], sanitized)
+    try:
+        in_kernel = in_kernel_results(coursedir, assignment, step_ids, [student for _, student in items], sanitized)
+    except SQLAlchemyError as error:  # the grades stand, printed, and the course is left as it was
+        raise NotRecorded([Graded(student, path, result, None, "", notebook=sanitized.get(student))
+                           for (path, student), result in zip(items, results)], seed,
+                          f"{coursedir.db_url}: {_first_line(error)}") from None
     graded = [Graded(student, path, result, in_kernel[student], "", notebook=sanitized.get(student))
               for (path, student), result in zip(items, results)]
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         record(graded, coursedir, config, assignment, step_ids, seed)
     except NotPlaced as error:
@@ -1294,13 +1302,17 @@ def _grade_course(course, coursedir, config, assignment, seed, jobs, limits, pro
     except OSError as error:
         raise NotRecorded(graded, seed, f"{error.filename or course}: {error.strerror}") from None
     except SQLAlchemyError as error:
-        reason = str(getattr(error, "orig", None) or error).splitlines()[0]
-        raise NotRecorded(graded, seed, f"{coursedir.db_url}: {reason}") from None
+        raise NotRecorded(graded, seed, f"{coursedir.db_url}: {_first_line(error)}") from None
     try:
         _enrol(coursedir, [student for student, _ in missing if not odd_name(student)])
     except (OSError, SQLAlchemyError, ValueError):  # nbgrader's InvalidEntry (a locked database) too
         pass  # every grade is recorded; stdout still names each of them as not graded
     return graded, seed, missing
+
+
+def _first_line(error: Exception) -> str:
+    """What a database error says, in its first line (SQLAlchemy's own adds the statement)."""
+    return (str(getattr(error, "orig", None) or error).splitlines() or [type(error).__name__])[0]
 
 
 def _enrol(coursedir, students: list[str]) -> None:

@@ -104,6 +104,14 @@ def result_file(name: str) -> str:
     return encoded + ".json"
 
 
+def _a_manifest(manifest) -> bool:
+    """Is `manifest` what a run's manifest holds, as far as resuming reads it (a run folder edited by
+    hand, or by something else, is no run to take up)?"""
+    return (isinstance(manifest, dict) and isinstance(manifest.get("source"), str)
+            and isinstance(manifest.get("started"), (int, float)) and not isinstance(manifest.get("started"), bool)
+            and type(manifest.get("seed")) is int and isinstance(manifest.get("options"), dict))
+
+
 class RunBusy(Exception):
     """Another qkv-grade process is writing this run."""
 
@@ -374,9 +382,8 @@ class Run:
                 manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            if manifest.get("source") == wanted:
-                started = manifest.get("started", 0)
-                runs.append((started if isinstance(started, (int, float)) else 0, str(folder), folder, manifest))
+            if _a_manifest(manifest) and manifest["source"] == wanted:
+                runs.append((manifest["started"], str(folder), folder, manifest))
         if not runs:
             raise NothingToResume(f"{out}: no unfinished run of {source} to resume")
         _, _, folder, manifest = max(runs, key=lambda found: found[:2])
@@ -391,20 +398,43 @@ class Run:
         run._write_manifest()
         return run
 
+    def note_files(self, found: list[tuple[Path, str]]) -> None:
+        """Record which file each submission's name stands for (its device and inode) where the run
+        has none for it yet, as the run is started or resumed: a result is kept by `kept` only for
+        that very file. A folder renamed keeps its files' change times, so two students' folders
+        swapped between two sessions would otherwise keep each other's grades."""
+        files = self.manifest.setdefault("files", {})
+        before = len(files)
+        for path, name in found:
+            if name not in files:
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                files[name] = [info.st_dev, info.st_ino]
+        if len(files) != before:
+            self._write_manifest()
+
     def kept(self, found: list[tuple[Path, str]]) -> dict[str, dict]:
         """name -> stored result document, for each submission in `found` whose result this run
-        already saved and whose file has not changed since the run started."""
+        already saved, whose file is the one the run noted for that name (`note_files`), and whose
+        file has not changed since the run started."""
         started = self.manifest["started"]
+        files = self.manifest.get("files")
         documents = {}
         for path, name in found:
             target = self.folder / result_file(name)
             try:
-                if os.lstat(path).st_ctime > started:
+                info = os.lstat(path)
+                if info.st_ctime > started:
                     continue  # changed (or replaced) after the run began: grade it again
+                if not isinstance(files, dict) or files.get(name) != [info.st_dev, info.st_ino]:
+                    continue  # another file under that name (folders swapped): grade it again
                 document = json.loads(target.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            if document.get("submission") == name and document.get("seed") == self.seed:
+            if isinstance(document, dict) and document.get("submission") == name \
+                    and document.get("seed") == self.seed:
                 documents[name] = document
                 self.saved.add(name)
         return documents

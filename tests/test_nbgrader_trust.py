@@ -26,6 +26,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -362,6 +363,67 @@ def test_a_second_run_adopts_no_pending_notebook_from_autograded_either(course, 
     assert gradebook_scores(path) == before
     notebook = nbformat.read(path / "autograded" / "mallory" / ASSIGNMENT / NOTEBOOK, as_version=4)
     assert notebook.metadata["qkv"]["trusted_scores"] == {step: 0.0 for step in POINTS}
+
+
+def test_a_gradebook_that_is_no_database_is_one_line_and_changes_nothing(course, tmp_path):
+    """A gradebook overwritten (a disk error, a bad copy) is read before anything is graded: one line
+    says so, with status 2, never a traceback, and nothing of the course changes."""
+    path = tmp_path / "course"
+    shutil.copytree(course["path"], path)
+    (path / "gradebook.db").write_bytes(bytes(range(256)) * 16)
+    done = _trusted(path, course["root"], course["env"])
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "could not read the course" in done.stderr, done.stderr
+    assert (path / "gradebook.db").read_bytes() == bytes(range(256)) * 16
+
+
+def test_a_gradebook_locked_once_grading_is_done_loses_no_grade(course, tmp_path):
+    """Another process holds the gradebook's write lock (formgrader saving) from the moment grading
+    begins until after SQLite's wait: the grades computed are printed all the same, nothing is
+    recorded, and one line says why, with status 3."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "course"
+    shutil.copytree(course["path"], path)
+    before = gradebook_scores(path)
+    process = subprocess.Popen([sys.executable, "-m", "autograder.cli", "--nbgrader", str(path), ASSIGNMENT],
+                               cwd=course["root"], env=course["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    locked, release = threading.Event(), threading.Event()
+
+    def grading() -> bool:
+        """Has a grading worker started (the gradebook has been read, and grading is under way)?"""
+        for child in Path("/proc").glob("[0-9]*"):
+            try:
+                status = (child / "status").read_text()
+                if f"PPid:\t{process.pid}\n" in status and b"inside.main()" in (child / "cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def hold():
+        deadline = time.monotonic() + 120
+        while not grading() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        database = sqlite3.connect(path / "gradebook.db", timeout=30)
+        database.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        release.wait(120)
+        database.rollback()
+        database.close()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    stdout, stderr = process.communicate(timeout=300)
+    release.set()
+    holder.join(30)
+    assert locked.is_set()
+    assert process.returncode == 3 and "Traceback" not in stderr, stderr
+    assert "database is locked" in stderr and "no grade changed" in stderr, stderr
+    assert all(student in stdout for student in before), stdout
+    assert gradebook_scores(path) == before
 
 
 def test_scores_in_the_notebooks_metadata_do_not_make_the_comparison_agree(course):

@@ -42,8 +42,32 @@ def test_a_submission_waiting_behind_a_worker_that_dies_is_graded_by_a_fresh_one
     assert {name: got[name] for name in ("b.py", "c.py", "d.py")} == {"b.py": 100.0, "c.py": 100.0, "d.py": 100.0}
 
 
+def test_a_worker_ended_from_outside_midway_costs_the_submission_nothing(tmp_path):
+    """A worker killed while a submission's steps are under way, some of its calls answered (the
+    memory killer, an administrator): the submission runs once more, from the start, in a new worker,
+    and its grade is the one it earns, not a crash charged to it. (Without a sandbox the submission
+    can reach its worker: on its first run only, its exercise 4 runs past its time limit, which the
+    worker reports, and then its exercise 5 kills the worker, as something outside would.)"""
+    slow, killed = tmp_path / "slow-once", tmp_path / "killed-once"
+    once = reference_source().replace(
+        "    return {\n        \"divisor\"",
+        f"    import os, time\n    if not os.path.exists({str(slow)!r}):\n"
+        f"        open({str(slow)!r}, 'w').close()\n        time.sleep(30)\n"
+        "    return {\n        \"divisor\"", 1).replace(
+        "    output_before, weights_before = self_attention_head",
+        f"    import os, signal\n    if not os.path.exists({str(killed)!r}):\n"
+        f"        open({str(killed)!r}, 'w').close()\n"
+        "        with open('/proc/%d/stat' % os.getppid()) as _stat:\n"
+        "            os.kill(int(_stat.read().rsplit(')', 1)[1].split()[1]), signal.SIGKILL)\n"
+        "    output_before, weights_before = self_attention_head", 1)
+    assert once.count("-once") == 4
+    got = scores(tmp_path, {"a_killed_once.py": once, "b.py": reference_source()}, "--no-sandbox")
+    assert slow.exists() and killed.exists()  # its first run timed out, then lost its worker
+    assert got == {"a_killed_once.py": 100.0, "b.py": 100.0}, got
+
+
 def test_a_submission_that_ends_every_worker_it_meets_is_given_up_after_a_second_try(tmp_path):
-    """A worker that died before anything of a submission came back gets it again, but not for
+    """A worker that died under a submission gets it again (a new worker, from the start), but not for
     ever: one that ends every worker while it is imported is reported, and the run goes on to
     grade the rest of the class."""
     correct = reference_source()

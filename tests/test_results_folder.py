@@ -250,6 +250,52 @@ def test_an_interrupted_run_is_marked_and_resume_finishes_it(tmp_path):
     assert finished.name == unfinished.name[:-len(INCOMPLETE)]
 
 
+def test_resume_grades_again_a_name_that_now_stands_for_another_file(tmp_path):
+    """Two students' folders swapped between two sessions (a mix-up put right): renaming a folder
+    keeps its files' change times, yet each name now stands for the other's file, so neither
+    saved result is kept: each is graded again, on the file the name holds now."""
+    from autograder import store
+    from autograder.submission import discover
+
+    folder, out = tmp_path / "class", tmp_path / "out"
+    for student, source in (("alice", reference_source()), ("ben", variant(NO_SCALING))):
+        (folder / student).mkdir(parents=True)
+        (folder / student / "attention_head.py").write_text(source)
+    clean = qkv_grade(str(folder), "--out", str(tmp_path / "clean"), "--seed", "4", "--format", "json", *FAST)
+    before = {result["submission"]: result["score"] for result in json.loads(clean.stdout)}
+    assert before["alice/attention_head.py"] == 100.0 > before["ben/attention_head.py"]
+    run = store.Run.start(out, folder, 4, {"timeout": 0.5})  # a session cut short, both results saved
+    run.note_files(discover(folder).items)
+    for name in before:
+        run.save(name, (tmp_path / "clean" / "latest" / store.result_file(name)).read_text())
+    run.mark("interrupted")
+    run.close()
+    (folder / "alice").rename(folder / "swap")
+    (folder / "ben").rename(folder / "alice")
+    (folder / "swap").rename(folder / "ben")
+    done = qkv_grade(str(folder), "--out", str(out), "--resume", "--format", "json", *FAST)
+    assert done.returncode == 0, done.stderr
+    after = {result["submission"]: result["score"] for result in json.loads(done.stdout)}
+    assert after == {"alice/attention_head.py": before["ben/attention_head.py"],
+                     "ben/attention_head.py": before["alice/attention_head.py"]}, after
+
+
+@pytest.mark.parametrize("manifest", ["[]", '{"source": 1}', "null"])
+def test_resume_passes_over_a_run_folder_whose_manifest_is_no_run_s(tmp_path, manifest):
+    """A run folder edited by hand (its run.json a list, null, or without what a run records) is no
+    run to take up: one line says there is none, never a traceback."""
+    from autograder import store
+
+    folder, out = _copy_class(tmp_path, copies=1), tmp_path / "out"
+    run = store.Run.start(out, folder, 1, {"timeout": 0.5})
+    run.mark("interrupted")
+    run.close()
+    (run.folder / "run.json").write_text(manifest)
+    done = qkv_grade(str(folder), "--out", str(out), "--resume", *FAST)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "no unfinished run" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_resume_without_an_unfinished_run_says_so_in_one_line(tmp_path):
     folder = _copy_class(tmp_path)
     done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--resume")
@@ -298,6 +344,39 @@ def test_a_full_disk_prints_every_grade_leaves_no_partial_file_and_exits_3(tmp_p
     assert results and len(results) < 300
     grades = _text_grades(done.stdout)
     assert all(f"{document['score']:g}" == grades[document["submission"]] for document in results)
+
+
+def test_a_temporary_folder_that_fills_up_mid_run_loses_no_grade(tmp_path):
+    """The run keeps its results' texts in a temporary file until it prints them; where TMPDIR fills
+    up mid-run, they are kept in memory instead, the texts already in the file too: every grade is
+    printed and the summary written, as with room to spare."""
+    folder = _copy_class(tmp_path, copies=2)  # 12 submissions, some 40 KB of results
+    clean = qkv_grade(str(folder), "--out", str(tmp_path / "clean"), "--seed", "3", *FAST)
+    with small_disk(tmp_path / "tmp", "16k") as small:
+        done = qkv_grade(str(folder), "--out", str(tmp_path / "out"), "--seed", "3", *FAST, env={"TMPDIR": str(small)})
+    assert done.returncode == clean.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert _text_grades(done.stdout) == _text_grades(clean.stdout) and len(_text_grades(done.stdout)) == 12
+    assert (tmp_path / "out" / "latest" / "summary.csv").read_text() == (tmp_path / "clean" / "latest" / "summary.csv").read_text()
+
+
+@pytest.mark.parametrize("what", ["folder", "file"])
+def test_grades_that_cannot_be_printed_get_one_line_and_status_3(tmp_path, what):
+    """Standard output on a full disk (`> grades.txt` beside a full --out, here /dev/full): one line
+    says so, with status 3, never a traceback; a folder's run is finished and holds every result."""
+    folder = _copy_class(tmp_path, copies=1)
+    target = folder if what == "folder" else next(folder.glob("*.py"))
+    with open("/dev/full", "w") as full:
+        out = ("--out", str(tmp_path / "out")) if what == "folder" else ()
+        done = subprocess.run([sys.executable, "-m", "autograder.cli", str(target), *out, "--seed", "3", *FAST],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "(No space left on device)" in done.stderr
+    if what == "folder":
+        assert "every result is kept in" in done.stderr
+        saved = [path for path in (tmp_path / "out" / "latest").glob("*.json") if path.name != "run.json"]
+        assert len(saved) == len(list(folder.glob("*.py"))) and (tmp_path / "out" / "latest" / "summary.csv").exists()
 
 
 @pytest.mark.parametrize("where", ["read-only", "under a file"])
