@@ -1,5 +1,5 @@
 """Further sets of mistakes written from the chapter and the stubs alone (fresh.json, fresh2.json,
-fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json to fresh37.json, fresh40.json to fresh42.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
+fresh3.json to fresh16.json, fresh18.json to fresh33.json, fresh35.json to fresh37.json, fresh40.json to fresh43.json): name -> the mistake in a line, and the module. Every step and exercise has some; a
 few are no numeric slip at all (a wrong return type, a mutated argument, code for 2-D input only,
 a special case for T = 1).
 Frozen like heldout.json: entries are never edited to suit the grader. They join the tests that
@@ -127,7 +127,10 @@ def _read(name: str, prefix: str = "") -> dict[str, Fresh]:
 # head caches on `id(x)` left out: what it returns depends on where arrays land in memory), with
 # Python's state, aliasing and types: arguments changed in place, views kept, globals and caches kept
 # between calls, integer arrays filled with fractions, loops with a stale index, and exercises whose
-# baseline shares its arrays with the changed copy.
+# baseline shares its arrays with the changed copy; the forty-third, a third of them notebooks, with
+# code right on the chapter's example by coincidence: sizes read from an axis the example's equal,
+# transposes its symmetric matrices hide, constants that are its values, code for T of two or more,
+# batches that work only where B equals another size, and exercises answered from its numbers.
 FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second-"), **_read("fresh3.json", "third-"),
                            **_read("fresh4.json", "fourth-"), **_read("fresh5.json", "fifth-"),
                            **_read("fresh6.json", "sixth-"), **_read("fresh7.json", "seventh-"),
@@ -147,4 +150,5 @@ FRESH: dict[str, Fresh] = {**_read("fresh.json"), **_read("fresh2.json", "second
                            **_read("fresh33.json", "thirty-third-"), **_read("fresh35.json", "thirty-fifth-"),
                            **_read("fresh36.json", "thirty-sixth-"), **_read("fresh37.json", "thirty-seventh-"),
                            **_read("fresh40.json", "fortieth-"),
-                           **_read("fresh41.json", "forty-first-"), **_read("fresh42.json", "forty-second-")}
+                           **_read("fresh41.json", "forty-first-"), **_read("fresh42.json", "forty-second-"),
+                           **_read("fresh43.json", "forty-third-")}
