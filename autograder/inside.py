@@ -565,9 +565,9 @@ def names_read_outside(namespace):
             loaded = _globals_loaded(function.__code__)
             # and a global it assigns itself (`global _root`), whatever it holds before the first
             # call (None, or nothing): state kept from one call to the next
-            kept = {kept for kept in _names_used(function.__code__, (_STORE_GLOBAL,)) if protocol.is_name(kept)
-                    and not kept.startswith("__")}
-            read |= (loaded & values) | (loaded & kept)
+            kept = {stored for stored in _names_used(function.__code__, (_STORE_GLOBAL,))
+                    if protocol.is_name(stored) and not stored.startswith("__")}
+            read |= loaded & (values | kept)
             todo += [namespace.get(other) for other in loaded if type(namespace.get(other)) is function_type]
         if read:
             found[name] = sorted(read)[:8]

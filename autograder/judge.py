@@ -2305,7 +2305,7 @@ def _diagnose(step: Step, cases: list[Case], verdicts: list[list[_CallVerdict]],
             # integer array made for the batch, say) show nothing of an axis moved: what they show is
             # told, as on any other step, and no batch axis is blamed.
             arrays = _wrong_arrays([(flat[i], wants[i]) for i in wrong])
-            shown = arrays and (_zeroed(arrays) or _whole(arrays) or _clipped(arrays))
+            shown = arrays and _numbers_cut(arrays)
             if shown:
                 found.codes.remove("batch-axes-mixed")
                 found.relation = shown
@@ -2637,10 +2637,15 @@ _EVERY_CASE = "On every case it failed,"
 _EVERY_FINITE_CASE = "On every case it failed with finite numbers,"
 
 
+def _numbers_cut(arrays: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """Where the wrong numbers are left at 0, held at a bound or cut to whole ones (an array never
+    filled, a clip, an array of integers written into): so much, else ""."""
+    return _zeroed(arrays) or _clipped(arrays) or _whole(arrays)
+
+
 def _relation_of(arrays: list[tuple[np.ndarray, np.ndarray]], pairs: list, calls: list | None) -> str:
     """`_relation`, of the wrong arrays `arrays` (all finite)."""
-    zeroed = (_zeroed(arrays) or _clipped(arrays) or _whole(arrays) or _aliased(arrays) or _running(arrays)
-              or _rescaled(arrays))
+    zeroed = _numbers_cut(arrays) or _aliased(arrays) or _running(arrays) or _rescaled(arrays)
     if zeroed:
         return zeroed
     holding, constants, informative = set(_RELATIONS), [], set()

@@ -399,20 +399,20 @@ class Run:
         return run
 
     def note_files(self, found: list[tuple[Path, str]]) -> None:
-        """Record which file each submission's name stands for (its device and inode) where the run
-        has none for it yet, as the run is started or resumed: a result is kept by `kept` only for
-        that very file. A folder renamed keeps its files' change times, so two students' folders
+        """Record which file each submission's name stands for now (its device and inode), as the
+        run is started or resumed (after `kept`, which keeps a result only for the file noted when it
+        was graded): a folder renamed keeps its files' change times, so two students' folders
         swapped between two sessions would otherwise keep each other's grades."""
-        files = self.manifest.setdefault("files", {})
-        before = len(files)
+        files = self.manifest.get("files")
+        noted = dict(files) if isinstance(files, dict) else {}
         for path, name in found:
-            if name not in files:
-                try:
-                    info = os.lstat(path)
-                except OSError:
-                    continue
-                files[name] = [info.st_dev, info.st_ino]
-        if len(files) != before:
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            noted[name] = [info.st_dev, info.st_ino]
+        if noted != files:
+            self.manifest["files"] = noted
             self._write_manifest()
 
     def kept(self, found: list[tuple[Path, str]]) -> dict[str, dict]:
